@@ -1,0 +1,18 @@
+module github.com/sglang-watchdog/sglang-watchdog
+
+go 1.26.8
+
+require (
+	github.com/PagerDuty/go-pagerduty v1.8.0 // indirect
+	github.com/caarlos0/env/v11 v11.4.2 // indirect
+	github.com/google/go-querystring v1.1.0 // indirect
+	github.com/gorilla/websocket v1.5.3 // indirect
+	github.com/oklog/run v1.2.0 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/common v0.74.0 // indirect
+	github.com/slack-go/slack v0.36.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+	go.uber.org/zap v1.28.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+)

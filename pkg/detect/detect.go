@@ -1,0 +1,206 @@
+// Package detect holds the watchdog's incident detectors and the types they
+// exchange. A detector is pure: it reads a Window (a read-only view of one
+// replica's recent samples) at a time now and returns findings. It does no
+// I/O, keeps no state between calls, never logs and never reads the clock,
+// so the same window and now always give the same findings.
+package detect
+
+import (
+	"time"
+)
+
+// Class names an incident class. It is stable: it appears in fingerprints,
+// runbook URLs, metric labels and pages.
+type Class string
+
+// Incident classes.
+const (
+	PreemptStorm   Class = "preempt_storm"
+	RetryAvalanche Class = "retry_avalanche"
+	CacheCollapse  Class = "cache_collapse"
+	ReplicaDown    Class = "replica_down"
+)
+
+// Severity of a finding.
+type Severity int
+
+// Severities, ordered.
+const (
+	Info Severity = iota
+	Warning
+	Critical
+)
+
+func (s Severity) String() string {
+	switch s {
+	case Critical:
+		return "critical"
+	case Warning:
+		return "warning"
+	default:
+		return "info"
+	}
+}
+
+// ParseSeverity is the inverse of Severity.String.
+func ParseSeverity(s string) (Severity, bool) {
+	switch s {
+	case "critical":
+		return Critical, true
+	case "warning":
+		return Warning, true
+	case "info":
+		return Info, true
+	}
+	return Info, false
+}
+
+// Layer is where in the serving path the trouble sits, following the
+// runbook's triage order.
+type Layer string
+
+// Layers.
+const (
+	LayerQueue     Layer = "queue"     // requests wait for admission
+	LayerPrefill   Layer = "prefill"   // prompt processing itself is slow
+	LayerDecode    Layer = "decode"    // token generation is slow
+	LayerMemory    Layer = "kv_memory" // KV cache pressure drives the symptoms
+	LayerClient    Layer = "client"    // the traffic itself (retries, timeouts)
+	LayerTransport Layer = "scrape"    // the replica cannot be reached
+	LayerProcess   Layer = "process"   // the server process (crash, restart)
+)
+
+// Replica describes the replica a window belongs to.
+type Replica struct {
+	Name       string // unique replica name (target name, or target/worker)
+	Target     string // configured target name
+	Kind       string // "engine" or "gateway"
+	Model      string // served model name, "" when not exposed
+	EngineType string // unified, prefill, decode, "" when not exposed
+}
+
+// Match filters a series by one label. Value may list alternatives
+// separated by "|". With Prefix, a label matches when it starts with one of
+// the alternatives (status_code "4|5" matches 429 and 503).
+type Match struct {
+	Label  string
+	Value  string
+	Prefix bool
+}
+
+// Selector picks the series of one family whose labels satisfy every match.
+// Aggregating functions sum over the selected series.
+type Selector struct {
+	Name  string
+	Match []Match
+}
+
+// Sel is shorthand for a selector with exact matches given as label, value
+// pairs.
+func Sel(name string, labelValues ...string) Selector {
+	s := Selector{Name: name}
+	for i := 0; i+1 < len(labelValues); i += 2 {
+		s.Match = append(s.Match, Match{Label: labelValues[i], Value: labelValues[i+1]})
+	}
+	return s
+}
+
+// ScrapeState is what the window knows about scraping the replica.
+type ScrapeState struct {
+	LastAttempt         time.Time // zero when never scraped
+	LastSuccess         time.Time // zero when never scraped successfully
+	Up                  bool      // the last scrape succeeded
+	Reason              string    // failure reason of the last scrape: refused, timeout, http_status, parse_error, too_large, too_many_series, error
+	Error               string    // failure text of the last scrape (never holds secrets)
+	ConsecutiveFailures int
+	FirstSeen           time.Time // first scrape attempt kept in the window
+}
+
+// Window is a read-only view of one replica's recent samples. Every range
+// function covers samples with from < t <= to. Aggregates sum over the series
+// a selector picks; ok is false when there is not enough data to answer
+// (missing family, fewer than two points for a rate, NaN/Inf only, no
+// observations), never a made-up zero.
+type Window interface {
+	Replica() Replica
+	Scrape() ScrapeState
+
+	// Last returns the newest value (latest successful scrape only) summed over
+	// the selected series.
+	Last(sel Selector) (float64, bool)
+	// Has reports whether the family exists in the latest successful scrape.
+	Has(name string) bool
+
+	// Increase of a counter over the range, reset-aware: a drop is a restart
+	// and the post-reset value counts as increase, as Prometheus' rate does.
+	Increase(sel Selector, from, to time.Time) (float64, bool)
+	// Rate is Increase divided by the span actually covered by samples, per second.
+	Rate(sel Selector, from, to time.Time) (float64, bool)
+
+	// Avg, Max and Min over the range of a gauge (per scrape, summed over the
+	// selected series first).
+	Avg(sel Selector, from, to time.Time) (float64, bool)
+	Max(sel Selector, from, to time.Time) (float64, bool)
+	Min(sel Selector, from, to time.Time) (float64, bool)
+
+	// Quantile of a histogram family (base name, without _bucket) over the
+	// increase of its buckets in the range; bucket bounds come from "le".
+	Quantile(q float64, family string, match []Match, from, to time.Time) (float64, bool)
+	// Observations is the increase of the histogram's _count over the range.
+	Observations(family string, match []Match, from, to time.Time) (float64, bool)
+
+	// Restarts counts the resets of the replica in the range: a scrape at
+	// which most counters dropped, or the process start time changed.
+	Restarts(from, to time.Time) int
+	// LastRestart is the time of the newest restart seen, zero when none.
+	LastRestart() time.Time
+}
+
+// Evidence is one number a finding rests on, with the baseline it is
+// compared against.
+type Evidence struct {
+	Name        string  `json:"name"`  // human label, e.g. "retractions/s"
+	Value       float64 `json:"value"` // current value
+	Baseline    float64 `json:"baseline,omitempty"`
+	HasBaseline bool    `json:"has_baseline,omitempty"`
+	Unit        string  `json:"unit,omitempty"`      // "", "s", "%", "/s", "ratio"
+	Threshold   string  `json:"threshold,omitempty"` // the rule it crossed, e.g. "> 5x baseline"
+}
+
+// Finding is one detector's verdict about one replica at one time.
+type Finding struct {
+	Class     Class      `json:"class"`
+	Severity  Severity   `json:"-"`
+	Replica   string     `json:"replica"`
+	Model     string     `json:"model,omitempty"`
+	Layer     Layer      `json:"layer"`
+	Summary   string     `json:"summary"`   // one line: what is happening
+	Diagnosis string     `json:"diagnosis"` // which layer fails and the likely cause
+	Evidence  []Evidence `json:"evidence"`
+	Emergency []string   `json:"emergency_steps"`
+	RootCause []string   `json:"root_cause_steps"`
+	Runbook   string     `json:"runbook"` // runbook path, e.g. "/runbooks/preempt_storm"
+	Resolving bool       `json:"-"`       // the condition is gone but the detector holds it (hysteresis)
+}
+
+// Detector inspects one replica's window at time now.
+type Detector interface {
+	Class() Class
+	Detect(w Window, now time.Time) []Finding
+}
+
+// RunbookPath is the daemon-relative runbook link of a class.
+func RunbookPath(c Class) string { return "/runbooks/" + string(c) }
+
+// Causes reports whether cause, active on the same replica, explains effect.
+// It encodes the runbook's mechanism chain: cache collapse -> KV pressure ->
+// retractions -> queue growth -> latency -> client timeouts -> retries.
+func Causes(cause, effect Class) bool {
+	switch effect {
+	case PreemptStorm:
+		return cause == CacheCollapse
+	case RetryAvalanche:
+		return cause == PreemptStorm || cause == CacheCollapse
+	}
+	return false
+}

@@ -1,0 +1,76 @@
+// Package notify delivers alert events to people. An integration (log,
+// Slack, PagerDuty) implements Notifier: it makes exactly one attempt and
+// classifies its failure. Retrying, ordering and persistence are shared code
+// in this package, with one queue and worker per integration so that one
+// integration's outage never delays another.
+package notify
+
+import (
+	"context"
+	"time"
+)
+
+// Status of an alert event.
+type Status string
+
+// Event statuses.
+const (
+	StatusFiring   Status = "firing"
+	StatusResolved Status = "resolved"
+)
+
+// Kind says why an event was emitted.
+type Kind string
+
+// Event kinds.
+const (
+	KindTrigger Kind = "trigger" // the alert started firing
+	KindUpdate  Kind = "update"  // still firing; severity, evidence or explanation changed
+	KindRepeat  Kind = "repeat"  // still firing; repeat interval elapsed
+	KindResolve Kind = "resolve" // the alert resolved
+)
+
+// Field is one evidence number as shown to a human.
+type Field struct {
+	Name      string  `json:"name"`
+	Value     float64 `json:"value"`
+	Baseline  float64 `json:"baseline,omitempty"`
+	HasBase   bool    `json:"has_baseline,omitempty"`
+	Unit      string  `json:"unit,omitempty"`
+	Threshold string  `json:"threshold,omitempty"`
+}
+
+// Event is one notification about one alert. It is plain data: integrations
+// render it, the queue persists it. Strings that come from replicas (model
+// names, label values, error texts) are untrusted and must be escaped by
+// each integration for its own markup.
+type Event struct {
+	Fingerprint string    `json:"fingerprint"` // stable per (replica, class); PagerDuty dedup_key, Slack thread key
+	Seq         uint64    `json:"seq"`         // increases per fingerprint; orders events of one incident
+	Kind        Kind      `json:"kind"`
+	Status      Status    `json:"status"`
+	Class       string    `json:"class"`
+	Severity    string    `json:"severity"` // critical, warning, info
+	Replica     string    `json:"replica"`
+	Model       string    `json:"model,omitempty"`
+	Layer       string    `json:"layer,omitempty"`
+	Summary     string    `json:"summary"`
+	Diagnosis   string    `json:"diagnosis"`
+	Evidence    []Field   `json:"evidence,omitempty"`
+	Emergency   []string  `json:"emergency_steps,omitempty"`
+	RootCause   []string  `json:"root_cause_steps,omitempty"`
+	ExplainedBy []string  `json:"explained_by,omitempty"` // classes on the same replica that cause this one
+	Explains    []string  `json:"explains,omitempty"`     // classes this one causes
+	RunbookURL  string    `json:"runbook_url,omitempty"`
+	AlertURL    string    `json:"alert_url,omitempty"`
+	StartsAt    time.Time `json:"starts_at"`
+	EndsAt      time.Time `json:"ends_at,omitempty"`
+	At          time.Time `json:"at"` // when the event was produced
+}
+
+// Notifier sends one event to one integration. It makes exactly one attempt
+// and classifies a failure with Permanent or RetryAfter; any other error is
+// retryable with backoff.
+type Notifier interface {
+	Notify(ctx context.Context, ev Event) error
+}
