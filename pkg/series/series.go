@@ -10,6 +10,7 @@ package series
 import (
 	"sort"
 	"strings"
+	"time"
 )
 
 // Label is one name/value pair.
@@ -124,3 +125,35 @@ const (
 	GatewayCircuitBreakerState   = "smg_worker_cb_state"
 	GatewayRateLimitTotal        = "smg_http_rate_limit_total"
 )
+
+// Scrape is the normalized outcome of one scrape of one target: either
+// samples (grouped per replica the target exposes) or a failure reason. A
+// failed scrape is data: the window records it as up=0 with the reason.
+type Scrape struct {
+	Target   string        // configured target name
+	Kind     string        // "engine" or "gateway"
+	At       time.Time     // when the scrape started
+	Duration time.Duration // how long it took
+	Reason   string        // "" on success; else refused, timeout, http_status, parse_error, too_large, too_many_series, error
+	Error    string        // human text of the failure; never holds secrets
+	Groups   []Group       // one per replica behind the target; usually exactly one
+}
+
+// Group is the samples of one replica behind a target. A target usually is
+// one replica (Worker ""); a gateway's /engine_metrics merges several
+// engines, told apart by their worker_addr label, each its own group.
+type Group struct {
+	Worker     string // "" for the target itself, else the worker address
+	Model      string // served model name from model_name (or the legacy name) label
+	EngineType string // unified, prefill, decode; "" when not exposed
+	Samples    []Sample
+}
+
+// ReplicaName is the replica a group belongs to: the target name, or
+// target/worker for a worker behind a gateway.
+func ReplicaName(target, worker string) string {
+	if worker == "" {
+		return target
+	}
+	return target + "/" + worker
+}
