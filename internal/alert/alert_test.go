@@ -1,0 +1,251 @@
+package alert
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func finding(replica string, class detect.Class, sev detect.Severity) detect.Finding {
+	return detect.Finding{Class: class, Severity: sev, Replica: replica, Model: "m", Summary: string(class) + " on " + replica,
+		Evidence: []detect.Evidence{{Name: "x", Value: 2, Baseline: 1, HasBaseline: true}}}
+}
+
+func testConfig() Config {
+	return Config{
+		Timing:            Timing{For: 30 * time.Second, KeepFiringFor: time.Minute},
+		RepeatInterval:    time.Hour,
+		ResolvedRetention: 10 * time.Minute,
+		RestoreGrace:      5 * time.Minute,
+	}
+}
+
+func kinds(evs []notify.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, string(e.Kind)+":"+e.Class+"@"+e.Replica)
+	}
+	return out
+}
+
+// step runs the tracker every 10 s from start for n rounds with the findings
+// fn returns, collecting every event.
+func step(tr *Tracker, start time.Time, n int, fn func(i int) []detect.Finding) []notify.Event {
+	var all []notify.Event
+	for i := 0; i < n; i++ {
+		all = append(all, tr.Update(fn(i), start.Add(time.Duration(i)*10*time.Second))...)
+	}
+	return all
+}
+
+func TestLifecyclePendingFiringResolved(t *testing.T) {
+	tr := NewTracker(testConfig(), Links{ExternalURL: "http://wd:9402"})
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+
+	// Pending for < for: no event.
+	if evs := step(tr, t0, 3, func(int) []detect.Finding { return []detect.Finding{storm} }); len(evs) != 0 {
+		t.Fatalf("events while pending: %v", kinds(evs))
+	}
+	if a := tr.Alerts(); len(a) != 1 || a[0].State != StatePending {
+		t.Fatalf("want one pending alert, got %+v", a)
+	}
+	// At t0+30s it fires once.
+	evs := tr.Update([]detect.Finding{storm}, t0.Add(30*time.Second))
+	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Status != notify.StatusFiring {
+		t.Fatalf("want one trigger, got %v", kinds(evs))
+	}
+	trig := evs[0]
+	if trig.Fingerprint != Fingerprint("r1", detect.PreemptStorm) || trig.Seq != 1 {
+		t.Errorf("trigger identity: %+v", trig)
+	}
+	if trig.RunbookURL != "http://wd:9402/runbooks/preempt_storm" || !strings.HasPrefix(trig.AlertURL, "http://wd:9402/api/v1/alerts") {
+		t.Errorf("links: %q %q", trig.RunbookURL, trig.AlertURL)
+	}
+	if len(trig.Evidence) != 1 || !trig.Evidence[0].HasBase {
+		t.Errorf("evidence not carried: %+v", trig.Evidence)
+	}
+	// Still present: no repeat before the repeat interval.
+	if evs := tr.Update([]detect.Finding{storm}, t0.Add(40*time.Second)); len(evs) != 0 {
+		t.Fatalf("unexpected %v", kinds(evs))
+	}
+	// Gone for less than keep_firing_for: still firing, no event.
+	if evs := tr.Update(nil, t0.Add(90*time.Second)); len(evs) != 0 {
+		t.Fatalf("resolved inside hysteresis: %v", kinds(evs))
+	}
+	// Gone for keep_firing_for since last seen (t0+40s): resolves.
+	evs = tr.Update(nil, t0.Add(100*time.Second))
+	if len(evs) != 1 || evs[0].Kind != notify.KindResolve || evs[0].Status != notify.StatusResolved || evs[0].Seq != 2 {
+		t.Fatalf("want resolve seq 2, got %+v", evs)
+	}
+	if !evs[0].EndsAt.Equal(t0.Add(100*time.Second)) || !evs[0].StartsAt.Equal(t0.Add(30*time.Second)) {
+		t.Errorf("times: starts %v ends %v", evs[0].StartsAt, evs[0].EndsAt)
+	}
+	// Kept for retention, then forgotten.
+	if a := tr.Alerts(); len(a) != 1 || a[0].State != StateResolved {
+		t.Fatalf("resolved alert not retained: %+v", a)
+	}
+	tr.Update(nil, t0.Add(100*time.Second+10*time.Minute))
+	if a := tr.Alerts(); len(a) != 0 {
+		t.Fatalf("resolved alert not dropped after retention: %+v", a)
+	}
+}
+
+func TestBlipNeverPages(t *testing.T) {
+	tr := NewTracker(testConfig(), Links{})
+	evs := step(tr, t0, 20, func(i int) []detect.Finding {
+		if i%4 == 0 { // present one round in four: never 30 s in a row
+			return []detect.Finding{finding("r1", detect.CacheCollapse, detect.Warning)}
+		}
+		return nil
+	})
+	if len(evs) != 0 {
+		t.Fatalf("a blip paged: %v", kinds(evs))
+	}
+}
+
+func TestHysteresisKeepsFlappingConditionAsOneIncident(t *testing.T) {
+	tr := NewTracker(testConfig(), Links{})
+	evs := step(tr, t0, 60, func(i int) []detect.Finding {
+		// Steady for 1 minute, then flapping on/off every 20 s.
+		if i < 6 || (i/2)%2 == 0 {
+			return []detect.Finding{finding("r1", detect.PreemptStorm, detect.Critical)}
+		}
+		return nil
+	})
+	if got := kinds(evs); len(got) != 1 || got[0] != "trigger:preempt_storm@r1" {
+		t.Fatalf("flapping produced %v, want a single trigger", got)
+	}
+}
+
+func TestEscalationAndRepeat(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	cfg.RepeatInterval = time.Minute
+	tr := NewTracker(cfg, Links{})
+	evs := step(tr, t0, 13, func(i int) []detect.Finding {
+		sev := detect.Warning
+		if i >= 3 {
+			sev = detect.Critical
+		}
+		return []detect.Finding{finding("r1", detect.ReplicaDown, sev)}
+	})
+	got := kinds(evs)
+	want := []string{"trigger:replica_down@r1", "update:replica_down@r1", "repeat:replica_down@r1"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("got %v want %v", got, want)
+	}
+	if evs[1].Severity != "critical" {
+		t.Errorf("escalation event severity %q", evs[1].Severity)
+	}
+	// A severity drop does not re-page.
+	if e := tr.Update([]detect.Finding{finding("r1", detect.ReplicaDown, detect.Warning)}, t0.Add(125*time.Second)); len(e) != 0 {
+		t.Errorf("de-escalation paged: %v", kinds(e))
+	}
+}
+
+func TestCauseAndEffectOnOneReplicaSaySo(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg, Links{})
+	evs := tr.Update([]detect.Finding{
+		finding("r1", detect.PreemptStorm, detect.Critical),
+		finding("r1", detect.CacheCollapse, detect.Warning),
+		finding("r2", detect.PreemptStorm, detect.Critical), // other replica: unexplained
+	}, t0)
+	if len(evs) != 3 {
+		t.Fatalf("want 3 triggers, got %v", kinds(evs))
+	}
+	for _, e := range evs {
+		switch {
+		case e.Replica == "r1" && e.Class == "preempt_storm":
+			if len(e.ExplainedBy) != 1 || e.ExplainedBy[0] != "cache_collapse" {
+				t.Errorf("r1 storm not explained by the collapse: %+v", e.ExplainedBy)
+			}
+		case e.Replica == "r1" && e.Class == "cache_collapse":
+			if len(e.Explains) != 1 || e.Explains[0] != "preempt_storm" {
+				t.Errorf("r1 collapse does not name its effect: %+v", e.Explains)
+			}
+		case e.Replica == "r2":
+			if len(e.ExplainedBy) != 0 {
+				t.Errorf("r2 explained by another replica's cause: %+v", e.ExplainedBy)
+			}
+		}
+	}
+}
+
+func TestRestoreContinuesIncidentAndResolvesIfGone(t *testing.T) {
+	cfg := testConfig()
+	tr := NewTracker(cfg, Links{})
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	step(tr, t0, 4, func(int) []detect.Finding { return []detect.Finding{storm} })
+	saved := tr.Snapshot()
+	if len(saved) != 1 {
+		t.Fatalf("snapshot: %+v", saved)
+	}
+
+	// Restart 1: still firing -> no new trigger, sequence continues.
+	restart := t0.Add(10 * time.Minute)
+	tr2 := NewTracker(cfg, Links{})
+	tr2.Restore(saved, restart)
+	evs := step(tr2, restart, 10, func(i int) []detect.Finding {
+		if i < 3 { // windows empty right after restart
+			return nil
+		}
+		return []detect.Finding{storm}
+	})
+	if len(evs) != 0 {
+		t.Fatalf("restart re-paged a still-firing incident: %v", kinds(evs))
+	}
+
+	// Restart 2: the incident ended while down -> resolved after the grace,
+	// with the original fingerprint and the next sequence number.
+	tr3 := NewTracker(cfg, Links{})
+	tr3.Restore(saved, restart)
+	if e := tr3.Update(nil, restart.Add(time.Minute)); len(e) != 0 {
+		t.Fatalf("resolved inside restore grace: %v", kinds(e))
+	}
+	evs = tr3.Update(nil, restart.Add(cfg.RestoreGrace))
+	if len(evs) != 1 || evs[0].Kind != notify.KindResolve || evs[0].Fingerprint != saved[0].Fingerprint || evs[0].Seq != saved[0].Seq+1 {
+		t.Fatalf("want resolve of the restored incident, got %+v", evs)
+	}
+}
+
+func TestRetireResolvesRemovedTargets(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg, Links{})
+	tr.Update([]detect.Finding{finding("a", detect.ReplicaDown, detect.Critical), finding("b", detect.ReplicaDown, detect.Critical)}, t0)
+	evs := tr.Retire(func(r string) bool { return r == "a" }, "target removed", t0.Add(time.Second))
+	if len(evs) != 1 || evs[0].Replica != "a" || evs[0].Status != notify.StatusResolved || !strings.HasPrefix(evs[0].Summary, "target removed") {
+		t.Fatalf("retire: %+v", evs)
+	}
+}
+
+func TestFingerprintStable(t *testing.T) {
+	// Pinned: the fingerprint is a PagerDuty dedup key; changing it would
+	// orphan open incidents across an upgrade.
+	if got := Fingerprint("sim-0", detect.PreemptStorm); got != Fingerprint("sim-0", detect.PreemptStorm) || len(got) != 16 {
+		t.Fatalf("fingerprint %q", got)
+	}
+	if Fingerprint("a", detect.PreemptStorm) == Fingerprint("a", detect.CacheCollapse) || Fingerprint("ab", "c") == Fingerprint("a", "bc") {
+		t.Fatal("fingerprint collision")
+	}
+}
+
+func TestValidateNamesEveryBadField(t *testing.T) {
+	cfg := Config{Timing: Timing{For: -1}, ResolvedRetention: -1, Classes: map[string]Timing{"preempt_storm": {KeepFiringFor: -1}}}
+	err := cfg.Validate("alerts")
+	for _, want := range []string{"alerts.for", "alerts.resolved_retention", "alerts.classes.preempt_storm.keep_firing_for"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+	if err := DefaultConfig().Validate("alerts"); err != nil {
+		t.Errorf("defaults invalid: %v", err)
+	}
+}
