@@ -1,0 +1,236 @@
+// Package eval is the evaluation loop: every interval it runs the detectors
+// over each replica's window, feeds the findings to the alert tracker, hands
+// the resulting events to the notifier, persists firing alerts, and
+// publishes a copy of the alert state for the API.
+package eval
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// Windows is what the loop reads: the window store.
+type Windows interface {
+	Replicas() []detect.Replica
+	View(replica string, fn func(w detect.Window)) bool
+}
+
+// Sender takes events for delivery (the notify dispatcher).
+type Sender interface {
+	Send(ev notify.Event)
+}
+
+// Persister saves the firing alerts so a restart continues incidents.
+type Persister interface {
+	Save(name string, v any) error
+}
+
+// AlertsDocument is the state document holding firing alerts.
+const AlertsDocument = "alerts"
+
+// Options of the loop.
+type Options struct {
+	Interval  time.Duration
+	Detectors []detect.Detector
+	Tracker   *alert.Tracker
+	Windows   Windows
+	Sender    Sender
+	Persister Persister // nil: nothing persisted
+	Logger    *zap.Logger
+}
+
+// Loop is the evaluation loop.
+type Loop struct {
+	opts    Options
+	metrics *metrics
+
+	mu        sync.RWMutex // guards everything below and opts.Detectors/Tracker swaps
+	alerts    []alert.Alert
+	findings  []detect.Finding
+	lastEval  time.Time
+	rounds    uint64
+	persisted []string // fingerprint:seq of the last saved snapshot
+
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+type metrics struct {
+	evaluations  prometheus.Counter
+	duration     prometheus.Histogram
+	detectorRuns *prometheus.CounterVec
+	findings     *prometheus.CounterVec
+	alerts       *prometheus.GaugeVec
+	events       *prometheus.CounterVec
+	persistFail  prometheus.Counter
+}
+
+// New builds the loop; it starts nothing.
+func New(opts Options, reg prometheus.Registerer) *Loop {
+	f := promauto.With(reg)
+	m := &metrics{
+		evaluations: f.NewCounter(prometheus.CounterOpts{Name: "watchdog_evaluations_total", Help: "Evaluation rounds over every replica."}),
+		duration: f.NewHistogram(prometheus.HistogramOpts{Name: "watchdog_evaluation_duration_seconds", Help: "Time one evaluation round took.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}),
+		detectorRuns: f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_detector_runs_total", Help: "Detector runs, per replica window."}, []string{"class"}),
+		findings:     f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_findings_total", Help: "Findings returned by detectors."}, []string{"class", "severity"}),
+		alerts:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "watchdog_alerts", Help: "Alerts by class and state."}, []string{"class", "state"}),
+		events:       f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_alert_events_total", Help: "Alert events handed to notification, by kind."}, []string{"class", "kind"}),
+		persistFail:  f.NewCounter(prometheus.CounterOpts{Name: "watchdog_state_save_failures_total", Help: "Failed saves of the alert state document."}),
+	}
+	l := &Loop{opts: opts, metrics: m, ready: make(chan struct{})}
+	l.initMetrics()
+	return l
+}
+
+func (l *Loop) initMetrics() {
+	for _, d := range l.opts.Detectors {
+		c := string(d.Class())
+		l.metrics.detectorRuns.WithLabelValues(c)
+		for _, st := range []alert.State{alert.StatePending, alert.StateFiring, alert.StateResolved} {
+			l.metrics.alerts.WithLabelValues(c, string(st))
+		}
+	}
+}
+
+// SetDetectors swaps the detector set (hot reload); alert state is kept.
+func (l *Loop) SetDetectors(ds []detect.Detector) {
+	l.mu.Lock()
+	l.opts.Detectors = ds
+	l.mu.Unlock()
+	l.initMetrics()
+}
+
+// Evaluate runs one round at now and returns the events it produced.
+func (l *Loop) Evaluate(now time.Time) []notify.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	var findings []detect.Finding
+	for _, r := range l.opts.Windows.Replicas() {
+		l.opts.Windows.View(r.Name, func(w detect.Window) {
+			for _, d := range l.opts.Detectors {
+				l.metrics.detectorRuns.WithLabelValues(string(d.Class())).Inc()
+				findings = append(findings, d.Detect(w, now)...)
+			}
+		})
+	}
+	for _, f := range findings {
+		l.metrics.findings.WithLabelValues(string(f.Class), f.Severity.String()).Inc()
+	}
+	events := l.opts.Tracker.Update(findings, now)
+	for _, ev := range events {
+		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
+		l.opts.Sender.Send(ev)
+	}
+	l.publish(findings, now)
+	l.persist()
+	return events
+}
+
+// Retire resolves the alerts of replicas that no longer exist.
+func (l *Loop) Retire(gone func(replica string) bool, reason string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ev := range l.opts.Tracker.Retire(gone, reason, now) {
+		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
+		l.opts.Sender.Send(ev)
+	}
+	l.publish(l.findings, now)
+	l.persist()
+}
+
+func (l *Loop) publish(findings []detect.Finding, now time.Time) {
+	l.alerts = l.opts.Tracker.Alerts()
+	l.findings = findings
+	l.lastEval = now
+	l.rounds++
+	l.metrics.alerts.Reset()
+	l.initMetricsLocked()
+	for _, a := range l.alerts {
+		l.metrics.alerts.WithLabelValues(string(a.Class), string(a.State)).Inc()
+	}
+}
+
+func (l *Loop) initMetricsLocked() {
+	for _, d := range l.opts.Detectors {
+		for _, st := range []alert.State{alert.StatePending, alert.StateFiring, alert.StateResolved} {
+			l.metrics.alerts.WithLabelValues(string(d.Class()), string(st))
+		}
+	}
+}
+
+// persist saves the firing alerts when they changed since the last save.
+func (l *Loop) persist() {
+	if l.opts.Persister == nil {
+		return
+	}
+	snap := l.opts.Tracker.Snapshot()
+	keys := make([]string, 0, len(snap))
+	for _, a := range snap {
+		keys = append(keys, fmt.Sprintf("%s:%s:%d", a.Fingerprint, a.State, a.Seq))
+	}
+	if slices.Equal(keys, l.persisted) {
+		return
+	}
+	if err := l.opts.Persister.Save(AlertsDocument, snap); err != nil {
+		l.metrics.persistFail.Inc()
+		l.opts.Logger.Error("saving alert state failed; a restart may re-page open incidents", zap.Error(err))
+		return
+	}
+	l.persisted = keys
+}
+
+// Alerts returns the alerts as of the last round.
+func (l *Loop) Alerts() []alert.Alert {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Clone(l.alerts)
+}
+
+// Findings returns the findings of the last round.
+func (l *Loop) Findings() []detect.Finding {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Clone(l.findings)
+}
+
+// LastEvaluation is the time of the last round, zero before the first.
+func (l *Loop) LastEvaluation() time.Time {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.lastEval
+}
+
+// Ready is closed after the first evaluation round.
+func (l *Loop) Ready() <-chan struct{} { return l.ready }
+
+// Run evaluates every interval until ctx is done. The first round runs one
+// interval after start, when every target has had a chance to be scraped.
+func (l *Loop) Run(ctx context.Context) error {
+	t := time.NewTicker(l.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			start := time.Now()
+			l.Evaluate(now)
+			l.metrics.evaluations.Inc()
+			l.metrics.duration.Observe(time.Since(start).Seconds())
+			l.readyOnce.Do(func() { close(l.ready) })
+		}
+	}
+}

@@ -1,0 +1,228 @@
+// Package server is the daemon's own HTTP surface: /metrics, /healthz,
+// /readyz, the JSON API (/api/v1/alerts, /api/v1/targets) and the runbooks.
+// It only reads: alert state and windows are owned by the evaluation loop
+// and the window store.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// Alerts is the alert state source (the evaluation loop).
+type Alerts interface {
+	Alerts() []alert.Alert
+	LastEvaluation() time.Time
+	Ready() <-chan struct{}
+}
+
+// Windows is the replica data source (the window store).
+type Windows interface {
+	Replicas() []detect.Replica
+	View(replica string, fn func(w detect.Window)) bool
+}
+
+// Options of the server.
+type Options struct {
+	Gatherer prometheus.Gatherer
+	Alerts   Alerts
+	Windows  Windows
+	Runbooks http.Handler // serves /runbooks/...; nil: none
+	Logger   *zap.Logger
+	// Now reads the clock for the API's "age" fields; main passes time.Now.
+	Now func() time.Time
+}
+
+// Server is the HTTP server.
+type Server struct {
+	opts     Options
+	srv      *http.Server
+	ln       net.Listener
+	stopping chan struct{}
+}
+
+// New binds the listener (so ":0" gets a port and Addr works before Run).
+func New(addr string, opts Options) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, ln: ln, stopping: make(chan struct{})}
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	return s, nil
+}
+
+// Addr is the bound address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Handler routes every endpoint.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /api/v1/alerts", s.alerts)
+	mux.HandleFunc("GET /api/v1/targets", s.targets)
+	if s.opts.Runbooks != nil {
+		mux.Handle("GET /runbooks/", s.opts.Runbooks)
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("sglang-watchdog\n\n/api/v1/alerts\n/api/v1/targets\n/metrics\n/healthz\n/readyz\n/runbooks/\n"))
+	})
+	return mux
+}
+
+// Run serves until ctx is done, then shuts down gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	close(s.stopping)
+	// A fresh context: the parent is already cancelled, and Shutdown must
+	// get time to finish in-flight requests.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-s.stopping:
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	default:
+	}
+	select {
+	case <-s.opts.Alerts.Ready():
+		w.Write([]byte("ready\n"))
+	default:
+		http.Error(w, "waiting for the first evaluation round", http.StatusServiceUnavailable)
+	}
+}
+
+// apiAlert is the JSON shape of an alert.
+type apiAlert struct {
+	Fingerprint string            `json:"fingerprint"`
+	State       alert.State       `json:"state"`
+	Class       detect.Class      `json:"class"`
+	Severity    string            `json:"severity"`
+	Replica     string            `json:"replica"`
+	Model       string            `json:"model,omitempty"`
+	Layer       detect.Layer      `json:"layer,omitempty"`
+	Summary     string            `json:"summary"`
+	Diagnosis   string            `json:"diagnosis"`
+	Evidence    []detect.Evidence `json:"evidence"`
+	Emergency   []string          `json:"emergency_steps"`
+	RootCause   []string          `json:"root_cause_steps"`
+	Runbook     string            `json:"runbook"`
+	ExplainedBy []detect.Class    `json:"explained_by,omitempty"`
+	Explains    []detect.Class    `json:"explains,omitempty"`
+	ActiveAt    time.Time         `json:"active_at"`
+	FiredAt     time.Time         `json:"fired_at,omitzero"`
+	ResolvedAt  time.Time         `json:"resolved_at,omitzero"`
+	LastSeen    time.Time         `json:"last_seen"`
+}
+
+func (s *Server) alerts(w http.ResponseWriter, r *http.Request) {
+	fp, state := r.URL.Query().Get("fingerprint"), r.URL.Query().Get("state")
+	out := struct {
+		EvaluatedAt time.Time  `json:"evaluated_at,omitzero"`
+		Alerts      []apiAlert `json:"alerts"`
+	}{EvaluatedAt: s.opts.Alerts.LastEvaluation(), Alerts: []apiAlert{}}
+	for _, a := range s.opts.Alerts.Alerts() {
+		if (fp != "" && a.Fingerprint != fp) || (state != "" && string(a.State) != state) {
+			continue
+		}
+		f := a.Finding
+		out.Alerts = append(out.Alerts, apiAlert{
+			Fingerprint: a.Fingerprint, State: a.State, Class: a.Class, Severity: a.Severity, Replica: a.Replica,
+			Model: f.Model, Layer: f.Layer, Summary: f.Summary, Diagnosis: f.Diagnosis, Evidence: f.Evidence,
+			Emergency: f.Emergency, RootCause: f.RootCause, Runbook: f.Runbook, ExplainedBy: a.ExplainedBy, Explains: a.Explains,
+			ActiveAt: a.ActiveAt, FiredAt: a.FiredAt, ResolvedAt: a.ResolvedAt, LastSeen: a.LastSeen,
+		})
+	}
+	writeJSON(w, out)
+}
+
+// apiTarget is the JSON shape of a replica's health and key values.
+type apiTarget struct {
+	Replica             string             `json:"replica"`
+	Target              string             `json:"target"`
+	Kind                string             `json:"kind"`
+	Model               string             `json:"model,omitempty"`
+	EngineType          string             `json:"engine_type,omitempty"`
+	Up                  bool               `json:"up"`
+	LastScrape          time.Time          `json:"last_scrape,omitzero"`
+	LastSuccess         time.Time          `json:"last_success,omitzero"`
+	Reason              string             `json:"last_failure_reason,omitempty"`
+	LastError           string             `json:"last_error,omitempty"`
+	ConsecutiveFailures int                `json:"consecutive_failures"`
+	Values              map[string]float64 `json:"values"`
+}
+
+// keyValues are the runbook's first look: running, queued, KV usage,
+// throughput, and the windowed prefix hit rate.
+var keyValues = []struct{ name, family string }{
+	{"running_requests", series.NumRunningReqs},
+	{"queued_requests", series.NumQueueReqs},
+	{"kv_usage", series.TokenUsage},
+	{"gen_throughput_tokens_per_s", series.GenThroughput},
+	{"http_requests_active", series.HTTPRequestsActive},
+}
+
+func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
+	now := s.opts.Now()
+	out := struct {
+		Targets []apiTarget `json:"targets"`
+	}{Targets: []apiTarget{}}
+	for _, r := range s.opts.Windows.Replicas() {
+		t := apiTarget{Replica: r.Name, Target: r.Target, Kind: r.Kind, Model: r.Model, EngineType: r.EngineType, Values: map[string]float64{}}
+		s.opts.Windows.View(r.Name, func(win detect.Window) {
+			st := win.Scrape()
+			t.Up, t.LastScrape, t.LastSuccess, t.Reason, t.LastError, t.ConsecutiveFailures = st.Up, st.LastAttempt, st.LastSuccess, st.Reason, st.Error, st.ConsecutiveFailures
+			for _, kv := range keyValues {
+				if v, ok := win.Last(detect.Sel(kv.family)); ok && finite(v) {
+					t.Values[kv.name] = v
+				}
+			}
+			from := now.Add(-time.Minute)
+			cached, ok1 := win.Increase(detect.Sel(series.CachedTokensTotal), from, now)
+			prompt, ok2 := win.Increase(detect.Sel(series.PromptTokensTotal), from, now)
+			if ok1 && ok2 && prompt > 0 {
+				t.Values["prefix_hit_rate_1m"] = cached / prompt
+			}
+		})
+		out.Targets = append(out.Targets, t)
+	}
+	writeJSON(w, out)
+}
+
+func finite(v float64) bool { return v == v && v < 1e308 && v > -1e308 }
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
