@@ -1,0 +1,101 @@
+package scrape
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+func benchBody(b *testing.B) []byte {
+	b.Helper()
+	body, err := os.ReadFile("testdata/sglang-current-full.prom")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// BenchmarkParseExpfmt is the floor: expfmt alone, as any scraper pays it.
+func BenchmarkParseExpfmt(b *testing.B) {
+	body := benchBody(b)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := p.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkParseAndNormalize is what a target loop does per scrape after
+// the fetch: the parser seam plus normalization, with per-target buffers
+// reused as in the loop.
+func BenchmarkParseAndNormalize(b *testing.B) {
+	body := benchBody(b)
+	p := NewParser()
+	n := newNormalizer()
+	var raw []RawSample
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		var err error
+		if raw, err = p.Parse(raw[:0], body); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := n.normalize(raw, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkNormalize isolates normalization (the part this package adds
+// on top of parsing), from already-parsed raw samples.
+func BenchmarkNormalize(b *testing.B) {
+	body := benchBody(b)
+	raw, err := NewParser().Parse(nil, body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := newNormalizer()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := n.normalize(raw, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkNormalizeDP4TP2 is a fanned-out replica: every sample of the
+// current exposition from 8 scheduler ranks.
+func BenchmarkNormalizeDP4TP2(b *testing.B) {
+	raw, err := NewParser().Parse(nil, benchBody(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var fanned []RawSample
+	for dp := range 4 {
+		for tp := range 2 {
+			for _, rs := range raw {
+				ls := append(append([]series.Label(nil), rs.Labels...),
+					series.Label{Name: "dp_rank", Value: string(rune('0' + dp))},
+					series.Label{Name: "tp_rank", Value: string(rune('0' + tp))})
+				fanned = append(fanned, RawSample{Name: rs.Name, Labels: ls, Value: rs.Value})
+			}
+		}
+	}
+	n := newNormalizer()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := n.normalize(fanned, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(fanned)), "raw_samples")
+}

@@ -1,0 +1,188 @@
+package scrape
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Failure reasons, as recorded in series.Scrape.Reason and in the result
+// label of watchdog_scrapes_total.
+const (
+	ReasonRefused       = "refused"
+	ReasonTimeout       = "timeout"
+	ReasonHTTPStatus    = "http_status"
+	ReasonParseError    = "parse_error"
+	ReasonTooLarge      = "too_large"
+	ReasonTooManySeries = "too_many_series"
+	ReasonError         = "error"
+)
+
+// resultOK is the result label of a successful scrape.
+const resultOK = "ok"
+
+// results is every value of the result label, pre-created per target.
+var results = [...]string{
+	resultOK, ReasonRefused, ReasonTimeout, ReasonHTTPStatus, ReasonParseError,
+	ReasonTooLarge, ReasonTooManySeries, ReasonError,
+}
+
+// acceptHeader asks for the classic text format. prometheus_client answers
+// with OpenMetrics if the client merely accepts it, so say exactly what we
+// parse.
+const acceptHeader = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
+
+// fetchError is a failed fetch: a reason for the metric label and a message
+// that is safe to log and page (no URL credentials or query).
+type fetchError struct {
+	reason string
+	msg    string
+}
+
+func (e *fetchError) Error() string { return e.msg }
+
+// fetchFunc fetches a target's exposition into buf, within ctx (which
+// carries the scrape timeout). It is a seam: loops in synctest bubbles swap
+// in an in-memory fake, because network I/O is not durably blocking there.
+type fetchFunc func(ctx context.Context, t Target, buf *bytes.Buffer) error
+
+// httpFetcher returns the real fetchFunc over client.
+func httpFetcher(client *http.Client, opts Options) fetchFunc {
+	timeoutHeader := strconv.FormatFloat(opts.Timeout.Seconds(), 'f', -1, 64)
+	return func(ctx context.Context, t Target, buf *bytes.Buffer) error {
+		return fetch(ctx, client, t, opts, timeoutHeader, buf)
+	}
+}
+
+func fetch(ctx context.Context, client *http.Client, t Target, opts Options, timeoutHeader string, buf *bytes.Buffer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
+	if err != nil {
+		return &fetchError{ReasonError, "bad target URL " + redactURL(t.URL)}
+	}
+	req.Header.Set("Accept", acceptHeader)
+	req.Header.Set("User-Agent", opts.UserAgent)
+	req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", timeoutHeader)
+
+	resp, err := client.Do(req)
+	if err != nil {
+		return classify(ctx, err, t.URL)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// Drain a little so the connection can be reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return &fetchError{ReasonHTTPStatus, statusMessage(resp.StatusCode)}
+	}
+
+	// Read one byte past the limit to tell "exactly at the limit" from
+	// "over it" without buffering an unbounded body.
+	buf.Reset()
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, opts.MaxBodyBytes+1))
+	if err != nil {
+		return classify(ctx, err, t.URL)
+	}
+	if n > opts.MaxBodyBytes {
+		return &fetchError{ReasonTooLarge, fmt.Sprintf("body exceeds %d bytes", opts.MaxBodyBytes)}
+	}
+	return nil
+}
+
+func statusMessage(code int) string {
+	msg := fmt.Sprintf("HTTP %d", code)
+	if text := http.StatusText(code); text != "" {
+		msg += " " + text
+	}
+	if code == http.StatusNotFound {
+		// SGLang serves /metrics only with --enable-metrics; a 404 there is
+		// almost always that flag missing.
+		msg = "HTTP 404: is --enable-metrics on?"
+	}
+	return msg
+}
+
+// classify turns a transport error into a reason and a message free of the
+// target URL (which may carry user:password or ?token=).
+func classify(ctx context.Context, err error, rawURL string) *fetchError {
+	reason := ReasonError
+	var (
+		netErr net.Error
+		dnsErr *net.DNSError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		reason = ReasonTimeout
+	case errors.As(err, &dnsErr), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, syscall.ENETUNREACH),
+		// The replica dropped the connection (e.g. died mid-response).
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		reason = ReasonRefused
+	case errors.As(err, &netErr) && netErr.Timeout():
+		reason = ReasonTimeout
+	}
+	return &fetchError{reason, redactError(err, rawURL)}
+}
+
+// redactError renders err without the secrets of rawURL. *url.Error embeds
+// the full URL, so it is rebuilt around a redacted one; any remaining copy
+// of the URL, its password or its query is masked as a second line of
+// defence (inner errors are not ours to trust).
+func redactError(err error, rawURL string) string {
+	var msg string
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		msg = ue.Op + " " + redactURL(ue.URL) + ": " + ue.Err.Error()
+	} else {
+		msg = err.Error()
+	}
+	u, perr := url.Parse(rawURL)
+	if perr != nil {
+		return strings.ReplaceAll(msg, rawURL, "<target URL>")
+	}
+	msg = strings.ReplaceAll(msg, rawURL, redactURL(rawURL))
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	if u.User != nil && u.User.Username() != "" {
+		msg = strings.ReplaceAll(msg, u.User.String()+"@", "")
+	}
+	if u.RawQuery != "" {
+		msg = strings.ReplaceAll(msg, u.RawQuery, "xxxxx")
+	}
+	return msg
+}
+
+// redactURL keeps scheme, host and path: enough to tell targets apart in a
+// log, nothing that can authenticate.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<target URL>"
+	}
+	clean := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
+	return clean.String()
+}
+
+// newDefaultClient is the client used when Options.Client is nil: its own
+// transport (never http.DefaultClient/DefaultTransport, which are shared
+// global state), bounded dials and handshakes, and keep-alives for every
+// target so a 5 s interval does not redial a thousand replicas.
+func newDefaultClient(timeout time.Duration) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = timeout
+	tr.ResponseHeaderTimeout = timeout
+	tr.MaxIdleConns = 0 // no global cap; per host below
+	tr.MaxIdleConnsPerHost = 2
+	tr.IdleConnTimeout = 90 * time.Second
+	return &http.Client{Transport: tr, Timeout: timeout}
+}

@@ -1,0 +1,257 @@
+package scrape
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// Manager runs one scrape loop per target. Loops are independent: a slow or
+// dead target only ever delays itself.
+type Manager struct {
+	opts      Options
+	app       Appender
+	logger    *zap.Logger
+	metrics   *metrics
+	fetch     fetchFunc
+	ownClient *http.Client // built by New, so ours to close
+	// scrapers holds parse/normalize buffers. Pooled rather than one per
+	// loop: a scrape takes milliseconds every few seconds, so a thousand
+	// loops share a handful of warm scrapers instead of each pinning
+	// hundreds of KiB.
+	scrapers sync.Pool
+
+	mu      sync.Mutex
+	targets []Target         // desired set, in the order given
+	loops   map[string]*loop // running loops by target name
+	runCtx  context.Context  // non-nil once Run started
+	stopped bool             // Run has returned or is returning
+	wg      sync.WaitGroup
+}
+
+type loop struct {
+	target Target
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New validates the options and targets and registers the scraper's metrics
+// on reg. It starts nothing; Run does.
+func New(targets []Target, opts Options, app Appender, reg prometheus.Registerer, logger *zap.Logger) (*Manager, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := validateTargets(targets); err != nil {
+		return nil, err
+	}
+	if app == nil {
+		return nil, errors.New("scrape: nil Appender")
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	m := &Manager{
+		opts:    opts,
+		app:     app,
+		logger:  logger,
+		metrics: newMetrics(reg),
+		targets: slices.Clone(targets),
+		loops:   make(map[string]*loop, len(targets)),
+	}
+	client := opts.Client
+	if client == nil {
+		client = newDefaultClient(opts.Timeout)
+		m.ownClient = client
+	}
+	m.fetch = httpFetcher(client, opts)
+	m.scrapers.New = func() any { return newScraper(m.fetch, m.opts) }
+	return m, nil
+}
+
+// Run scrapes every target until ctx is done, then waits for all loops to
+// exit. It may be called once.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.runCtx != nil || m.stopped {
+		m.mu.Unlock()
+		return errors.New("scrape: Run called twice")
+	}
+	m.runCtx = ctx
+	for _, t := range m.targets {
+		m.start(t)
+	}
+	m.mu.Unlock()
+
+	<-ctx.Done()
+
+	m.mu.Lock()
+	m.stopped = true // no SetTargets may start a loop from here on
+	m.mu.Unlock()
+	m.wg.Wait()
+	if m.ownClient != nil {
+		m.ownClient.CloseIdleConnections()
+	}
+	return nil
+}
+
+// SetTargets replaces the target set: loops of new targets start, loops of
+// removed targets stop, and loops of unchanged targets keep running
+// untouched (same phase, same buffers). A target whose URL or kind changed
+// is restarted. Removed targets have their metrics deleted and, if the
+// Appender implements Remove(target string), are removed from it once
+// their loop has exited, so no late Append can resurrect them. An invalid
+// set is rejected whole.
+func (m *Manager) SetTargets(targets []Target) error {
+	if err := validateTargets(targets); err != nil {
+		return err
+	}
+	want := make(map[string]Target, len(targets))
+	for _, t := range targets {
+		want[t.Name] = t
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.targets = slices.Clone(targets)
+	if m.runCtx == nil || m.stopped {
+		return nil // Run starts (or started and ended) with m.targets
+	}
+
+	var stopping []*loop
+	for name, l := range m.loops {
+		if t, ok := want[name]; !ok || t != l.target {
+			l.cancel()
+			stopping = append(stopping, l)
+			delete(m.loops, name)
+		}
+	}
+	// Loops exit promptly: their fetch is bound to the cancelled context.
+	for _, l := range stopping {
+		<-l.done
+		if _, kept := want[l.target.Name]; kept {
+			continue // restarted below with its new URL/kind
+		}
+		m.metrics.removeTarget(l.target.Name)
+		if r, ok := m.app.(targetRemover); ok {
+			r.Remove(l.target.Name)
+		}
+		m.logger.Info("target removed", zap.String("target", l.target.Name))
+	}
+	for _, t := range targets {
+		if _, running := m.loops[t.Name]; !running {
+			m.start(t)
+		}
+	}
+	return nil
+}
+
+// start launches the loop of t. m.mu must be held.
+func (m *Manager) start(t Target) {
+	m.metrics.addTarget(t.Name)
+	ctx, cancel := context.WithCancel(m.runCtx)
+	l := &loop{target: t, cancel: cancel, done: make(chan struct{})}
+	m.loops[t.Name] = l
+	m.wg.Go(func() {
+		defer close(l.done)
+		defer cancel()
+		m.runLoop(ctx, t)
+	})
+}
+
+// runLoop waits for the target's start offset, then scrapes every interval.
+func (m *Manager) runLoop(ctx context.Context, t Target) {
+	log := m.logger.With(zap.String("target", t.Name))
+
+	first := time.NewTimer(startOffset(t.Name, m.opts.Interval))
+	defer first.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-first.C:
+	}
+	tick := time.NewTicker(m.opts.Interval)
+	defer tick.Stop()
+
+	var st loopState
+	for {
+		s := m.scrapers.Get().(*scraper)
+		sc := s.scrape(ctx, t)
+		m.scrapers.Put(s)
+		if ctx.Err() != nil {
+			return // stopping: a scrape cut short by shutdown is not data
+		}
+		m.report(log, &st, sc)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// loopState remembers what was last logged, so a target that stays down
+// logs once, not every interval.
+type loopState struct {
+	lastErr       string // last failure message logged; "" while up
+	lastAppendErr string
+}
+
+func (m *Manager) report(log *zap.Logger, st *loopState, sc series.Scrape) {
+	result := resultOK
+	if sc.Reason != "" {
+		result = sc.Reason
+	}
+	m.metrics.scrapes.WithLabelValues(sc.Target, result).Inc()
+	m.metrics.duration.WithLabelValues(sc.Kind).Observe(sc.Duration.Seconds())
+	if sc.Reason == "" {
+		m.metrics.up.WithLabelValues(sc.Target).Set(1)
+		n := 0
+		for _, g := range sc.Groups {
+			n += len(g.Samples)
+		}
+		m.metrics.samples.WithLabelValues(sc.Target).Set(float64(n))
+		if st.lastErr != "" {
+			log.Info("scrape recovered")
+			st.lastErr = ""
+		}
+	} else {
+		m.metrics.up.WithLabelValues(sc.Target).Set(0)
+		if msg := sc.Reason + ": " + sc.Error; msg != st.lastErr {
+			log.Warn("scrape failed", zap.String("reason", sc.Reason), zap.String("error", sc.Error))
+			st.lastErr = msg
+		}
+	}
+
+	if err := m.app.Append(sc); err != nil {
+		m.metrics.appendErrors.Inc()
+		if msg := err.Error(); msg != st.lastAppendErr {
+			log.Warn("window refused scrape", zap.Error(err))
+			st.lastAppendErr = msg
+		}
+	} else {
+		st.lastAppendErr = ""
+	}
+}
+
+// startOffset spreads first scrapes over the interval deterministically by
+// target name (as Prometheus' scrape/target.go offset does), so a thousand
+// targets do not fire in the same millisecond and a restart keeps each
+// target's phase relative to start-up.
+func startOffset(name string, interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return time.Duration(h.Sum64() % uint64(interval))
+}

@@ -1,0 +1,219 @@
+// Package scrape polls SGLang engines and model gateways for their
+// Prometheus /metrics, normalizes every exposition variant onto the
+// canonical names of pkg/series and hands each outcome, success or failure,
+// to an Appender (the window store).
+//
+// Data flows one way: this package only produces series.Scrape values.
+package scrape
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// Target kinds.
+const (
+	KindEngine  = "engine"
+	KindGateway = "gateway"
+)
+
+// Target is one endpoint to scrape.
+type Target struct {
+	Name string // unique; the replica name downstream
+	URL  string // full metrics URL (config has normalized it); may hold credentials
+	Kind string // KindEngine or KindGateway
+}
+
+// Appender receives every scrape outcome. The window store implements it;
+// it is called concurrently from one goroutine per target and owns the
+// Scrape it is given. An error (e.g. too many series) is logged and
+// counted, never fatal.
+type Appender interface {
+	Append(s series.Scrape) error
+}
+
+// targetRemover is optionally implemented by an Appender that keeps
+// per-target state to forget when a target goes away.
+type targetRemover interface {
+	Remove(target string)
+}
+
+// Options tune scraping. Zero values take the defaults below.
+type Options struct {
+	Interval     time.Duration // between scrapes of one target; default 5s
+	Timeout      time.Duration // per scrape, < Interval; default 80% of Interval
+	MaxBodyBytes int64         // response size limit; default 16 MiB
+	MaxSeries    int           // normalized series per scrape; default 100,000
+	UserAgent    string        // default "sglang-watchdog"
+	// Client performs the requests. Nil means a dedicated client built in
+	// New (never http.DefaultClient, which has no timeout and is shared).
+	Client *http.Client
+}
+
+// Defaults.
+const (
+	DefaultInterval     = 5 * time.Second
+	DefaultMaxBodyBytes = 16 << 20
+	DefaultMaxSeries    = 100_000
+	DefaultUserAgent    = "sglang-watchdog"
+)
+
+// withDefaults fills zero fields and validates the result.
+func (o Options) withDefaults() (Options, error) {
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.Timeout == 0 {
+		o.Timeout = o.Interval * 8 / 10
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxSeries == 0 {
+		o.MaxSeries = DefaultMaxSeries
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = DefaultUserAgent
+	}
+	var errs []error
+	if o.Interval < 0 {
+		errs = append(errs, fmt.Errorf("scrape interval %s must be positive", o.Interval))
+	}
+	if o.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("scrape timeout %s must be positive", o.Timeout))
+	}
+	if o.Interval > 0 && o.Timeout >= o.Interval {
+		// A scrape still running when the next is due would queue scrapes
+		// behind a slow replica.
+		errs = append(errs, fmt.Errorf("scrape timeout %s must be shorter than the interval %s", o.Timeout, o.Interval))
+	}
+	if o.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("max body bytes %d must be positive", o.MaxBodyBytes))
+	}
+	if o.MaxSeries < 0 {
+		errs = append(errs, fmt.Errorf("max series %d must be positive", o.MaxSeries))
+	}
+	return o, errors.Join(errs...)
+}
+
+// validateTargets checks names are unique and set, kinds known and URLs
+// absolute http(s). Messages name the target, never its URL (credentials).
+func validateTargets(ts []Target) error {
+	var errs []error
+	seen := make(map[string]bool, len(ts))
+	for i, t := range ts {
+		switch {
+		case t.Name == "":
+			errs = append(errs, fmt.Errorf("target #%d: empty name", i))
+			continue
+		case seen[t.Name]:
+			errs = append(errs, fmt.Errorf("target %q: duplicate name", t.Name))
+		}
+		seen[t.Name] = true
+		if t.Kind != KindEngine && t.Kind != KindGateway {
+			errs = append(errs, fmt.Errorf("target %q: kind %q is neither %q nor %q", t.Name, t.Kind, KindEngine, KindGateway))
+		}
+		u, err := url.Parse(t.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("target %q: URL must be an absolute http(s) URL", t.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ScrapeOnce fetches and normalizes one target once, for a CLI or a smoke
+// test. Zero Options fields take the defaults; a nil client gets a
+// dedicated one. Invalid options come back as a failed scrape.
+func ScrapeOnce(ctx context.Context, client *http.Client, t Target, opts Options) series.Scrape {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return series.Scrape{Target: t.Name, Kind: t.Kind, At: time.Now(), Reason: ReasonError, Error: err.Error()}
+	}
+	if client == nil {
+		client = newDefaultClient(opts.Timeout)
+		defer client.CloseIdleConnections()
+	}
+	return newScraper(httpFetcher(client, opts), opts).scrape(ctx, t)
+}
+
+// scraper holds the buffers of one scrape, reused by the next (of any
+// target): the body buffer, the parser and the normalizer keep their
+// capacity, so steady-state scrapes allocate little beyond what they hand
+// to the Appender. Not safe for concurrent use.
+type scraper struct {
+	fetch     fetchFunc
+	timeout   time.Duration
+	maxSeries int
+	body      bytes.Buffer
+	parser    Parser
+	raw       []RawSample
+	norm      *normalizer
+}
+
+func newScraper(fetch fetchFunc, opts Options) *scraper {
+	return &scraper{
+		fetch:     fetch,
+		timeout:   opts.Timeout,
+		maxSeries: opts.MaxSeries,
+		parser:    NewParser(),
+		norm:      newNormalizer(),
+	}
+}
+
+// scrape runs one scrape. The clock is read here only to stamp the scrape
+// (the data's own time) and measure its duration.
+func (s *scraper) scrape(ctx context.Context, t Target) series.Scrape {
+	start := time.Now()
+	sc := series.Scrape{Target: t.Name, Kind: t.Kind, At: start}
+	sc.Reason, sc.Error, sc.Groups = s.collect(ctx, t)
+	sc.Duration = time.Since(start)
+	return sc
+}
+
+func (s *scraper) collect(ctx context.Context, t Target) (reason, msg string, groups []series.Group) {
+	fetchCtx, cancel := context.WithTimeout(ctx, s.timeout)
+	err := s.fetch(fetchCtx, t, &s.body)
+	cancel()
+	if err != nil {
+		fe, ok := errors.AsType[*fetchError](err)
+		if !ok {
+			fe = classify(fetchCtx, err, t.URL)
+		}
+		return fe.reason, fe.msg, nil
+	}
+	defer s.shrink()
+
+	raw, err := s.parser.Parse(s.raw[:0], s.body.Bytes())
+	s.raw = raw
+	if err != nil {
+		// Parse errors quote a line number and a short token, not the URL.
+		return ReasonParseError, err.Error(), nil
+	}
+	groups, err = s.norm.normalize(raw, s.maxSeries)
+	if err != nil {
+		return ReasonTooManySeries, fmt.Sprintf("more than %d series after normalization", s.maxSeries), nil
+	}
+	return "", "", groups
+}
+
+// shrink drops buffers that one outsized response grew far beyond the
+// usual, so a single spike does not pin memory (or make every later reset
+// of a huge map slow) for the life of the scraper.
+func (s *scraper) shrink() {
+	const maxBody, maxSamples = 4 << 20, 1 << 16
+	if s.body.Cap() > maxBody {
+		s.body = bytes.Buffer{}
+	}
+	if cap(s.raw) > maxSamples {
+		s.raw = nil
+		s.parser = NewParser()
+		s.norm = newNormalizer()
+	}
+}
