@@ -1,0 +1,194 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+)
+
+// Incident classes a phase can provoke. The names are the watchdog's
+// detector classes.
+const (
+	ClassPreemptStorm   = "preempt_storm"
+	ClassCacheCollapse  = "cache_collapse"
+	ClassRetryAvalanche = "retry_avalanche"
+	ClassCrash          = "crash"
+)
+
+// Phase is a stretch of a Scenario: for Duration, the replicas listed (all
+// when nil) run the scenario's base load with Change applied; the others
+// run the base load. Phases do not accumulate: a phase without Change is a
+// recovery.
+type Phase struct {
+	Name     string
+	Class    string        // incident class this phase provokes; "" when healthy
+	Duration time.Duration // ignored for the last phase, which lasts forever
+	Replicas []int
+	Change   func(*Load)
+	// Crash > 0 kills the listed replicas' processes when the phase starts;
+	// they stay unreachable this long, then restart from zero.
+	Crash time.Duration
+}
+
+func (p Phase) affects(i int) bool {
+	if p.Replicas == nil {
+		return true
+	}
+	for _, r := range p.Replicas {
+		if r == i {
+			return true
+		}
+	}
+	return false
+}
+
+// Scenario is a timeline of phases over a base load.
+type Scenario struct {
+	Name   string
+	Base   Load // zero: DefaultLoad()
+	Phases []Phase
+}
+
+// PhaseAt returns the phase in force at offset from the scenario start and
+// its index. Offsets before the start (warm-up) are in the first phase; the
+// last phase never ends.
+func (s Scenario) PhaseAt(offset time.Duration) (Phase, int) {
+	var end time.Duration
+	for i, p := range s.Phases {
+		end += p.Duration
+		if offset < end || i == len(s.Phases)-1 {
+			return p, i
+		}
+	}
+	return Phase{}, -1
+}
+
+// Start returns the offset at which the first phase called name begins.
+func (s Scenario) Start(name string) (time.Duration, bool) {
+	var at time.Duration
+	for _, p := range s.Phases {
+		if p.Name == name {
+			return at, true
+		}
+		at += p.Duration
+	}
+	return 0, false
+}
+
+// Incident changes, each a plausible production cause rather than a metric.
+
+// longPromptSurge: a batch job starts summarising documents: it submits
+// 64 requests at once, each ~2.5k prompt tokens -- seven times
+// a chat prompt -- asking for ~1.5k-token answers. The wave is admitted as
+// one cohort while new_token_ratio is low (SGLang overcommits the pool on
+// purpose, betting on early EOS), its members grow in lockstep and none
+// finishes for a minute, so the pool runs dry: the scheduler retracts
+// request after request, each to be recomputed later, chats pile up behind
+// the wave, and inter-token latency rises with the KV the batch reads.
+func longPromptSurge(l *Load) {
+	l.DocBatch = 64
+}
+
+// timestampedSystemPrompt: a deploy renders "Current time: ...ms" at the top
+// of the system prompt. Every prompt is now unique from its first token.
+func timestampedSystemPrompt(l *Load) { l.TimestampedSystemPrompt = true }
+
+// aggressiveRetries: clients time out after 8 s (below the longest healthy
+// responses) and re-send almost at once, up to 4 times.
+func aggressiveRetries(l *Load) {
+	l.ClientTimeout = 8 * time.Second
+	l.MaxRetries = 4
+	l.RetryBackoff = 200 * time.Millisecond
+}
+
+// latencyBlip: a short burst of traffic (a cron job) pushes latencies past
+// the aggressive clients' timeout, which starts the retry feedback loop.
+func latencyBlip(l *Load) {
+	aggressiveRetries(l)
+	l.Rate *= 1.5
+}
+
+// HealthyScenario is steady heavy-but-healthy load on every replica forever:
+// the batch near --max-running-requests, a short stable queue, ~75% of
+// prompt tokens from the cache, no retractions, no timeouts.
+func HealthyScenario() Scenario {
+	return Scenario{Name: "healthy", Base: DefaultLoad(), Phases: []Phase{{Name: "healthy"}}}
+}
+
+// DemoScenario walks a 3-replica fleet through the three core incident
+// classes and a crash in about five minutes at scale 1 (durations are
+// multiplied by scale). Each incident hits one replica so the others stay a
+// healthy reference:
+//
+//	healthy          0:00  45s  all
+//	preempt_storm    0:45  60s  sim-0  a batch job submits a wave of long documents
+//	recovery         1:45  30s
+//	cache_collapse   2:15  45s  sim-1  system prompt gets a timestamp
+//	recovery         3:00  30s
+//	latency_blip     3:30   5s  sim-2  burst + clients with 8 s timeout, 4 fast retries
+//	retry_avalanche  3:35  45s  sim-2  same clients, normal traffic
+//	recovery         4:20  30s
+//	crash            4:50  30s  sim-0  process dies, unreachable 25 s, restarts from zero
+//	healthy          5:20  ...
+//
+// The base load is a little lighter than HealthyScenario's (ρ≈0.75 instead
+// of ≈0.9) and clients give up after 30 s, so a replica drains the backlog
+// an incident leaves within a recovery phase.
+func DemoScenario(scale float64) Scenario {
+	d := func(s float64) time.Duration { return time.Duration(s * scale * float64(time.Second)) }
+	return Scenario{
+		Name: "demo",
+		Base: demoLoad(),
+		Phases: []Phase{
+			{Name: "healthy", Duration: d(45)},
+			{Name: ClassPreemptStorm, Class: ClassPreemptStorm, Duration: d(60), Replicas: []int{0}, Change: longPromptSurge},
+			{Name: "recovery", Duration: d(30)},
+			{Name: ClassCacheCollapse, Class: ClassCacheCollapse, Duration: d(45), Replicas: []int{1}, Change: timestampedSystemPrompt},
+			{Name: "recovery", Duration: d(30)},
+			{Name: "latency_blip", Class: ClassRetryAvalanche, Duration: d(5), Replicas: []int{2}, Change: latencyBlip},
+			{Name: ClassRetryAvalanche, Class: ClassRetryAvalanche, Duration: d(45), Replicas: []int{2}, Change: aggressiveRetries},
+			{Name: "recovery", Duration: d(30)},
+			{Name: ClassCrash, Class: ClassCrash, Duration: d(30), Replicas: []int{0}, Crash: d(25)},
+			{Name: "healthy"},
+		},
+	}
+}
+
+func demoLoad() Load {
+	l := DefaultLoad()
+	l.Rate = 7.5
+	l.ClientTimeout = 30 * time.Second
+	return l
+}
+
+// IncidentBaseline is how long IncidentScenario runs healthy before the
+// incident starts: enough for a 1-3 minute detector baseline.
+const IncidentBaseline = 3 * time.Minute
+
+// IncidentScenario runs IncidentBaseline of healthy load, then puts
+// replica 0 (sim-0) into the given incident class for good; the other
+// replicas stay healthy. It is for one-shot checks such as a `diagnose`
+// test: build a fleet, Advance it to IncidentBaseline + 45 s with synthetic
+// times, and scrape. For ClassCrash sim-0 is unreachable from
+// IncidentBaseline for 90 s and then restarts with counters from zero.
+func IncidentScenario(class string) (Scenario, error) {
+	incident := Phase{Name: class, Class: class, Replicas: []int{0}}
+	switch class {
+	case ClassPreemptStorm:
+		incident.Change = longPromptSurge
+	case ClassCacheCollapse:
+		incident.Change = timestampedSystemPrompt
+	case ClassRetryAvalanche:
+		// The blip then the sustained loop, as in the demo.
+		blip := Phase{Name: "latency_blip", Class: class, Duration: 5 * time.Second, Replicas: []int{0}, Change: latencyBlip}
+		incident.Change = aggressiveRetries
+		return Scenario{Name: class, Base: DefaultLoad(), Phases: []Phase{
+			{Name: "healthy", Duration: IncidentBaseline}, blip, incident}}, nil
+	case ClassCrash:
+		incident.Crash = 90 * time.Second // long enough to be seen by a one-shot check
+	default:
+		return Scenario{}, fmt.Errorf("sim: unknown incident class %q (want %s, %s, %s or %s)",
+			class, ClassPreemptStorm, ClassCacheCollapse, ClassRetryAvalanche, ClassCrash)
+	}
+	return Scenario{Name: class, Base: DefaultLoad(), Phases: []Phase{
+		{Name: "healthy", Duration: IncidentBaseline}, incident}}, nil
+}
