@@ -81,19 +81,38 @@ type Replica struct {
 
 // Match filters a series by one label. Value may list alternatives
 // separated by "|". With Prefix, a label matches when it starts with one of
-// the alternatives (status_code "4|5" matches 429 and 503).
+// the alternatives (status_code "4|5" matches 429 and 503); with Suffix, when
+// it ends with one (mode "_hit" matches device_hit and host_hit); with both,
+// when it does either. An absent label has the value "".
 type Match struct {
 	Label  string
 	Value  string
 	Prefix bool
+	Suffix bool
 }
 
 // Selector picks the series of one family whose labels satisfy every match.
-// Aggregating functions sum over the selected series.
+// Aggregating functions sum over the selected series, unless Combine says
+// otherwise.
 type Selector struct {
-	Name  string
-	Match []Match
+	Name    string
+	Match   []Match
+	Combine Combine
 }
+
+// Combine is how the gauge functions (Last, Avg, Max, Min, CountAbove) merge
+// the selected series at one scrape. Increase and Rate always sum.
+type Combine int
+
+// Ways to combine series.
+const (
+	// CombineSum adds the series: counts (queued requests) add up across
+	// data-parallel ranks.
+	CombineSum Combine = iota
+	// CombineMax takes the largest: ratios (KV usage) must not be added up
+	// across ranks, and the fullest rank is the one that retracts.
+	CombineMax
+)
 
 // Sel is shorthand for a selector with exact matches given as label, value
 // pairs.
@@ -154,6 +173,17 @@ type Window interface {
 	Restarts(from, to time.Time) int
 	// LastRestart is the time of the newest restart seen, zero when none.
 	LastRestart() time.Time
+}
+
+// ScrapeCounter is an optional extension of Window. CountAbove returns how
+// many scrapes in the range had a value (the selected series combined per
+// sel.Combine) above threshold, and how many had a finite value at all.
+// Detectors use it
+// for lossy point-in-time gauges (the legacy sglang:num_retracted_reqs) where
+// "non-zero in several scrapes" is the only usable signal; a Window without
+// it simply gives those fallbacks no verdict.
+type ScrapeCounter interface {
+	CountAbove(sel Selector, threshold float64, from, to time.Time) (above, scrapes int)
 }
 
 // Evidence is one number a finding rests on, with the baseline it is

@@ -1,0 +1,557 @@
+// Package window keeps a bounded sliding window of recent samples per
+// replica and answers the detectors' range questions (rates, averages,
+// histogram quantiles, restarts) through the detect.Window interface.
+//
+// Memory is bounded three ways: points older than Retention are dropped,
+// every series holds at most MaxPointsPerSeries points, and a replica holds
+// at most MaxSeriesPerReplica series (new ones beyond that are rejected
+// with an error, existing ones keep working). A series costs about
+// 8 bytes per point held; a replica exposing S series scraped every I for a
+// retention R costs about S × R/I × 8 bytes (700 series, 5 s, 65 min ≈ 4.4 MB).
+package window
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// Defaults of Options.
+const (
+	DefaultScrapeInterval      = 5 * time.Second
+	DefaultMaxSeriesPerReplica = 20000
+)
+
+// Errors wrapped by Append.
+var (
+	// ErrTooManySeries: the replica already holds MaxSeriesPerReplica series;
+	// samples of new series were dropped, known series were recorded.
+	ErrTooManySeries = errors.New("too many series")
+	// ErrOutOfOrder: the scrape is not newer than the replica's newest one;
+	// it was ignored.
+	ErrOutOfOrder = errors.New("scrape out of order")
+)
+
+// Options bound the store.
+type Options struct {
+	// Retention is how long points are kept. It must cover the longest
+	// baseline plus range any detector reads (detect.Config.MaxLookback).
+	Retention time.Duration
+	// ScrapeInterval is the shortest scrape interval of any target; it only
+	// sizes the per-series point cap. Default 5s.
+	ScrapeInterval time.Duration
+	// MaxSeriesPerReplica caps the series one replica may hold. Default 20000.
+	MaxSeriesPerReplica int
+	// MaxPointsPerSeries caps the points one series holds. Default:
+	// Retention/ScrapeInterval plus 20% for scrape jitter.
+	MaxPointsPerSeries int
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Retention <= 0 {
+		return o, fmt.Errorf("window: retention must be positive, got %s", o.Retention)
+	}
+	if o.ScrapeInterval < 0 || o.MaxSeriesPerReplica < 0 || o.MaxPointsPerSeries < 0 {
+		return o, errors.New("window: scrape interval and limits must not be negative")
+	}
+	if o.ScrapeInterval == 0 {
+		o.ScrapeInterval = DefaultScrapeInterval
+	}
+	if o.MaxSeriesPerReplica == 0 {
+		o.MaxSeriesPerReplica = DefaultMaxSeriesPerReplica
+	}
+	if o.MaxPointsPerSeries == 0 {
+		n := int(math.Ceil(float64(o.Retention) / float64(o.ScrapeInterval)))
+		o.MaxPointsPerSeries = n + n/5 + 2
+	}
+	if o.MaxPointsPerSeries < 2 {
+		return o, errors.New("window: max points per series must be at least 2")
+	}
+	return o, nil
+}
+
+// Store holds the windows of every replica. It is safe for concurrent use:
+// appends of different targets proceed in parallel, and views read under a
+// per-replica read lock.
+type Store struct {
+	opts Options
+
+	mu       sync.RWMutex
+	replicas map[string]*replica            // by replica name
+	byTarget map[string]map[string]*replica // target -> replica name -> replica
+
+	ingested      prometheus.Counter
+	rejected      *prometheus.CounterVec
+	seriesHeld    *prometheus.GaugeVec
+	replicasGauge prometheus.Gauge
+}
+
+// New returns an empty store and registers its metrics on reg (nil: not
+// registered).
+func New(opts Options, reg prometheus.Registerer) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		opts:     opts,
+		replicas: map[string]*replica{},
+		byTarget: map[string]map[string]*replica{},
+		ingested: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "watchdog_samples_ingested_total",
+			Help: "Samples recorded into the sliding windows.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "watchdog_series_rejected_total",
+			Help: "Samples of new series dropped because their replica reached the series limit.",
+		}, []string{"target"}),
+		seriesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "watchdog_series",
+			Help: "Series held in the sliding windows, per scrape target.",
+		}, []string{"target"}),
+		replicasGauge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "watchdog_replicas",
+			Help: "Replicas held in the sliding windows.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{s.ingested, s.rejected, s.seriesHeld, s.replicasGauge} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("window: register metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Options returns the effective options (defaults filled in).
+func (s *Store) Options() Options { return s.opts }
+
+// replica is one replica's window. Its fields are guarded by mu.
+type replica struct {
+	mu    sync.RWMutex
+	info  detect.Replica
+	state detect.ScrapeState
+
+	times    ring[int64]             // unix nanos of the successful scrapes held; seq = scrape number
+	series   map[uint64]*seriesRec   // by identity hash; collisions chained
+	families map[string][]*seriesRec // by metric name
+	nSeries  int
+	seed     maphash.Seed // of the series hashes
+	restarts []time.Time  // oldest first, within retention
+	appends  int
+}
+
+// seriesRec is one series' points, aligned with the replica's scrape
+// sequence: the value at seq k was recorded at the replica's k-th
+// successful scrape. NaN marks a scrape in which the series was absent.
+type seriesRec struct {
+	name   string
+	labels series.Labels
+	hash   uint64
+	next   *seriesRec // next series with the same hash
+	vals   ring[float64]
+
+	// For restart detection: the newest finite value seen.
+	last    float64
+	hasLast bool
+
+	le          float64 // parsed "le" of a _bucket series
+	hasLE       bool
+	counterLike bool // name ends _total/_count/_sum/_bucket (and is no gt/le gauge-histogram)
+	startTime   bool // a process start timestamp
+}
+
+func newReplica(name, target, kind string) *replica {
+	return &replica{
+		info:     detect.Replica{Name: name, Target: target, Kind: kind},
+		series:   map[uint64]*seriesRec{},
+		families: map[string][]*seriesRec{},
+		seed:     maphash.MakeSeed(),
+	}
+}
+
+// Append records one scrape: the samples of a successful one, the failure of
+// a failed one. It implements the scraper's Appender.
+func (s *Store) Append(sc series.Scrape) error {
+	if sc.Target == "" {
+		return errors.New("window: scrape without a target")
+	}
+	if sc.Reason != "" {
+		s.appendFailure(sc)
+		return nil
+	}
+	groups := sc.Groups
+	if len(groups) == 0 {
+		// Up but exposing nothing: still a successful scrape of the target.
+		groups = []series.Group{{}}
+	}
+	var errs []error
+	var ingested, rejected int
+	seen := make(map[string]bool, len(groups))
+	for i := range groups {
+		g := &groups[i]
+		name := series.ReplicaName(sc.Target, g.Worker)
+		seen[name] = true
+		r := s.replicaFor(name, sc.Target, sc.Kind)
+		n, rej, err := r.appendGroup(sc, g, &s.opts)
+		ingested += n
+		rejected += rej
+		if err != nil {
+			errs = append(errs, fmt.Errorf("window: replica %q: %w", name, err))
+		}
+	}
+	s.collectTarget(sc, seen)
+	s.ingested.Add(float64(ingested))
+	if rejected > 0 {
+		s.rejected.WithLabelValues(sc.Target).Add(float64(rejected))
+	}
+	return errors.Join(errs...)
+}
+
+// replicaFor returns the named replica, creating it.
+func (s *Store) replicaFor(name, target, kind string) *replica {
+	s.mu.RLock()
+	r := s.replicas[name]
+	s.mu.RUnlock()
+	if r != nil {
+		return r
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r = s.replicas[name]; r != nil {
+		return r
+	}
+	r = newReplica(name, target, kind)
+	s.replicas[name] = r
+	if s.byTarget[target] == nil {
+		s.byTarget[target] = map[string]*replica{}
+	}
+	s.byTarget[target][name] = r
+	s.replicasGauge.Set(float64(len(s.replicas)))
+	return r
+}
+
+// appendFailure marks every replica of the target down, creating the
+// target's own replica when none exists so that a never-reachable target is
+// visible.
+func (s *Store) appendFailure(sc series.Scrape) {
+	s.mu.RLock()
+	rs := make([]*replica, 0, len(s.byTarget[sc.Target]))
+	for _, r := range s.byTarget[sc.Target] {
+		rs = append(rs, r)
+	}
+	s.mu.RUnlock()
+	if len(rs) == 0 {
+		rs = append(rs, s.replicaFor(sc.Target, sc.Target, sc.Kind))
+	}
+	for _, r := range rs {
+		r.mu.Lock()
+		st := &r.state
+		if st.FirstSeen.IsZero() {
+			st.FirstSeen = sc.At
+		}
+		if sc.At.After(st.LastAttempt) {
+			st.LastAttempt = sc.At
+			st.Up = false
+			st.Reason = sc.Reason
+			st.Error = sc.Error
+			st.ConsecutiveFailures++
+		}
+		if r.info.Kind == "" {
+			r.info.Kind = sc.Kind
+		}
+		r.mu.Unlock()
+	}
+}
+
+// collectTarget forgets, after a successful scrape of the target, the
+// replicas it no longer exposes that are either placeholders that never
+// answered or silent for longer than the retention; then refreshes the
+// target's series gauge. Replica locks are taken without holding the store
+// lock, so a long-running View never stalls the whole store.
+func (s *Store) collectTarget(sc series.Scrape, seen map[string]bool) {
+	s.mu.RLock()
+	rs := make([]*replica, 0, len(s.byTarget[sc.Target]))
+	for _, r := range s.byTarget[sc.Target] {
+		rs = append(rs, r)
+	}
+	s.mu.RUnlock()
+	total := 0
+	var gone []*replica
+	for _, r := range rs {
+		r.mu.RLock()
+		placeholder := r.state.LastSuccess.IsZero()
+		silent := sc.At.Sub(r.state.LastAttempt) > s.opts.Retention
+		n, name := r.nSeries, r.info.Name
+		r.mu.RUnlock()
+		if !seen[name] && (placeholder || silent) {
+			gone = append(gone, r)
+			continue
+		}
+		total += n
+	}
+	s.seriesHeld.WithLabelValues(sc.Target).Set(float64(total))
+	if len(gone) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range gone {
+		if s.replicas[r.info.Name] == r {
+			delete(s.replicas, r.info.Name)
+			delete(s.byTarget[sc.Target], r.info.Name)
+		}
+	}
+	s.replicasGauge.Set(float64(len(s.replicas)))
+}
+
+// appendGroup records one replica's samples at sc.At. It returns how many
+// samples were recorded and how many were rejected by the series limit.
+func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) (ingested, rejected int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at := sc.At.UnixNano()
+	if r.times.n > 0 {
+		if newest, _ := r.times.at(r.times.end() - 1); at <= newest {
+			return 0, 0, fmt.Errorf("%w: %s is not after %s", ErrOutOfOrder,
+				sc.At.UTC().Format(time.RFC3339Nano), time.Unix(0, newest).UTC().Format(time.RFC3339Nano))
+		}
+	}
+
+	st := &r.state
+	if st.FirstSeen.IsZero() {
+		st.FirstSeen = sc.At
+	}
+	st.LastAttempt, st.LastSuccess = sc.At, sc.At
+	st.Up, st.Reason, st.Error, st.ConsecutiveFailures = true, "", "", 0
+	switch {
+	case g.Worker != "":
+		// A worker behind a gateway's /engine_metrics is an engine, whatever
+		// the target's kind.
+		r.info.Kind = "engine"
+	case sc.Kind != "":
+		r.info.Kind = sc.Kind
+	}
+	if g.Model != "" {
+		r.info.Model = g.Model
+	}
+	if g.EngineType != "" {
+		r.info.EngineType = g.EngineType
+	}
+
+	seq := r.times.end()
+	r.times.push(at, opts.MaxPointsPerSeries)
+	r.dropOlderThan(at - int64(opts.Retention))
+
+	// Restart detection, folded into the ingest loop: a restart resets most
+	// counters at once, or changes the process start time.
+	var counters, dropped int
+	startChanged := false
+	for i := range g.Samples {
+		smp := &g.Samples[i]
+		h := hashSeries(r.seed, smp.Name, smp.Labels)
+		rec := r.lookup(h, smp.Name, smp.Labels)
+		if rec == nil {
+			if r.nSeries >= opts.MaxSeriesPerReplica {
+				rejected++
+				continue
+			}
+			rec = r.create(h, smp)
+		}
+		v := smp.Value
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			if rec.hasLast {
+				if rec.counterLike && rec.last > 0 {
+					counters++
+					if v < rec.last {
+						dropped++
+					}
+				}
+				if rec.startTime && v != rec.last {
+					startChanged = true
+				}
+			}
+			rec.last, rec.hasLast = v, true
+		}
+		rec.put(seq, v, opts.MaxPointsPerSeries)
+		ingested++
+	}
+	if startChanged || (dropped > 0 && 2*dropped >= counters) {
+		r.restarts = append(r.restarts, sc.At)
+	}
+
+	r.appends++
+	if r.appends%64 == 0 {
+		r.sweep()
+	}
+	if rejected > 0 {
+		err = fmt.Errorf("%w: %d samples of new series dropped, the replica already holds the limit of %d series",
+			ErrTooManySeries, rejected, opts.MaxSeriesPerReplica)
+	}
+	return ingested, rejected, err
+}
+
+// dropOlderThan forgets scrapes and restarts before cut (unix nanos).
+func (r *replica) dropOlderThan(cut int64) {
+	for r.times.n > 0 {
+		t, _ := r.times.at(r.times.first)
+		if t >= cut {
+			break
+		}
+		r.times.dropBefore(r.times.first + 1)
+	}
+	k := 0
+	for k < len(r.restarts) && r.restarts[k].UnixNano() < cut {
+		k++
+	}
+	if k > 0 {
+		r.restarts = append(r.restarts[:0], r.restarts[k:]...)
+	}
+}
+
+// sweep frees the series that hold no point inside the window any more.
+func (r *replica) sweep() {
+	oldest := r.times.first
+	for h, head := range r.series {
+		var keep *seriesRec
+		for rec := head; rec != nil; {
+			next := rec.next
+			if rec.vals.end() > oldest {
+				rec.next = keep
+				keep = rec
+			} else {
+				r.nSeries--
+				fam := r.families[rec.name]
+				for i, f := range fam {
+					if f == rec {
+						fam = append(fam[:i], fam[i+1:]...)
+						break
+					}
+				}
+				if len(fam) == 0 {
+					delete(r.families, rec.name)
+				} else {
+					r.families[rec.name] = fam
+				}
+			}
+			rec = next
+		}
+		if keep == nil {
+			delete(r.series, h)
+		} else {
+			r.series[h] = keep
+		}
+	}
+}
+
+func (r *replica) lookup(h uint64, name string, labels series.Labels) *seriesRec {
+	for rec := r.series[h]; rec != nil; rec = rec.next {
+		if rec.name == name && labelsEqual(rec.labels, labels) {
+			return rec
+		}
+	}
+	return nil
+}
+
+func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
+	rec := &seriesRec{
+		name:   smp.Name,
+		labels: append(series.Labels(nil), smp.Labels...), // the scraper may reuse its buffers
+		hash:   h,
+		next:   r.series[h],
+	}
+	isGaugeHistogram := false
+	for _, l := range rec.labels {
+		if l.Name == "gt" {
+			isGaugeHistogram = true
+		}
+	}
+	rec.counterLike = !isGaugeHistogram && (strings.HasSuffix(smp.Name, "_total") ||
+		strings.HasSuffix(smp.Name, "_count") || strings.HasSuffix(smp.Name, "_sum") ||
+		strings.HasSuffix(smp.Name, "_bucket"))
+	rec.startTime = strings.HasSuffix(smp.Name, "process_start_time_seconds")
+	if strings.HasSuffix(smp.Name, "_bucket") {
+		rec.le, rec.hasLE = parseLE(rec.labels.Get("le"))
+	}
+	r.series[h] = rec
+	r.families[rec.name] = append(r.families[rec.name], rec)
+	r.nSeries++
+	return rec
+}
+
+// put records v at seq. Scrapes the series missed since its last point are
+// filled with NaN (absent), so the ring stays aligned with the replica's
+// scrape sequence; a duplicate sample within one scrape overwrites.
+func (rec *seriesRec) put(seq uint64, v float64, limit int) {
+	end := rec.vals.end()
+	switch {
+	case rec.vals.n > 0 && end == seq+1:
+		rec.vals.set(seq, v)
+		return
+	case rec.vals.n == 0 || seq < end || seq-end >= uint64(limit):
+		rec.vals.restart(seq)
+	default:
+		for ; end < seq; end++ {
+			rec.vals.push(math.NaN(), limit)
+		}
+	}
+	rec.vals.push(v, limit)
+}
+
+// Remove frees every replica of the target.
+func (s *Store) Remove(target string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.byTarget[target] {
+		delete(s.replicas, name)
+	}
+	delete(s.byTarget, target)
+	s.seriesHeld.DeleteLabelValues(target)
+	s.rejected.DeleteLabelValues(target)
+	s.replicasGauge.Set(float64(len(s.replicas)))
+}
+
+// Replicas lists the replicas held, sorted by name.
+func (s *Store) Replicas() []detect.Replica {
+	s.mu.RLock()
+	rs := make([]*replica, 0, len(s.replicas))
+	for _, r := range s.replicas {
+		rs = append(rs, r)
+	}
+	s.mu.RUnlock()
+	out := make([]detect.Replica, 0, len(rs))
+	for _, r := range rs {
+		r.mu.RLock()
+		out = append(out, r.info)
+		r.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// View runs fn with a read-only window of the replica, under the replica's
+// read lock (appends to it wait; other replicas are unaffected). The window
+// must not be used after fn returns. View reports whether the replica exists.
+func (s *Store) View(name string, fn func(w detect.Window)) bool {
+	s.mu.RLock()
+	r := s.replicas[name]
+	s.mu.RUnlock()
+	if r == nil {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	fn(view{r})
+	return true
+}

@@ -1,0 +1,351 @@
+package window
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+)
+
+// view is the detect.Window of one replica. It is only valid while the
+// replica's read lock is held (inside Store.View).
+type view struct{ r *replica }
+
+var (
+	_ detect.Window        = view{}
+	_ detect.ScrapeCounter = view{}
+)
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+func parseLE(s string) (float64, bool) {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) {
+		return 0, false
+	}
+	return v, true
+}
+
+func (v view) Replica() detect.Replica    { return v.r.info }
+func (v view) Scrape() detect.ScrapeState { return v.r.state }
+
+// seqRange returns the scrape seqs [lo, hi) whose time t satisfies
+// from < t <= to.
+func (v view) seqRange(from, to time.Time) (lo, hi uint64) {
+	ts := &v.r.times
+	f, t := from.UnixNano(), to.UnixNano()
+	i := sort.Search(ts.n, func(i int) bool { x, _ := ts.at(ts.first + uint64(i)); return x > f })
+	j := sort.Search(ts.n, func(i int) bool { x, _ := ts.at(ts.first + uint64(i)); return x > t })
+	if j < i {
+		j = i
+	}
+	return ts.first + uint64(i), ts.first + uint64(j)
+}
+
+func (v view) timeOf(seq uint64) int64 {
+	t, _ := v.r.times.at(seq)
+	return t
+}
+
+// selected returns the series of the selector's family that match.
+func (v view) selected(name string, ms []detect.Match) []*seriesRec {
+	fam := v.r.families[name]
+	if len(ms) == 0 {
+		return fam
+	}
+	out := make([]*seriesRec, 0, len(fam))
+	for _, rec := range fam {
+		if matchesAll(rec.labels, ms) {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// latest is the seq of the newest successful scrape.
+func (v view) latest() (uint64, bool) {
+	if v.r.times.n == 0 {
+		return 0, false
+	}
+	return v.r.times.end() - 1, true
+}
+
+func (v view) Last(sel detect.Selector) (float64, bool) {
+	seq, ok := v.latest()
+	if !ok {
+		return 0, false
+	}
+	sum, any := 0.0, false
+	for _, rec := range v.selected(sel.Name, sel.Match) {
+		// A series absent from the newest scrape is not held at seq: stale.
+		if x, ok := rec.vals.at(seq); ok && finite(x) {
+			sum = combine(sel.Combine, sum, x, any)
+			any = true
+		}
+	}
+	return sum, any
+}
+
+func (v view) Has(name string) bool {
+	seq, ok := v.latest()
+	if !ok {
+		return false
+	}
+	for _, rec := range v.r.families[name] {
+		if rec.vals.end() == seq+1 {
+			return true
+		}
+	}
+	return false
+}
+
+// counterIncrease is the reset-aware increase of one series over the seqs
+// [lo, hi), skipping absent and non-finite points. A drop between two
+// consecutive finite points is a counter reset: the post-reset value is the
+// increase since the reset. It also returns the seqs of the first and last
+// finite points and how many there were.
+func counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first, last uint64, n int) {
+	if lo < rec.vals.first {
+		lo = rec.vals.first
+	}
+	if end := rec.vals.end(); hi > end {
+		hi = end
+	}
+	prev := 0.0
+	for seq := lo; seq < hi; seq++ {
+		x, _ := rec.vals.at(seq)
+		if !finite(x) {
+			continue
+		}
+		if n > 0 {
+			if x >= prev {
+				inc += x - prev
+			} else {
+				inc += x
+			}
+		} else {
+			first = seq
+		}
+		prev, last = x, seq
+		n++
+	}
+	return inc, first, last, n
+}
+
+// increase sums counterIncrease over the selected series that have at least
+// two finite points, and returns the time span those points cover.
+func (v view) increase(name string, ms []detect.Match, from, to time.Time) (inc float64, span time.Duration, ok bool) {
+	lo, hi := v.seqRange(from, to)
+	if hi-lo < 2 {
+		return 0, 0, false
+	}
+	var minSeq, maxSeq uint64
+	for _, rec := range v.selected(name, ms) {
+		d, first, last, n := counterIncrease(rec, lo, hi)
+		if n < 2 {
+			continue
+		}
+		if !ok || first < minSeq {
+			minSeq = first
+		}
+		if !ok || last > maxSeq {
+			maxSeq = last
+		}
+		inc += d
+		ok = true
+	}
+	if !ok {
+		return 0, 0, false
+	}
+	return inc, time.Duration(v.timeOf(maxSeq) - v.timeOf(minSeq)), true
+}
+
+func (v view) Increase(sel detect.Selector, from, to time.Time) (float64, bool) {
+	inc, _, ok := v.increase(sel.Name, sel.Match, from, to)
+	return inc, ok
+}
+
+func (v view) Rate(sel detect.Selector, from, to time.Time) (float64, bool) {
+	inc, span, ok := v.increase(sel.Name, sel.Match, from, to)
+	if !ok || span <= 0 {
+		return 0, false
+	}
+	return inc / span.Seconds(), true
+}
+
+// combine merges x into acc (acc is meaningless while !started).
+func combine(c detect.Combine, acc, x float64, started bool) float64 {
+	if !started {
+		return x
+	}
+	if c == detect.CombineMax {
+		return math.Max(acc, x)
+	}
+	return acc + x
+}
+
+// eachScrape calls fn with the per-scrape sum (or max, see detect.Combine) over the selected series, for
+// every scrape in the range at which at least one of them had a finite value.
+func (v view) eachScrape(sel detect.Selector, from, to time.Time, fn func(sum float64)) {
+	recs := v.selected(sel.Name, sel.Match)
+	if len(recs) == 0 {
+		return
+	}
+	lo, hi := v.seqRange(from, to)
+	for seq := lo; seq < hi; seq++ {
+		sum, any := 0.0, false
+		for _, rec := range recs {
+			if x, ok := rec.vals.at(seq); ok && finite(x) {
+				sum = combine(sel.Combine, sum, x, any)
+				any = true
+			}
+		}
+		if any {
+			fn(sum)
+		}
+	}
+}
+
+func (v view) Avg(sel detect.Selector, from, to time.Time) (float64, bool) {
+	total, n := 0.0, 0
+	v.eachScrape(sel, from, to, func(s float64) { total += s; n++ })
+	if n == 0 {
+		return 0, false
+	}
+	return total / float64(n), true
+}
+
+func (v view) Max(sel detect.Selector, from, to time.Time) (float64, bool) {
+	m, ok := math.Inf(-1), false
+	v.eachScrape(sel, from, to, func(s float64) { m = math.Max(m, s); ok = true })
+	if !ok {
+		return 0, false
+	}
+	return m, true
+}
+
+func (v view) Min(sel detect.Selector, from, to time.Time) (float64, bool) {
+	m, ok := math.Inf(1), false
+	v.eachScrape(sel, from, to, func(s float64) { m = math.Min(m, s); ok = true })
+	if !ok {
+		return 0, false
+	}
+	return m, true
+}
+
+// CountAbove implements detect.ScrapeCounter.
+func (v view) CountAbove(sel detect.Selector, threshold float64, from, to time.Time) (above, scrapes int) {
+	v.eachScrape(sel, from, to, func(s float64) {
+		scrapes++
+		if s > threshold {
+			above++
+		}
+	})
+	return above, scrapes
+}
+
+// bucket is one cumulative histogram bucket: observations <= upper.
+type bucket struct {
+	upper float64
+	count float64
+}
+
+func (v view) Quantile(q float64, family string, match []detect.Match, from, to time.Time) (float64, bool) {
+	if q < 0 || q > 1 || math.IsNaN(q) {
+		return 0, false
+	}
+	lo, hi := v.seqRange(from, to)
+	if hi-lo < 2 {
+		return 0, false
+	}
+	var buckets []bucket
+	for _, rec := range v.selected(family+"_bucket", match) {
+		if !rec.hasLE {
+			continue
+		}
+		inc, _, _, n := counterIncrease(rec, lo, hi)
+		if n < 2 {
+			continue
+		}
+		// Sum the series of equal bounds (e.g. is_streaming=true|false).
+		merged := false
+		for i := range buckets {
+			if buckets[i].upper == rec.le {
+				buckets[i].count += inc
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			buckets = append(buckets, bucket{upper: rec.le, count: inc})
+		}
+	}
+	return bucketQuantile(q, buckets)
+}
+
+// bucketQuantile follows Prometheus' histogram_quantile: buckets sorted by
+// upper bound, the last one must be +Inf; the quantile is interpolated
+// linearly inside the bucket holding rank q×total, the first bucket's lower
+// bound is 0 (unless its upper bound is <= 0), and a rank in the +Inf bucket
+// yields the highest finite bound. ok=false without observations.
+func bucketQuantile(q float64, buckets []bucket) (float64, bool) {
+	if len(buckets) < 2 {
+		return 0, false
+	}
+	sort.Slice(buckets, func(i, j int) bool { return buckets[i].upper < buckets[j].upper })
+	if !math.IsInf(buckets[len(buckets)-1].upper, 1) {
+		return 0, false
+	}
+	// Increases computed per bucket can be non-monotonic after partial data
+	// (a bucket missing a scrape); counts are cumulative, so enforce it.
+	for i := 1; i < len(buckets); i++ {
+		if buckets[i].count < buckets[i-1].count {
+			buckets[i].count = buckets[i-1].count
+		}
+	}
+	total := buckets[len(buckets)-1].count
+	if total <= 0 {
+		return 0, false
+	}
+	rank := q * total
+	b := sort.Search(len(buckets)-1, func(i int) bool { return buckets[i].count >= rank })
+	if b == len(buckets)-1 {
+		return buckets[len(buckets)-2].upper, true
+	}
+	if b == 0 && buckets[0].upper <= 0 {
+		return buckets[0].upper, true
+	}
+	lower, count := 0.0, buckets[b].count
+	if b > 0 {
+		lower = buckets[b-1].upper
+		count -= buckets[b-1].count
+		rank -= buckets[b-1].count
+	}
+	if count <= 0 {
+		return lower, true
+	}
+	return lower + (buckets[b].upper-lower)*(rank/count), true
+}
+
+func (v view) Observations(family string, match []detect.Match, from, to time.Time) (float64, bool) {
+	return v.Increase(detect.Selector{Name: family + "_count", Match: match}, from, to)
+}
+
+func (v view) Restarts(from, to time.Time) int {
+	n := 0
+	for _, t := range v.r.restarts {
+		if t.After(from) && !t.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+func (v view) LastRestart() time.Time {
+	if len(v.r.restarts) == 0 {
+		return time.Time{}
+	}
+	return v.r.restarts[len(v.r.restarts)-1]
+}

@@ -1,0 +1,199 @@
+package detect
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// CacheCollapseDetector pages when the prefix (radix) cache hit rate, computed
+// from token counters over a window, falls far below its baseline. Its
+// diagnosis tells KV pressure (the cache is evicted to make room) from a
+// prompt change (the cache has room but prompts stopped sharing prefixes).
+// It never reads the sglang:cache_hit_rate gauge: that is the last prefill
+// batch's rate, zeroed on decode logs, not a windowed rate.
+type CacheCollapseDetector struct{ cfg CacheCollapseConfig }
+
+// Class implements Detector.
+func (d *CacheCollapseDetector) Class() Class { return CacheCollapse }
+
+// hitRateSource is one way to compute the hit rate: hit tokens over all
+// prompt tokens.
+type hitRateSource struct {
+	family    string
+	hit, all  Selector
+	describes string
+}
+
+// hitRateSources in order of preference (see the reference §8).
+var hitRateSources = []hitRateSource{
+	{
+		family:    series.PrefillEffectiveTokens,
+		hit:       Selector{Name: series.PrefillEffectiveTokens, Match: []Match{{Label: "mode", Value: "_hit", Suffix: true}}},
+		all:       Sel(series.PrefillEffectiveTokens),
+		describes: "prefill_effective_tokens_total *_hit / all",
+	},
+	{
+		family:    series.RealtimeTokensTotal,
+		hit:       Sel(series.RealtimeTokensTotal, "mode", "prefill_cache"),
+		all:       Sel(series.RealtimeTokensTotal, "mode", "prefill_cache|prefill_compute"),
+		describes: "realtime_tokens_total prefill_cache / (prefill_cache + prefill_compute)",
+	},
+	{
+		family:    series.CachedTokensTotal,
+		hit:       Sel(series.CachedTokensTotal),
+		all:       Sel(series.PromptTokensTotal),
+		describes: "cached_tokens_total / prompt_tokens_total",
+	},
+}
+
+// hitRate returns the windowed hit rate and the prompt tokens it rests on.
+func hitRate(w Window, src hitRateSource, from, to time.Time) (rate, tokens float64, ok bool) {
+	all, okAll := w.Increase(src.all, from, to)
+	hit, okHit := w.Increase(src.hit, from, to)
+	if !okAll || !okHit || all <= 0 {
+		return 0, 0, false
+	}
+	return min(hit/all, 1), all, true
+}
+
+// Detect implements Detector.
+func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
+	c := d.cfg
+	if lr := w.LastRestart(); !lr.IsZero() && now.Sub(lr) < c.RestartGrace {
+		// A restarted replica starts with an empty cache: a low hit rate is
+		// expected until it warms up (replica_down reports the restart).
+		return nil
+	}
+	p := newPeriods(now, c.Range, c.Baseline)
+	var src hitRateSource
+	found := false
+	for _, s := range hitRateSources {
+		if w.Has(s.family) {
+			src, found = s, true
+			break
+		}
+	}
+	if !found {
+		return nil
+	}
+	var hr measure
+	var tokensNow, tokensBase float64
+	hr.now, tokensNow, hr.nowOK = hitRate(w, src, p.rangeStart, now)
+	hr.base, tokensBase, hr.baseOK = hitRate(w, src, p.baseStart, p.rangeStart)
+	if !hr.nowOK || !hr.baseOK || tokensNow < c.MinPromptTokens || tokensBase < c.MinPromptTokens {
+		return nil
+	}
+	if hr.now > c.MaxRatioToBaseline*hr.base || hr.base-hr.now < c.MinAbsoluteDrop {
+		return nil
+	}
+
+	kv := p.kvUsageAvg(w)
+	memory := kv.nowOK && kv.now >= c.KVUsageThreshold
+	evictions := p.rate(w, Sel(series.EvictedTokensTotal))
+	ttft99 := p.quantile(w, 0.99, series.TTFTSeconds)
+	ttft50 := p.quantile(w, 0.5, series.TTFTSeconds)
+	queue := p.avg(w, Sel(series.NumQueueReqs))
+	if q, ok := w.Last(Sel(series.NumQueueReqs)); ok {
+		queue.now, queue.nowOK = q, true
+	}
+	running, runningOK := w.Last(Sel(series.NumRunningReqs))
+	pageSize, pageSizeOK := w.Last(Selector{Name: series.PageSize, Combine: CombineMax})
+
+	sev := Warning
+	if ttft99.nowOK && ttft99.baseOK && ttft99.base > 0 && ttft99.now >= c.CriticalTTFTRatio*ttft99.base {
+		sev = Critical
+	}
+	layer := LayerPrefill
+	if memory {
+		layer = LayerMemory
+	}
+	f := finding(CacheCollapse, w, sev, layer)
+	f.Evidence = append(f.Evidence,
+		hr.evidence("prefix cache hit rate ("+src.describes+")", "ratio",
+			fmt.Sprintf("<= %sx baseline and >= %s below it", num(c.MaxRatioToBaseline), num(c.MinAbsoluteDrop))),
+		Evidence{Name: "prompt tokens in range", Value: tokensNow, Baseline: tokensBase, HasBaseline: true},
+	)
+	if kv.nowOK {
+		f.Evidence = append(f.Evidence, kv.evidence("KV cache usage (avg)", "ratio", ">= "+num(c.KVUsageThreshold)+" means memory pressure"))
+	}
+	if evictions.nowOK {
+		f.Evidence = append(f.Evidence, evictions.evidence("evicted tokens/s", "/s", ""))
+	}
+	if ttft99.nowOK {
+		f.Evidence = append(f.Evidence, ttft99.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline for critical", num(c.CriticalTTFTRatio))))
+	}
+	if ttft50.nowOK {
+		f.Evidence = append(f.Evidence, ttft50.evidence("TTFT p50", "s", ""))
+	}
+	if queue.nowOK {
+		f.Evidence = append(f.Evidence, queue.evidence("queued requests", "", ""))
+	}
+	if runningOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: "running requests", Value: running})
+	}
+	if pageSizeOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: "KV page size", Value: pageSize, Unit: "tokens"})
+	}
+
+	f.Summary = fmt.Sprintf("Prefix cache hit rate collapsed to %.2f (baseline %.2f)", hr.now, hr.base)
+	var diag strings.Builder
+	if memory {
+		f.Summary += fmt.Sprintf(" under KV memory pressure (usage %.2f)", kv.now)
+		fmt.Fprintf(&diag, "KV memory layer: the KV pool is near full — usage %s — so the radix cache evicts shared prefixes to make room", vsBaseline(kv, ""))
+		if evictions.nowOK {
+			fmt.Fprintf(&diag, " (evictions %s)", vsBaseline(evictions, " tokens/s"))
+		}
+		diag.WriteString("; requests recompute prompts they used to reuse, prefill takes longer and batches refill slowly")
+		if queue.nowOK {
+			fmt.Fprintf(&diag, ", so the queue backs up (%s queued", num(queue.now))
+			if runningOK {
+				fmt.Fprintf(&diag, ", %s running", num(running))
+			}
+			diag.WriteString(")")
+		}
+		diag.WriteString(". This is a memory-pressure chain — KV pressure -> eviction -> lower hit rate -> queue backlog — not a GPU compute slowdown: fix memory/admission, not kernels. ")
+		diag.WriteString("Check what fills the pool: longer prompts/outputs, requests without max_tokens, more concurrency. If several replicas of the model drop at once, suspect the traffic, not this replica.")
+		f.Emergency = []string{
+			"Relieve KV pressure: add replicas or shift traffic away from this replica.",
+			"Lower --max-running-requests and cap prompt length/max_tokens at the router so running requests leave room for the cache.",
+			"Do not flush the cache: the working set does not fit either way, flushing only adds recompute.",
+		}
+		f.RootCause = []string{
+			"Size the KV pool for the real prompt+output mix: --mem-fraction-static, GPUs with more memory, or hierarchical cache (--enable-hierarchical-cache) to keep prefixes in host memory.",
+			"Route by prefix (cache-aware routing) so each replica's shared-prefix working set fits its pool.",
+			"Find requests that hold KV for long (no max_tokens, runaway decode) and bound them.",
+		}
+	} else {
+		if kv.nowOK {
+			fmt.Fprintf(&diag, "Prefill layer: KV usage is normal (%s), so the cache has room but prompts stopped sharing prefixes. ", vsBaseline(kv, ""))
+		} else {
+			diag.WriteString("Prefill layer: prompts stopped sharing prefixes (KV usage not exposed, so eviction pressure cannot be ruled out; see evictions). ")
+		}
+		diag.WriteString("Most often the prompt changed upstream: a timestamp, request id or user id in the system prompt makes every prompt unique. ")
+		diag.WriteString("Other causes: chat template rendering (whitespace, newlines) after a client or tokenizer upgrade, different LoRA adapter ids (caches are not shared across adapters), a router no longer routing by prefix. ")
+		diag.WriteString("Prefix matching happens only on page boundaries")
+		if pageSizeOK {
+			fmt.Fprintf(&diag, " (page size %s tokens)", num(pageSize))
+		}
+		diag.WriteString(": a change inside the first page, or a shared prefix shorter than a page, is not reused. ")
+		if ttft99.nowOK {
+			fmt.Fprintf(&diag, "Impact: TTFT p99 %s. ", vsBaseline(ttft99, "s"))
+		}
+		diag.WriteString("If several replicas of the model drop at once, the cause is the traffic, not this replica.")
+		f.Emergency = []string{
+			"Ask the business/application owners first: did a prompt template, system prompt or client release change in the last 24 hours? Roll it back if so.",
+			"Check the router still routes by prefix (cache-aware policy) and that LoRA adapter ids did not change.",
+			"If TTFT hurts users, add replicas temporarily; flushing the cache does not help against unique prompts.",
+		}
+		f.RootCause = []string{
+			"Keep variable fields (timestamps, request/user ids) out of the prompt prefix; put them at the end.",
+			"Add a cache-impact check to prompt/template release reviews (hit rate before/after in staging).",
+			"Pin chat template and tokenizer versions so rendering stays byte-identical; keep shared prefixes longer than one KV page.",
+		}
+	}
+	f.Diagnosis = strings.TrimSpace(diag.String())
+	return []Finding{f}
+}

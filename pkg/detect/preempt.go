@@ -1,0 +1,147 @@
+package detect
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// PreemptStormDetector pages when the scheduler keeps retracting (preempting)
+// running requests because the KV cache pool is full. Retracted requests go
+// back to the queue and recompute their prompts later, which needs the very
+// KV space that was missing: a cascade that shows as second-long inter-token
+// latency, aborts and a growing queue.
+type PreemptStormDetector struct{ cfg PreemptStormConfig }
+
+// Class implements Detector.
+func (d *PreemptStormDetector) Class() Class { return PreemptStorm }
+
+// Detect implements Detector.
+func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+
+	var retractions Evidence
+	var rateNow float64
+	legacy := false
+	switch {
+	case w.Has(series.RetractedRequestsTotal):
+		rate := p.rate(w, Sel(series.RetractedRequestsTotal))
+		if !rate.nowOK || rate.now < c.MinRetractionsPerSecond {
+			return nil
+		}
+		// Without a baseline yet (a young replica) the absolute floor decides.
+		if rate.baseOK && !atLeastTimes(rate.now, rate.base, c.BaselineRatio) {
+			return nil
+		}
+		rateNow = rate.now
+		retractions = rate.evidence("retracted requests/s", "/s",
+			fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinRetractionsPerSecond), num(c.BaselineRatio)))
+	case w.Has(series.NumRetractedReqsGauge):
+		// Releases before the retraction counter only have a gauge holding
+		// the size of the last retraction event, reset at each report: it
+		// can only say "retractions happened around this scrape".
+		counter, ok := w.(ScrapeCounter)
+		if !ok {
+			return nil
+		}
+		gauge := Sel(series.NumRetractedReqsGauge)
+		above, scrapes := counter.CountAbove(gauge, 0, p.rangeStart, now)
+		if above < c.LegacyMinScrapes {
+			return nil
+		}
+		baseAbove, baseScrapes := counter.CountAbove(gauge, 0, p.baseStart, p.rangeStart)
+		if baseScrapes > 0 {
+			nowShare := float64(above) / float64(scrapes)
+			baseShare := float64(baseAbove) / float64(baseScrapes)
+			if !atLeastTimes(nowShare, baseShare, c.BaselineRatio) {
+				return nil
+			}
+		}
+		legacy = true
+		retractions = Evidence{Name: "scrapes with retractions (legacy gauge sglang:num_retracted_reqs)",
+			Value: float64(above), Threshold: fmt.Sprintf(">= %d scrapes in %s", c.LegacyMinScrapes, c.Range)}
+	default:
+		return nil
+	}
+
+	kvMax, kvOK := kvUsage(w, w.Max, p.rangeStart, now)
+	if kvOK && kvMax < c.KVUsageThreshold {
+		// Retractions without a full pool are not this incident (e.g. a
+		// forced retraction test, or a usage gauge from a stalled scheduler).
+		return nil
+	}
+
+	sev := Warning
+	if !legacy && rateNow >= c.CriticalRetractionsPerSecond {
+		sev = Critical
+	}
+	f := finding(PreemptStorm, w, sev, LayerMemory)
+	f.Evidence = append(f.Evidence, retractions)
+	kvText, poolText := "KV usage not exposed", "the pool is full (KV usage not exposed, implied by the retractions)"
+	if kvOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: "KV cache usage (max in range)", Value: kvMax, Unit: "ratio",
+			Threshold: ">= " + num(c.KVUsageThreshold)})
+		kvText = fmt.Sprintf("KV cache %.0f%% full", 100*kvMax)
+		poolText = fmt.Sprintf("the pool is %.0f%% full", 100*kvMax)
+	}
+	cost := sum(p.rate(w, Sel(series.RetractedInputTokens)), p.rate(w, Sel(series.RetractedOutputTokens)))
+	if cost.nowOK {
+		f.Evidence = append(f.Evidence, cost.evidence("retracted tokens/s (recompute cost)", "/s", ""))
+	}
+	itl := p.quantile(w, 0.99, series.InterTokenLatency)
+	if itl.nowOK {
+		f.Evidence = append(f.Evidence, itl.evidence("inter-token latency p99", "s", ""))
+	}
+	aborts := p.rate(w, Sel(series.NumAbortedRequestsTotal))
+	if aborts.nowOK {
+		f.Evidence = append(f.Evidence, aborts.evidence("aborted requests/s", "/s", ""))
+	}
+	queue := p.avg(w, Sel(series.NumQueueReqs))
+	if q, ok := w.Last(Sel(series.NumQueueReqs)); ok {
+		queue.now, queue.nowOK = q, true
+		f.Evidence = append(f.Evidence, queue.evidence("queued requests", "", ""))
+	}
+
+	if legacy {
+		f.Summary = fmt.Sprintf("Preemption storm: retractions in %s of the last %s, %s",
+			num(retractions.Value)+" scrapes", c.Range, kvText)
+	} else {
+		f.Summary = fmt.Sprintf("Preemption storm: %s retracted requests/s (baseline %s/s), %s",
+			num(rateNow), baselineText(retractions), kvText)
+	}
+	var diag strings.Builder
+	fmt.Fprintf(&diag, "KV cache layer: %s and the scheduler is retracting running requests to free KV slots. ", poolText)
+	diag.WriteString("Retracted requests return to the queue and recompute their prompts later, which needs the same KV space again, so the pressure feeds itself (preemption cascade). ")
+	if itl.nowOK {
+		fmt.Fprintf(&diag, "Inter-token latency p99 is %s. ", vsBaseline(itl, "s"))
+	}
+	if cost.nowOK {
+		fmt.Fprintf(&diag, "Recompute cost: %s retracted tokens/s. ", num(cost.now))
+	}
+	diag.WriteString("Likely cause: prompts/outputs longer or more concurrent than --max-total-tokens allows (traffic mix change, requests without max_tokens). ")
+	if legacy {
+		diag.WriteString("This release only exposes the lossy gauge sglang:num_retracted_reqs; confirm with the log line \"KV cache pool is full. Retract requests.\" (older: \"Decode out of memory happened\").")
+	}
+	f.Diagnosis = strings.TrimSpace(diag.String())
+	f.Emergency = []string{
+		"Lower --max-running-requests on this replica (restart it with roughly two thirds of the current value) so the admitted batch fits the KV pool.",
+		"Cap prompt length (and max_tokens) at the router/gateway so single long requests cannot claim the pool.",
+		"Add replicas (scale out) to spread the load if capacity allows.",
+	}
+	f.RootCause = []string{
+		"Compare the real prompt and output length distribution (sglang:prompt_tokens_histogram, sglang:generation_tokens_histogram) with the KV pool size (sglang:max_total_num_tokens / --max-total-tokens); raise --mem-fraction-static carefully or move to GPUs with more memory.",
+		"Keep chunked prefill enabled (--chunked-prefill-size) so one long prompt cannot take the pool at once.",
+		"Consider prefill/decode disaggregation so long prefills stop competing with decode for KV space.",
+	}
+	return []Finding{f}
+}
+
+func baselineText(e Evidence) string {
+	if !e.HasBaseline {
+		return "n/a"
+	}
+	return num(e.Baseline)
+}
