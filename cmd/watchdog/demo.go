@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/configs"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// demoStory says, for each scenario phase, what the simulated fleet is
+// going through, so the reader can match it with what the watchdog reports.
+var demoStory = map[string]string{
+	"healthy":               "healthy load on every replica",
+	sim.ClassPreemptStorm:   "a batch job of long documents lands on sim-0: its KV pool fills and the scheduler starts retracting requests",
+	"recovery":              "load back to normal; incidents should resolve",
+	sim.ClassCacheCollapse:  "sim-1's clients put a timestamp at the top of the system prompt: no two prompts share a prefix any more",
+	"latency_blip":          "a short traffic burst slows sim-2 down",
+	sim.ClassRetryAvalanche: "sim-2's clients time out after 8 s and retry at once: the retries keep the replica overloaded",
+	sim.ClassCrash:          "sim-0's process dies (as an OOM kill would) and restarts with every counter at zero",
+}
+
+// demo runs the real daemon against an embedded simulated fleet on loopback.
+func demo(ctx context.Context, env map[string]string, stdout, stderr io.Writer) error {
+	base, err := config.Parse(config.Default(), configs.Demo())
+	if err != nil {
+		return fmt.Errorf("embedded demo config: %w", err)
+	}
+
+	start := time.Now()
+	fleet := sim.NewFleet(sim.FleetConfig{Seed: 1, Start: start, Scenario: sim.DemoScenario(1), Warmup: time.Minute})
+	var servers []*http.Server
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	for i, name := range fleet.Replicas() {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("simulated replica %s: %w", name, err)
+		}
+		srv := &http.Server{Handler: fleet.Handler(i), ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, srv)
+		go srv.Serve(ln)
+		base.Targets = append(base.Targets, config.Target{Name: name, URL: "http://" + ln.Addr().String(), Kind: "engine"})
+	}
+
+	cfg, err := config.Load(base, env)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+
+	out := &lockedWriter{w: stdout}
+	fmt.Fprintf(out, "sglang-watchdog demo: %d simulated SGLang replicas on loopback; the scenario takes about 5½ minutes. Ctrl-C to stop.\n", len(servers))
+	for _, t := range cfg.Targets {
+		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
+	}
+
+	dio := daemonIO{stdout: stdout, stderr: stderr, alertsOut: out, console: true}
+	dio.started = func(addr string) {
+		fmt.Fprintf(out, "watchdog listening on http://%s  (try /api/v1/alerts, /api/v1/targets, /runbooks/, /metrics)\n\n", addr)
+	}
+	// Without Slack or PagerDuty credentials the demo prints what it would
+	// have sent to them, so the routing is visible too.
+	if cfg.Notify.Slack.BotToken == "" && cfg.Notify.Slack.WebhookURL == "" {
+		dio.extraIntegrations = append(dio.extraIntegrations, notify.Integration{Name: notify.IntegrationSlack, Notifier: dryRun{name: "Slack", w: out}})
+	}
+	if cfg.Notify.PagerDuty.RoutingKey == "" {
+		dio.extraIntegrations = append(dio.extraIntegrations, notify.Integration{Name: notify.IntegrationPagerDuty, Notifier: dryRun{name: "PagerDuty", w: out}})
+	}
+
+	simCtx, stopSim := context.WithCancel(ctx)
+	defer stopSim()
+	var wg sync.WaitGroup
+	wg.Go(func() { driveFleet(simCtx, fleet, out) })
+	err = daemon(ctx, cfg, dio)
+	stopSim()
+	wg.Wait()
+	if err == nil || errors.Is(err, context.Canceled) {
+		fmt.Fprintln(out, "demo stopped.")
+		return nil
+	}
+	return err
+}
+
+// driveFleet steps the simulation in real time and narrates phase changes.
+func driveFleet(ctx context.Context, fleet *sim.Fleet, out io.Writer) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := ""
+	begin := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			fleet.Advance(now)
+			if p := fleet.Phase(now); p != last {
+				last = p
+				elapsed := now.Sub(begin).Truncate(time.Second)
+				fmt.Fprintf(out, "── %5s scenario: %s — %s\n", elapsed, p, demoStory[p])
+			}
+		}
+	}
+}
+
+// dryRun stands in for an integration without credentials: it prints one
+// line per event it would have sent.
+type dryRun struct {
+	name string
+	w    io.Writer
+}
+
+func (d dryRun) Notify(_ context.Context, ev notify.Event) error {
+	fmt.Fprintf(d.w, "   [would send to %s] %s %s %s on %s (dedup key %s)\n", d.name, ev.Kind, ev.Severity, ev.Class, ev.Replica, ev.Fingerprint)
+	return nil
+}
+
+// lockedWriter serialises writes from the narrator and the notifiers.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

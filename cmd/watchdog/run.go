@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	oklog "github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/server"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/state"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+const usage = `usage: watchdog [command]
+
+commands:
+  run       watch the targets from WATCHDOG_TARGETS / WATCHDOG_CONFIG (default)
+  demo      watch a built-in simulated SGLang fleet going through incidents
+  version   print the version
+
+environment: see README.md (WATCHDOG_CONFIG, WATCHDOG_TARGETS, WATCHDOG_LISTEN_ADDRESS,
+WATCHDOG_SCRAPE_INTERVAL, WATCHDOG_LOG_LEVEL, WATCHDOG_STATE_DIR, SLACK_*, PAGERDUTY_*)
+`
+
+// errUsage marks command-line mistakes (exit status 2).
+var errUsage = errors.New("usage")
+
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+// run is the whole program minus signal handling.
+func run(ctx context.Context, args []string, env map[string]string, stdout, stderr io.Writer) error {
+	cmd := "run"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	if len(args) > 0 {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, args)
+	}
+	switch cmd {
+	case "run":
+		cfg, err := config.Load(config.Default(), env)
+		if err != nil {
+			return fmt.Errorf("configuration:\n%w", err)
+		}
+		return daemon(ctx, cfg, daemonIO{stdout: stdout, stderr: stderr})
+	case "demo":
+		return demo(ctx, env, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "sglang-watchdog", buildVersion())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+}
+
+func buildVersion() string {
+	if version != "dev" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return version
+}
+
+// daemonIO carries the process streams and test hooks.
+type daemonIO struct {
+	stdout, stderr io.Writer
+	// alertsOut receives the human-readable block of every notification
+	// (the log integration); nil: stdout.
+	alertsOut io.Writer
+	// started, when set, gets the bound listen address once serving.
+	started func(addr string)
+	// console selects a human log format (the demo).
+	console bool
+	// extraIntegrations are added to the configured ones (the demo's
+	// dry-run printers).
+	extraIntegrations []notify.Integration
+}
+
+func newLogger(level string, w io.Writer, console bool) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.TimeKey, encCfg.EncodeTime = "ts", zapcore.ISO8601TimeEncoder
+	enc := zapcore.NewJSONEncoder(encCfg)
+	if console {
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		encCfg.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05")
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+}
+
+// daemon wires the pipeline scrape -> window -> detect -> alert -> notify
+// and runs it until ctx is done.
+func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
+	logger, err := newLogger(cfg.LogLevel, dio.stderr, dio.console)
+	if err != nil {
+		return err
+	}
+	defer logger.Sync()
+	now := time.Now()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "watchdog_build_info", Help: "Build information; the value is always 1.",
+			ConstLabels: prometheus.Labels{"version": buildVersion(), "goversion": goVersion()},
+		}, func() float64 { return 1 }),
+	)
+
+	stateDir, err := state.Open(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+
+	store, err := window.New(window.Options{
+		Retention:           cfg.Detectors.MaxLookback() + 2*cfg.Scrape.Interval,
+		MaxSeriesPerReplica: cfg.Scrape.MaxSeries,
+		ScrapeInterval:      cfg.Scrape.Interval,
+	}, reg)
+	if err != nil {
+		return fmt.Errorf("window: %w", err)
+	}
+
+	targets, err := scrapeTargets(cfg.Targets)
+	if err != nil {
+		return err
+	}
+	scraper, err := scrape.New(targets, scrape.Options{
+		Interval:     cfg.Scrape.Interval,
+		Timeout:      cfg.Scrape.Timeout,
+		MaxBodyBytes: cfg.Scrape.MaxBodyBytes,
+		MaxSeries:    cfg.Scrape.MaxSeries,
+		Client:       &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+	}, store, reg, logger.Named("scrape"))
+	if err != nil {
+		return fmt.Errorf("scrape: %w", err)
+	}
+
+	detectors, err := detect.New(cfg.Detectors)
+	if err != nil {
+		return fmt.Errorf("detectors: %w", err)
+	}
+
+	integrations, err := buildIntegrations(cfg, logger)
+	if err != nil {
+		return err
+	}
+	integrations = append(integrations, dio.extraIntegrations...)
+	alertsOut := dio.alertsOut
+	if alertsOut == nil {
+		alertsOut = dio.stdout
+	}
+	dispatcher, err := notify.NewDispatcher(notify.DispatcherConfig{
+		Integrations: integrations,
+		Routes:       notify.RouteConfig{Routes: cfg.Notify.Routes},
+		Store:        stateDir,
+		Logger:       logger.Named("notify"),
+		Registerer:   reg,
+		LogWriter:    alertsOut,
+	}, now)
+	if err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+
+	tracker := alert.NewTracker(cfg.Alerts, alert.Links{ExternalURL: cfg.ExternalURL, Runbooks: cfg.Runbooks})
+	var saved []alert.Alert
+	if err := stateDir.Load(eval.AlertsDocument, &saved, now); err != nil {
+		logger.Error("alert state unreadable; starting without it", zap.Error(err))
+	}
+	tracker.Restore(saved, now)
+	if len(saved) > 0 {
+		logger.Info("restored firing alerts", zap.Int("count", len(saved)))
+	}
+
+	loop := eval.New(eval.Options{
+		Interval:  cfg.Evaluation.Interval,
+		Detectors: detectors,
+		Tracker:   tracker,
+		Windows:   store,
+		Sender:    dispatcher,
+		Persister: stateDir,
+		Logger:    logger.Named("eval"),
+	}, reg)
+
+	book, err := runbook.New()
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(cfg.ListenAddress, server.Options{
+		Gatherer: reg, Alerts: loop, Windows: store, Runbooks: book, Logger: logger.Named("http"), Now: time.Now,
+	})
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
+	}
+	logger.Info("watchdog started", zap.String("version", buildVersion()), zap.String("listen", srv.Addr()),
+		zap.Int("targets", len(targets)), zap.Int("detectors", len(detectors)), zap.Strings("integrations", dispatcher.Integrations()),
+		zap.String("state_dir", stateDir.Path()))
+	if dio.started != nil {
+		dio.started(srv.Addr())
+	}
+
+	// Stop order: scraping and evaluation stop first; the dispatcher then
+	// drains what is queued (resolves included); the HTTP server goes last
+	// so /metrics shows the drain.
+	var g oklog.Group
+	pipeCtx, stopPipe := context.WithCancel(context.Background())
+	notifyCtx, stopNotify := context.WithCancel(context.Background())
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	notifyDone := make(chan struct{})
+	runCtx, stopRun := context.WithCancel(ctx)
+	g.Add(func() error { <-runCtx.Done(); return nil }, func(error) { stopRun() })
+	g.Add(func() error { return scraper.Run(pipeCtx) }, func(error) { stopPipe() })
+	g.Add(func() error { return loop.Run(pipeCtx) }, func(error) { stopPipe() })
+	g.Add(func() error { defer close(notifyDone); return dispatcher.Run(notifyCtx) }, func(error) { stopPipe(); stopNotify() })
+	g.Add(func() error { return srv.Run(httpCtx) }, func(error) {
+		stopPipe()
+		stopNotify()
+		<-notifyDone
+		stopHTTP()
+	})
+	err = g.Run()
+	logger.Info("watchdog stopped")
+	return err
+}
+
+func goVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.GoVersion
+	}
+	return "unknown"
+}
+
+func scrapeTargets(ts []config.Target) ([]scrape.Target, error) {
+	out := make([]scrape.Target, 0, len(ts))
+	for _, t := range ts {
+		u, err := config.MetricsURL(t.URL)
+		if err != nil {
+			return nil, fmt.Errorf("target %s: %w", t.Name, err)
+		}
+		kind := t.Kind
+		if kind == "" {
+			kind = "engine"
+		}
+		out = append(out, scrape.Target{Name: t.Name, URL: u, Kind: kind})
+	}
+	return out, nil
+}

@@ -1,0 +1,411 @@
+// Package config loads the watchdog's configuration: defaults, then a YAML
+// file decoded strictly (unknown keys are errors), then environment
+// overrides, then one validation pass that reports every problem at once,
+// each with its YAML path. Secrets are held in Secret values that print as
+// <secret>, so a config can be logged or served without leaking them.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// Config is the whole configuration.
+type Config struct {
+	// ListenAddress of the daemon's own HTTP server (/metrics, /api, /runbooks).
+	ListenAddress string `yaml:"listen_address"`
+	// ExternalURL is how people reach the daemon; it makes links in pages
+	// absolute. Empty gives daemon-relative links.
+	ExternalURL string `yaml:"external_url"`
+	LogLevel    string `yaml:"log_level"`
+	// StateDir keeps incidents and delivery state across restarts; empty
+	// keeps them in memory only.
+	StateDir string `yaml:"state_dir"`
+
+	Scrape     Scrape        `yaml:"scrape"`
+	Evaluation Evaluation    `yaml:"evaluation"`
+	Targets    []Target      `yaml:"targets"`
+	Detectors  detect.Config `yaml:"detectors"`
+	Alerts     alert.Config  `yaml:"alerts"`
+	Notify     Notify        `yaml:"notify"`
+	// Runbooks overrides the runbook link of a class (a team's own wiki).
+	Runbooks map[string]string `yaml:"runbooks"`
+}
+
+// Scrape settings shared by every target.
+type Scrape struct {
+	Interval     time.Duration `yaml:"interval"`
+	Timeout      time.Duration `yaml:"timeout"` // 0: 80% of the interval
+	MaxBodyBytes int64         `yaml:"max_body_bytes"`
+	MaxSeries    int           `yaml:"max_series"`
+}
+
+// Evaluation settings.
+type Evaluation struct {
+	// Interval between detector rounds over every replica.
+	Interval time.Duration `yaml:"interval"`
+}
+
+// Target is one replica (or gateway) to scrape.
+type Target struct {
+	Name string `yaml:"name"`
+	// URL is a base (http://host:30000, /metrics is appended) or the full
+	// metrics URL.
+	URL  string `yaml:"url"`
+	Kind string `yaml:"kind"` // engine (default) or gateway
+}
+
+// Notify holds the paging settings.
+type Notify struct {
+	// Routes pick integrations by severity and class; the first match wins.
+	Routes    []notify.Route `yaml:"routes"`
+	Slack     Slack          `yaml:"slack"`
+	PagerDuty PagerDuty      `yaml:"pagerduty"`
+}
+
+// Slack settings. Bot-token mode (token + channel) updates messages in
+// place; webhook mode is a degraded fallback.
+type Slack struct {
+	BotToken       Secret `yaml:"bot_token"`
+	BotTokenFile   string `yaml:"bot_token_file"`
+	Channel        string `yaml:"channel"`
+	APIURL         string `yaml:"api_url"`
+	WebhookURL     Secret `yaml:"webhook_url"`
+	WebhookURLFile string `yaml:"webhook_url_file"`
+}
+
+// PagerDuty settings (Events API v2).
+type PagerDuty struct {
+	RoutingKey     Secret `yaml:"routing_key"`
+	RoutingKeyFile string `yaml:"routing_key_file"`
+	EventsURL      string `yaml:"events_url"`
+}
+
+// Defaults.
+const (
+	DefaultListenAddress = ":9402"
+	DefaultSlackAPIURL   = "https://slack.com/api"
+	DefaultPagerDutyURL  = "https://events.pagerduty.com/v2/enqueue"
+)
+
+// Default returns the production defaults.
+func Default() Config {
+	return Config{
+		ListenAddress: DefaultListenAddress,
+		LogLevel:      "info",
+		Scrape: Scrape{
+			Interval:     5 * time.Second,
+			MaxBodyBytes: 16 << 20,
+			MaxSeries:    20000,
+		},
+		Evaluation: Evaluation{Interval: 5 * time.Second},
+		Detectors:  detect.DefaultConfig(),
+		Alerts:     alert.DefaultConfig(),
+		Notify: Notify{
+			Routes:    notify.DefaultRoutes().Routes,
+			Slack:     Slack{APIURL: DefaultSlackAPIURL},
+			PagerDuty: PagerDuty{EventsURL: DefaultPagerDutyURL},
+		},
+	}
+}
+
+// envVars are the environment overrides. Pointers tell "unset" from
+// "empty": only variables that are present override the file.
+type envVars struct {
+	Config         *string        `env:"WATCHDOG_CONFIG"`
+	Targets        *string        `env:"WATCHDOG_TARGETS"`
+	ListenAddress  *string        `env:"WATCHDOG_LISTEN_ADDRESS"`
+	ScrapeInterval *time.Duration `env:"WATCHDOG_SCRAPE_INTERVAL"`
+	LogLevel       *string        `env:"WATCHDOG_LOG_LEVEL"`
+	StateDir       *string        `env:"WATCHDOG_STATE_DIR"`
+	ExternalURL    *string        `env:"WATCHDOG_EXTERNAL_URL"`
+
+	SlackBotToken      *string `env:"SLACK_BOT_TOKEN"`
+	SlackBotTokenFile  *string `env:"SLACK_BOT_TOKEN_FILE"`
+	SlackChannel       *string `env:"SLACK_CHANNEL"`
+	SlackAPIURL        *string `env:"SLACK_API_URL"`
+	SlackWebhookURL    *string `env:"SLACK_WEBHOOK_URL"`
+	SlackWebhookFile   *string `env:"SLACK_WEBHOOK_URL_FILE"`
+	PagerDutyKey       *string `env:"PAGERDUTY_ROUTING_KEY"`
+	PagerDutyKeyFile   *string `env:"PAGERDUTY_ROUTING_KEY_FILE"`
+	PagerDutyEventsURL *string `env:"PAGERDUTY_EVENTS_URL"`
+}
+
+// Load builds the configuration from the environment (a map, so tests never
+// touch the process environment). base is the starting point (Default() for
+// the daemon, a demo config for the demo); the file named by
+// WATCHDOG_CONFIG, if any, is decoded over it.
+func Load(base Config, environ map[string]string) (Config, error) {
+	var ev envVars
+	if err := env.ParseWithOptions(&ev, env.Options{Environment: environ}); err != nil {
+		return Config{}, fmt.Errorf("environment: %w", err)
+	}
+	cfg := base
+	if ev.Config != nil && *ev.Config != "" {
+		data, err := os.ReadFile(*ev.Config)
+		if err != nil {
+			return Config{}, fmt.Errorf("WATCHDOG_CONFIG: %w", err)
+		}
+		if cfg, err = Parse(base, data); err != nil {
+			return Config{}, fmt.Errorf("%s: %w", *ev.Config, err)
+		}
+	}
+	var errs []error
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&cfg.ListenAddress, ev.ListenAddress)
+	set(&cfg.LogLevel, ev.LogLevel)
+	set(&cfg.StateDir, ev.StateDir)
+	set(&cfg.ExternalURL, ev.ExternalURL)
+	if ev.ScrapeInterval != nil {
+		cfg.Scrape.Interval = *ev.ScrapeInterval
+	}
+	if ev.Targets != nil {
+		ts, err := ParseTargets(*ev.Targets)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("WATCHDOG_TARGETS: %w", err))
+		}
+		cfg.Targets = ts // the environment replaces the file's list
+	}
+	set(&cfg.Notify.Slack.Channel, ev.SlackChannel)
+	set(&cfg.Notify.Slack.APIURL, ev.SlackAPIURL)
+	set(&cfg.Notify.PagerDuty.EventsURL, ev.PagerDutyEventsURL)
+	secret := func(name string, dst *Secret, dstFile *string, v, file *string) {
+		if v != nil && file != nil {
+			errs = append(errs, fmt.Errorf("%s and %s_FILE are both set; set one", name, name))
+			return
+		}
+		if v != nil {
+			*dst, *dstFile = Secret(*v), ""
+		}
+		if file != nil {
+			*dst, *dstFile = "", *file
+		}
+	}
+	secret("SLACK_BOT_TOKEN", &cfg.Notify.Slack.BotToken, &cfg.Notify.Slack.BotTokenFile, ev.SlackBotToken, ev.SlackBotTokenFile)
+	secret("SLACK_WEBHOOK_URL", &cfg.Notify.Slack.WebhookURL, &cfg.Notify.Slack.WebhookURLFile, ev.SlackWebhookURL, ev.SlackWebhookFile)
+	secret("PAGERDUTY_ROUTING_KEY", &cfg.Notify.PagerDuty.RoutingKey, &cfg.Notify.PagerDuty.RoutingKeyFile, ev.PagerDutyKey, ev.PagerDutyKeyFile)
+
+	// Secrets given as files are read now, so a missing mount fails at
+	// start-up, not at the first page.
+	readSecret := func(path string, file string, dst *Secret) {
+		if file == "" {
+			return
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			return
+		}
+		*dst = Secret(strings.TrimSpace(string(b)))
+	}
+	readSecret("notify.slack.bot_token_file", cfg.Notify.Slack.BotTokenFile, &cfg.Notify.Slack.BotToken)
+	readSecret("notify.slack.webhook_url_file", cfg.Notify.Slack.WebhookURLFile, &cfg.Notify.Slack.WebhookURL)
+	readSecret("notify.pagerduty.routing_key_file", cfg.Notify.PagerDuty.RoutingKeyFile, &cfg.Notify.PagerDuty.RoutingKey)
+
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML over base, strictly: an unknown key is an error.
+func Parse(base Config, data []byte) (Config, error) {
+	cfg := base
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("yaml: %w", err)
+	}
+	return cfg, nil
+}
+
+// ParseTargets reads WATCHDOG_TARGETS: comma-separated name=url or bare url
+// (the name is then host:port).
+func ParseTargets(s string) ([]Target, error) {
+	var out []Target
+	var errs []error
+	for i, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		t := Target{Kind: "engine"}
+		if name, u, ok := strings.Cut(item, "="); ok && !strings.Contains(name, "/") {
+			t.Name, t.URL = strings.TrimSpace(name), strings.TrimSpace(u)
+		} else {
+			t.URL = item
+		}
+		if t.Name == "" {
+			u, err := url.Parse(t.URL)
+			if err != nil || u.Host == "" {
+				errs = append(errs, fmt.Errorf("item %d: %q is not name=url or a URL", i+1, redactURL(item)))
+				continue
+			}
+			t.Name = u.Host
+		}
+		out = append(out, t)
+	}
+	return out, errors.Join(errs...)
+}
+
+// MetricsURL turns a target URL into the URL to scrape: a base URL (no path,
+// or "/") gets /metrics appended; any other path is used as given.
+func MetricsURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("invalid URL %q", redactURL(raw))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("URL %q: scheme must be http or https", redactURL(raw))
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("URL %q has no host", redactURL(raw))
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/metrics"
+	}
+	return u.String(), nil
+}
+
+// redactURL hides credentials a target URL may carry.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted"
+	}
+	return u.Redacted()
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
+		add("listen_address: %q is not host:port", c.ListenAddress)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.ExternalURL != "" {
+		if u, err := url.Parse(c.ExternalURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			add("external_url: %q is not an absolute http(s) URL", c.ExternalURL)
+		}
+	}
+	if c.Scrape.Interval <= 0 {
+		add("scrape.interval: must be positive, got %s", c.Scrape.Interval)
+	}
+	if c.Scrape.Timeout < 0 || (c.Scrape.Interval > 0 && c.Scrape.Timeout >= c.Scrape.Interval) {
+		add("scrape.timeout: must be below scrape.interval (%s), got %s", c.Scrape.Interval, c.Scrape.Timeout)
+	}
+	if c.Scrape.MaxBodyBytes <= 0 {
+		add("scrape.max_body_bytes: must be positive")
+	}
+	if c.Scrape.MaxSeries <= 0 {
+		add("scrape.max_series: must be positive")
+	}
+	if c.Evaluation.Interval <= 0 {
+		add("evaluation.interval: must be positive, got %s", c.Evaluation.Interval)
+	}
+	if len(c.Targets) == 0 {
+		add("targets: no targets; set WATCHDOG_TARGETS or targets in the config file")
+	}
+	seen := map[string]int{}
+	for i, t := range c.Targets {
+		path := fmt.Sprintf("targets[%d]", i)
+		if t.Name == "" {
+			add("%s.name: required", path)
+		} else if j, dup := seen[t.Name]; dup {
+			add("%s.name: %q duplicates targets[%d]", path, t.Name, j)
+		} else {
+			seen[t.Name] = i
+		}
+		if strings.ContainsAny(t.Name, "/ \t\n") {
+			add("%s.name: %q must not contain '/' or spaces", path, t.Name)
+		}
+		if _, err := MetricsURL(t.URL); err != nil {
+			add("%s.url: %v", path, err)
+		}
+		switch t.Kind {
+		case "", "engine", "gateway":
+		default:
+			add("%s.kind: %q is not engine or gateway", path, t.Kind)
+		}
+	}
+	if err := c.Detectors.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Alerts.Validate("alerts"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := (notify.RouteConfig{Routes: c.Notify.Routes}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("notify.%w", err))
+	}
+	s := c.Notify.Slack
+	if s.BotToken != "" && s.Channel == "" {
+		add("notify.slack.channel: required with a bot token (SLACK_CHANNEL)")
+	}
+	for path, raw := range map[string]string{"notify.slack.api_url": s.APIURL, "notify.pagerduty.events_url": c.Notify.PagerDuty.EventsURL} {
+		if u, err := url.Parse(raw); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			add("%s: %q is not an absolute http(s) URL", path, redactURL(raw))
+		}
+	}
+	if s.WebhookURL != "" {
+		if u, err := url.Parse(string(s.WebhookURL)); err != nil || u.Host == "" {
+			add("notify.slack.webhook_url: not an absolute URL")
+		}
+	}
+	for class := range c.Runbooks {
+		if _, err := url.Parse(c.Runbooks[class]); err != nil {
+			add("runbooks.%s: invalid URL", class)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Secret is a credential. It never prints, marshals or logs its value.
+type Secret string
+
+const redacted = "<secret>"
+
+func (s Secret) String() string   { return redactedIf(s) }
+func (s Secret) GoString() string { return redactedIf(s) }
+
+// MarshalYAML hides the value.
+func (s Secret) MarshalYAML() (any, error) { return redactedIf(s), nil }
+
+// MarshalJSON hides the value.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redactedIf(s) + `"`), nil }
+
+func redactedIf(s Secret) string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
