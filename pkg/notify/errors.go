@@ -1,0 +1,184 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Reason is a small, machine-readable category of a failed delivery
+// attempt. It is a metric label, so the set is closed.
+type Reason string
+
+// Failure reasons.
+const (
+	ReasonClientError    Reason = "client_error"    // 4xx other than auth and rate limit
+	ReasonAuthError      Reason = "auth_error"      // 401/403, invalid or revoked token, unknown routing key
+	ReasonRateLimited    Reason = "rate_limited"    // 429
+	ReasonServerError    Reason = "server_error"    // 5xx
+	ReasonTimeout        Reason = "timeout"         // attempt deadline exceeded
+	ReasonNetwork        Reason = "network"         // connection refused/reset, DNS
+	ReasonInvalidPayload Reason = "invalid_payload" // the provider rejected the event itself (400, invalid_blocks)
+	ReasonQueueFull      Reason = "queue_full"      // evicted from a full queue
+	ReasonUnknown        Reason = "unknown"
+)
+
+// Reasons lists every Reason, for pre-creating metric label values.
+var Reasons = []Reason{
+	ReasonClientError, ReasonAuthError, ReasonRateLimited, ReasonServerError,
+	ReasonTimeout, ReasonNetwork, ReasonInvalidPayload, ReasonQueueFull, ReasonUnknown,
+}
+
+// ErrNothingToSend is returned by a Notifier that decided the event needs no
+// request (for example a re-sent trigger for an incident PagerDuty already
+// has open). The queue treats it as success and counts it as skipped.
+var ErrNothingToSend = errors.New("nothing to send")
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying: the same request would fail
+// the same way (bad payload, bad credentials). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("%v (retry after %s)", e.err, e.after)
+}
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter marks err as retryable no earlier than d from now: the provider
+// asked us to wait (HTTP 429 with Retry-After). The queue holds every event
+// of the integration until then. RetryAfter(nil, d) is nil.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	if d < 0 {
+		d = 0
+	}
+	return &retryAfterError{err: err, after: d}
+}
+
+// RetryAfterOf returns the delay requested with RetryAfter.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}
+
+type reasonError struct {
+	err    error
+	reason Reason
+}
+
+func (e *reasonError) Error() string { return e.err.Error() }
+func (e *reasonError) Unwrap() error { return e.err }
+
+// WithReason attaches a failure reason to err. WithReason(nil, r) is nil.
+func WithReason(err error, r Reason) error {
+	if err == nil {
+		return nil
+	}
+	return &reasonError{err: err, reason: r}
+}
+
+// ReasonOf classifies err: an attached reason wins, then rate limits,
+// timeouts and network errors are recognised; anything else is unknown.
+func ReasonOf(err error) Reason {
+	if err == nil {
+		return ""
+	}
+	var re *reasonError
+	if errors.As(err, &re) {
+		return re.reason
+	}
+	if _, ok := RetryAfterOf(err); ok {
+		return ReasonRateLimited
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ReasonTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ReasonTimeout
+	}
+	var ue *url.Error
+	var oe *net.OpError
+	if errors.As(err, &ne) || errors.As(err, &ue) || errors.As(err, &oe) {
+		return ReasonNetwork
+	}
+	return ReasonUnknown
+}
+
+// ReasonForStatus maps an HTTP status code to a failure reason.
+func ReasonForStatus(code int) Reason {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return ReasonRateLimited
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return ReasonAuthError
+	case code == http.StatusBadRequest || code == http.StatusRequestEntityTooLarge:
+		return ReasonInvalidPayload
+	case code == http.StatusRequestTimeout:
+		return ReasonTimeout
+	case code >= 500:
+		return ReasonServerError
+	case code >= 400:
+		return ReasonClientError
+	}
+	return ReasonUnknown
+}
+
+// RedactURL removes the URL from a *url.Error anywhere in err's chain while
+// keeping the operation and cause, because webhook URLs are credentials.
+// The result keeps timeouts recognisable (ReasonOf still sees them).
+func RedactURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return &redactedURLError{op: ue.Op, err: ue.Err}
+}
+
+type redactedURLError struct {
+	op  string
+	err error
+}
+
+func (e *redactedURLError) Error() string {
+	return fmt.Sprintf("%s <redacted url>: %v", e.op, e.err)
+}
+func (e *redactedURLError) Unwrap() error { return e.err }
+
+// Timeout reports whether the cause was a timeout, like *url.Error does.
+func (e *redactedURLError) Timeout() bool {
+	var ne net.Error
+	return errors.As(e.err, &ne) && ne.Timeout() || errors.Is(e.err, context.DeadlineExceeded)
+}
+
+// Temporary is required by net.Error.
+func (e *redactedURLError) Temporary() bool { return false }

@@ -1,0 +1,370 @@
+package slack
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	slackapi "github.com/slack-go/slack"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// Slack's Block Kit limits (runes), enforced before sending because Slack
+// rejects the whole message otherwise.
+const (
+	MaxHeader       = 150
+	MaxSectionText  = 3000
+	MaxFields       = 10
+	MaxFieldText    = 2000
+	MaxBlocks       = 50
+	MaxFallbackText = 4000
+	// MaxTotalText keeps the sum of all block text clear of Slack's
+	// undocumented msg_blocks_too_long (~12k characters).
+	MaxTotalText = 10000
+	maxEvidence  = 30 // three sections of ten fields
+	maxSteps     = 15
+)
+
+const truncMark = "…(truncated)"
+
+// Truncate cuts s to at most n runes with a visible marker, never inside an
+// HTML entity produced by Escape.
+func Truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	m := []rune(truncMark)
+	if n <= len(m) {
+		return string(m[:max(n, 0)])
+	}
+	cut := r[:n-len(m)]
+	if i := lastIndexRune(cut, '&'); i >= 0 && i >= len(cut)-6 && lastIndexRune(cut[i:], ';') < 0 {
+		cut = cut[:i] // do not leave "&am" behind
+	}
+	return string(cut) + truncMark
+}
+
+func lastIndexRune(r []rune, c rune) int {
+	for i := len(r) - 1; i >= 0; i-- {
+		if r[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+var escaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// Escape makes a string from a replica inert in Slack text (mrkdwn and
+// plain_text alike): &, <, > become entities, so "<!channel>", "<@U123>"
+// and "<https://evil|click>" cannot mention or link; a word joiner after the
+// "@" of "@channel", "@here" and "@everyone" keeps clients from treating the
+// bare words as mentions.
+func Escape(s string) string {
+	s = escaper.Replace(s)
+	if !strings.ContainsAny(s, "@!") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); i++ {
+		b.WriteByte(s[i])
+		if s[i] != '@' && s[i] != '!' {
+			continue
+		}
+		for _, word := range []string{"channel", "here", "everyone"} {
+			rest := s[i+1:]
+			if len(rest) >= len(word) && strings.EqualFold(rest[:len(word)], word) &&
+				(len(rest) == len(word) || !isWordByte(rest[len(word)])) {
+				b.WriteString("\u2060") // word joiner: shown as nothing, breaks the mention
+				break
+			}
+		}
+	}
+	return b.String()
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// link renders a trusted, configured URL as a mrkdwn link, or "" when it is
+// not an http(s) URL. Characters that would end the link are encoded.
+func link(raw, label string) string {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ""
+	}
+	s := strings.NewReplacer("<", "%3C", ">", "%3E", "|", "%7C", "&", "&amp;", " ", "%20").Replace(u.String())
+	return "<" + s + "|" + Escape(label) + ">"
+}
+
+func resolved(ev notify.Event) bool {
+	return ev.Kind == notify.KindResolve || ev.Status == notify.StatusResolved
+}
+
+func marker(ev notify.Event) (emoji, word string) {
+	if resolved(ev) {
+		return ":white_check_mark:", "RESOLVED"
+	}
+	switch ev.Severity {
+	case "critical":
+		return ":red_circle:", "CRITICAL"
+	case "warning":
+		return ":large_orange_circle:", "WARNING"
+	default:
+		return ":large_blue_circle:", strings.ToUpper(Escape(ev.Severity))
+	}
+}
+
+func duration(ev notify.Event) time.Duration {
+	if ev.StartsAt.IsZero() {
+		return 0
+	}
+	end := ev.EndsAt
+	if end.IsZero() {
+		end = ev.At
+	}
+	return end.Sub(ev.StartsAt).Round(time.Second)
+}
+
+// FallbackText is the message's top-level text: notifications, screen
+// readers, clients without Block Kit.
+func FallbackText(ev notify.Event) string {
+	_, word := marker(ev)
+	s := fmt.Sprintf("[%s] %s on %s: %s", word, Escape(ev.Class), Escape(ev.Replica), Escape(ev.Summary))
+	if resolved(ev) {
+		if d := duration(ev); d > 0 {
+			s += fmt.Sprintf(" (resolved after %s)", d)
+		}
+	}
+	return Truncate(s, MaxFallbackText)
+}
+
+func mrkdwn(s string) *slackapi.TextBlockObject {
+	return slackapi.NewTextBlockObject(slackapi.MarkdownType, s, false, true)
+}
+
+func section(text string) *slackapi.SectionBlock {
+	return slackapi.NewSectionBlock(mrkdwn(Truncate(text, MaxSectionText)), nil, nil)
+}
+
+func steps(title string, in []string) string {
+	var b strings.Builder
+	b.WriteString(title)
+	for i, s := range in {
+		if i == maxSteps {
+			fmt.Fprintf(&b, "\n…(%d more steps truncated)", len(in)-maxSteps)
+			break
+		}
+		fmt.Fprintf(&b, "\n%d. %s", i+1, Escape(s))
+	}
+	return b.String()
+}
+
+// Blocks renders ev as the incident's Block Kit message: header, summary,
+// diagnosis, evidence as fields (value vs baseline), the emergency steps,
+// the root-cause steps, explanation and links. Limits are enforced and every
+// string from a replica is escaped.
+func Blocks(ev notify.Event) []slackapi.Block {
+	emoji, word := marker(ev)
+	header := Truncate(fmt.Sprintf("%s %s · %s · %s", emoji, word, Escape(ev.Class), Escape(ev.Replica)), MaxHeader)
+	blocks := []slackapi.Block{slackapi.NewHeaderBlock(slackapi.NewTextBlockObject(slackapi.PlainTextType, header, true, false))}
+
+	var status string
+	if resolved(ev) {
+		status = "*Resolved*"
+		if d := duration(ev); d > 0 {
+			status += fmt.Sprintf(" after %s", d)
+		}
+		status += ". Last known state:\n"
+	}
+	blocks = append(blocks, section(status+"*"+Escape(ev.Summary)+"*"))
+
+	var facts []*slackapi.TextBlockObject
+	addFact := func(name, value string) {
+		if value != "" {
+			facts = append(facts, mrkdwn(Truncate("*"+name+"*\n"+value, MaxFieldText)))
+		}
+	}
+	addFact("Replica", Escape(ev.Replica))
+	addFact("Model", Escape(ev.Model))
+	addFact("Layer", Escape(ev.Layer))
+	if !ev.StartsAt.IsZero() {
+		addFact("Since", fmt.Sprintf("<!date^%d^{date_short_pretty} {time}|%s>", ev.StartsAt.Unix(), ev.StartsAt.UTC().Format("2006-01-02 15:04 UTC")))
+	}
+	diag := "*Diagnosis*\n" + Escape(ev.Diagnosis)
+	if ev.Diagnosis == "" {
+		diag = "*Diagnosis*\n(none)"
+	}
+	blocks = append(blocks, slackapi.NewSectionBlock(mrkdwn(Truncate(diag, MaxSectionText)), facts, nil))
+
+	if len(ev.Evidence) > 0 {
+		fields := ev.Evidence
+		title := "*Evidence* (value vs baseline)"
+		if len(fields) > maxEvidence {
+			title += fmt.Sprintf(" — %d more truncated", len(fields)-maxEvidence)
+			fields = fields[:maxEvidence]
+		}
+		for i := 0; i < len(fields); i += MaxFields {
+			var objs []*slackapi.TextBlockObject
+			for _, f := range fields[i:min(i+MaxFields, len(fields))] {
+				objs = append(objs, mrkdwn(Truncate(evidenceText(f), MaxFieldText)))
+			}
+			var text *slackapi.TextBlockObject
+			if i == 0 {
+				text = mrkdwn(title)
+			}
+			blocks = append(blocks, slackapi.NewSectionBlock(text, objs, nil))
+		}
+	}
+	if len(ev.Emergency) > 0 {
+		blocks = append(blocks, section(steps(":rotating_light: *Do now*", ev.Emergency)))
+	}
+	if len(ev.RootCause) > 0 {
+		blocks = append(blocks, section(steps(":wrench: *Then fix the cause*", ev.RootCause)))
+	}
+	var ctx []string
+	if len(ev.ExplainedBy) > 0 {
+		ctx = append(ctx, "Explained by: "+Escape(strings.Join(ev.ExplainedBy, ", ")))
+	}
+	if len(ev.Explains) > 0 {
+		ctx = append(ctx, "Explains: "+Escape(strings.Join(ev.Explains, ", ")))
+	}
+	if len(ctx) > 0 {
+		blocks = append(blocks, slackapi.NewContextBlock("", mrkdwn(Truncate(strings.Join(ctx, " · "), MaxSectionText))))
+	}
+	var links []string
+	if l := link(ev.RunbookURL, "Runbook"); l != "" {
+		links = append(links, l)
+	}
+	if l := link(ev.AlertURL, "Alert API"); l != "" {
+		links = append(links, l)
+	}
+	links = append(links, fmt.Sprintf("fingerprint `%s` · event %d", Escape(ev.Fingerprint), ev.Seq))
+	blocks = append(blocks, slackapi.NewContextBlock("", mrkdwn(Truncate(strings.Join(links, " · "), MaxSectionText))))
+
+	if len(blocks) > MaxBlocks {
+		blocks = append(blocks[:MaxBlocks-1], section("…(further blocks truncated)"))
+	}
+	shrink(blocks)
+	return blocks
+}
+
+func evidenceText(f notify.Field) string {
+	s := "*" + Escape(f.Name) + "*\n" + Escape(notify.FormatValue(f.Value, f.Unit))
+	if f.HasBase {
+		s += " vs " + Escape(notify.FormatValue(f.Baseline, f.Unit))
+	}
+	if f.Threshold != "" {
+		s += " (" + Escape(f.Threshold) + ")"
+	}
+	return s
+}
+
+// shrink cuts the longest texts until the message's total text fits
+// MaxTotalText.
+func shrink(blocks []slackapi.Block) {
+	for range 500 {
+		total := 0
+		var longest *slackapi.TextBlockObject
+		longestN := 0
+		for _, b := range blocks {
+			for _, t := range texts(b) {
+				n := utf8.RuneCountInString(t.Text)
+				total += n
+				if n > longestN {
+					longest, longestN = t, n
+				}
+			}
+		}
+		if total <= MaxTotalText || longest == nil || longestN <= 40 {
+			return
+		}
+		longest.Text = Truncate(longest.Text, max(longestN-(total-MaxTotalText), longestN/2, 40))
+	}
+}
+
+func texts(b slackapi.Block) []*slackapi.TextBlockObject {
+	var out []*slackapi.TextBlockObject
+	switch b := b.(type) {
+	case *slackapi.SectionBlock:
+		if b.Text != nil {
+			out = append(out, b.Text)
+		}
+		out = append(out, b.Fields...)
+	case *slackapi.HeaderBlock:
+		out = append(out, b.Text)
+	case *slackapi.ContextBlock:
+		for _, e := range b.ContextElements.Elements {
+			if t, ok := e.(*slackapi.TextBlockObject); ok {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// ChangeText describes what changed from the last delivered event to ev,
+// for the thread reply; "" when nothing a human needs to hear changed.
+func ChangeText(last, ev notify.Event) string {
+	if resolved(ev) {
+		s := ":white_check_mark: *Resolved*"
+		if d := duration(ev); d > 0 {
+			s += fmt.Sprintf(" after %s", d)
+		}
+		return s + "."
+	}
+	if ev.Kind == notify.KindRepeat {
+		return fmt.Sprintf(":repeat: Still firing after %s: %s", duration(ev), Escape(ev.Summary))
+	}
+	var parts []string
+	if last.Severity != "" && last.Severity != ev.Severity {
+		verb := "Escalated"
+		if rank(ev.Severity) < rank(last.Severity) {
+			verb = "De-escalated"
+		}
+		parts = append(parts, fmt.Sprintf("*%s* %s → %s", verb, Escape(last.Severity), Escape(ev.Severity)))
+	}
+	if strings.Join(last.ExplainedBy, ",") != strings.Join(ev.ExplainedBy, ",") {
+		if len(ev.ExplainedBy) == 0 {
+			parts = append(parts, "No longer explained by another incident")
+		} else {
+			parts = append(parts, "Now explained by: "+Escape(strings.Join(ev.ExplainedBy, ", ")))
+		}
+	}
+	var added []string
+	seen := map[string]bool{}
+	for _, f := range last.Evidence {
+		seen[f.Name] = true
+	}
+	for _, f := range ev.Evidence {
+		if !seen[f.Name] {
+			added = append(added, Escape(notify.FormatField(f)))
+		}
+	}
+	if len(added) > 0 {
+		parts = append(parts, "New evidence: "+strings.Join(added, "; "))
+	}
+	if last.Diagnosis != "" && last.Diagnosis != ev.Diagnosis {
+		parts = append(parts, "Diagnosis now: "+Escape(ev.Diagnosis))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return Truncate(":arrows_counterclockwise: "+strings.Join(parts, "\n"), MaxSectionText)
+}
+
+func rank(sev string) int {
+	switch sev {
+	case "critical":
+		return 2
+	case "warning":
+		return 1
+	}
+	return 0
+}
