@@ -203,8 +203,10 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		logger.Error("alert state unreadable; starting without it", zap.Error(err))
 	}
 	tracker.Restore(saved, now)
-	if len(saved) > 0 {
-		logger.Info("restored firing alerts", zap.Int("count", len(saved)))
+	fromNotifiers := tracker.RestoreIncidents(dispatcher.OpenIncidents(), now)
+	if len(saved)+fromNotifiers > 0 {
+		logger.Info("restored open incidents; they resolve unless seen again", zap.Int("alerts", len(saved)),
+			zap.Int("from_notifier_records", fromNotifiers), zap.Duration("grace", cfg.Alerts.RestoreGrace))
 	}
 
 	loop := eval.New(eval.Options{

@@ -285,6 +285,39 @@ func (t *Tracker) Restore(saved []Alert, now time.Time) {
 	}
 }
 
+// RestoreIncidents reinstates incidents the notifiers still hold open (their
+// last event) that the saved alert state does not know, e.g. because that
+// document was lost. They follow the same rules as Restore: re-seen, they
+// continue; not re-seen within the grace, they resolve, so an incident that
+// ended while the daemon was down still gets its resolve.
+func (t *Tracker) RestoreIncidents(open []notify.Event, now time.Time) int {
+	n := 0
+	for _, ev := range open {
+		if ev.Fingerprint == "" || ev.Status != notify.StatusFiring {
+			continue
+		}
+		if _, known := t.alerts[ev.Fingerprint]; known {
+			continue
+		}
+		sev, _ := detect.ParseSeverity(ev.Severity)
+		f := detect.Finding{
+			Class: detect.Class(ev.Class), Severity: sev, Replica: ev.Replica, Model: ev.Model,
+			Layer: detect.Layer(ev.Layer), Summary: ev.Summary, Diagnosis: ev.Diagnosis,
+			Emergency: ev.Emergency, RootCause: ev.RootCause, Runbook: detect.RunbookPath(detect.Class(ev.Class)),
+		}
+		for _, e := range ev.Evidence {
+			f.Evidence = append(f.Evidence, detect.Evidence{Name: e.Name, Value: e.Value, Baseline: e.Baseline, HasBaseline: e.HasBase, Unit: e.Unit, Threshold: e.Threshold})
+		}
+		t.alerts[ev.Fingerprint] = &Alert{
+			Fingerprint: ev.Fingerprint, Class: f.Class, Replica: ev.Replica, State: StateFiring, Severity: ev.Severity,
+			ActiveAt: ev.StartsAt, FiredAt: ev.StartsAt, LastSeen: now, LastNotified: ev.At, HoldUntil: now.Add(t.cfg.RestoreGrace),
+			Seq: ev.Seq, Finding: f,
+		}
+		n++
+	}
+	return n
+}
+
 func severityRank(s string) int {
 	sev, _ := detect.ParseSeverity(s)
 	return int(sev)
@@ -350,7 +383,7 @@ func strongest(findings []detect.Finding) map[string]*annotated {
 }
 
 // explain links findings on the same replica that are cause and effect
-// (detect.Causes), so a preempt storm driven by a cache collapse says so.
+// (detect.Explains), so a preempt storm driven by a cache collapse says so.
 func explain(current map[string]*annotated) {
 	byReplica := map[string][]*annotated{}
 	for _, a := range current {
@@ -359,7 +392,7 @@ func explain(current map[string]*annotated) {
 	for _, group := range byReplica {
 		for _, effect := range group {
 			for _, cause := range group {
-				if detect.Causes(cause.Finding.Class, effect.Finding.Class) {
+				if detect.Explains(cause.Finding, effect.Finding) {
 					effect.explainedBy = append(effect.explainedBy, cause.Finding.Class)
 					cause.explains = append(cause.explains, effect.Finding.Class)
 				}

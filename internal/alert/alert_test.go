@@ -249,3 +249,42 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 		t.Errorf("defaults invalid: %v", err)
 	}
 }
+
+func TestEvictionCollapseIsExplainedByTheStormNotTheReverse(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg, Links{})
+	collapse := finding("r1", detect.CacheCollapse, detect.Warning)
+	collapse.Layer = detect.LayerMemory // hit rate fell because KV pressure evicts prefixes
+	evs := tr.Update([]detect.Finding{finding("r1", detect.PreemptStorm, detect.Critical), collapse}, t0)
+	for _, e := range evs {
+		switch e.Class {
+		case "preempt_storm":
+			if len(e.ExplainedBy) != 0 || len(e.Explains) != 1 || e.Explains[0] != "cache_collapse" {
+				t.Errorf("storm: explained by %v, explains %v", e.ExplainedBy, e.Explains)
+			}
+		case "cache_collapse":
+			if len(e.ExplainedBy) != 1 || e.ExplainedBy[0] != "preempt_storm" {
+				t.Errorf("eviction collapse: explained by %v", e.ExplainedBy)
+			}
+		}
+	}
+}
+
+func TestRestoreIncidentsFromNotifierRecords(t *testing.T) {
+	cfg := testConfig()
+	tr := NewTracker(cfg, Links{})
+	restart := t0.Add(time.Hour)
+	open := []notify.Event{{Fingerprint: Fingerprint("r9", detect.PreemptStorm), Seq: 4, Kind: notify.KindTrigger, Status: notify.StatusFiring,
+		Class: "preempt_storm", Severity: "critical", Replica: "r9", StartsAt: t0, At: t0}}
+	if n := tr.RestoreIncidents(open, restart); n != 1 {
+		t.Fatalf("restored %d", n)
+	}
+	if n := tr.RestoreIncidents(open, restart); n != 0 {
+		t.Fatalf("restored a known incident twice")
+	}
+	evs := tr.Update(nil, restart.Add(cfg.RestoreGrace))
+	if len(evs) != 1 || evs[0].Kind != notify.KindResolve || evs[0].Seq != 5 || evs[0].Fingerprint != open[0].Fingerprint || !evs[0].StartsAt.Equal(t0) {
+		t.Fatalf("want the original incident resolved, got %+v", evs)
+	}
+}

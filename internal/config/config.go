@@ -80,19 +80,19 @@ type Notify struct {
 // Slack settings. Bot-token mode (token + channel) updates messages in
 // place; webhook mode is a degraded fallback.
 type Slack struct {
-	BotToken       Secret `yaml:"bot_token"`
-	BotTokenFile   string `yaml:"bot_token_file"`
-	Channel        string `yaml:"channel"`
-	APIURL         string `yaml:"api_url"`
-	WebhookURL     Secret `yaml:"webhook_url"`
-	WebhookURLFile string `yaml:"webhook_url_file"`
+	BotToken       notify.Secret `yaml:"bot_token"`
+	BotTokenFile   string        `yaml:"bot_token_file"`
+	Channel        string        `yaml:"channel"`
+	APIURL         string        `yaml:"api_url"`
+	WebhookURL     notify.Secret `yaml:"webhook_url"`
+	WebhookURLFile string        `yaml:"webhook_url_file"`
 }
 
 // PagerDuty settings (Events API v2).
 type PagerDuty struct {
-	RoutingKey     Secret `yaml:"routing_key"`
-	RoutingKeyFile string `yaml:"routing_key_file"`
-	EventsURL      string `yaml:"events_url"`
+	RoutingKey     notify.Secret `yaml:"routing_key"`
+	RoutingKeyFile string        `yaml:"routing_key_file"`
+	EventsURL      string        `yaml:"events_url"`
 }
 
 // Defaults.
@@ -187,13 +187,13 @@ func Load(base Config, environ map[string]string) (Config, error) {
 	set(&cfg.Notify.Slack.Channel, ev.SlackChannel)
 	set(&cfg.Notify.Slack.APIURL, ev.SlackAPIURL)
 	set(&cfg.Notify.PagerDuty.EventsURL, ev.PagerDutyEventsURL)
-	secret := func(name string, dst *Secret, dstFile *string, v, file *string) {
+	secret := func(name string, dst *notify.Secret, dstFile *string, v, file *string) {
 		if v != nil && file != nil {
 			errs = append(errs, fmt.Errorf("%s and %s_FILE are both set; set one", name, name))
 			return
 		}
 		if v != nil {
-			*dst, *dstFile = Secret(*v), ""
+			*dst, *dstFile = notify.Secret(*v), ""
 		}
 		if file != nil {
 			*dst, *dstFile = "", *file
@@ -205,7 +205,7 @@ func Load(base Config, environ map[string]string) (Config, error) {
 
 	// Secrets given as files are read now, so a missing mount fails at
 	// start-up, not at the first page.
-	readSecret := func(path string, file string, dst *Secret) {
+	readSecret := func(path string, file string, dst *notify.Secret) {
 		if file == "" {
 			return
 		}
@@ -214,7 +214,7 @@ func Load(base Config, environ map[string]string) (Config, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			return
 		}
-		*dst = Secret(strings.TrimSpace(string(b)))
+		*dst = notify.Secret(strings.TrimSpace(string(b)))
 	}
 	readSecret("notify.slack.bot_token_file", cfg.Notify.Slack.BotTokenFile, &cfg.Notify.Slack.BotToken)
 	readSecret("notify.slack.webhook_url_file", cfg.Notify.Slack.WebhookURLFile, &cfg.Notify.Slack.WebhookURL)
@@ -387,25 +387,4 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Secret is a credential. It never prints, marshals or logs its value.
-type Secret string
-
-const redacted = "<secret>"
-
-func (s Secret) String() string   { return redactedIf(s) }
-func (s Secret) GoString() string { return redactedIf(s) }
-
-// MarshalYAML hides the value.
-func (s Secret) MarshalYAML() (any, error) { return redactedIf(s), nil }
-
-// MarshalJSON hides the value.
-func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redactedIf(s) + `"`), nil }
-
-func redactedIf(s Secret) string {
-	if s == "" {
-		return ""
-	}
-	return redacted
 }

@@ -222,15 +222,20 @@ type Detector interface {
 // RunbookPath is the daemon-relative runbook link of a class.
 func RunbookPath(c Class) string { return "/runbooks/" + string(c) }
 
-// Causes reports whether cause, active on the same replica, explains effect.
-// It encodes the runbook's mechanism chain: cache collapse -> KV pressure ->
-// retractions -> queue growth -> latency -> client timeouts -> retries.
-func Causes(cause, effect Class) bool {
-	switch effect {
+// Explains reports whether finding cause, active on the same replica,
+// explains finding effect. It encodes the runbook's mechanism chain:
+// cache collapse -> KV pressure -> retractions -> queue growth -> latency ->
+// client timeouts -> retries. A cache collapse diagnosed as eviction under
+// KV pressure sits after the pressure in that chain: a concurrent preempt
+// storm explains it, not the other way round.
+func Explains(cause, effect Finding) bool {
+	switch effect.Class {
 	case PreemptStorm:
-		return cause == CacheCollapse
+		return cause.Class == CacheCollapse && cause.Layer != LayerMemory
+	case CacheCollapse:
+		return cause.Class == PreemptStorm && effect.Layer == LayerMemory
 	case RetryAvalanche:
-		return cause == PreemptStorm || cause == CacheCollapse
+		return cause.Class == PreemptStorm || cause.Class == CacheCollapse
 	}
 	return false
 }
