@@ -129,7 +129,7 @@ func (m *Manager) SetTargets(targets []Target) error {
 
 	var stopping []*loop
 	for name, l := range m.loops {
-		if t, ok := want[name]; !ok || t != l.target {
+		if t, ok := want[name]; !ok || !t.Equal(l.target) {
 			l.cancel()
 			stopping = append(stopping, l)
 			delete(m.loops, name)

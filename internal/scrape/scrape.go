@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"time"
@@ -29,6 +30,15 @@ type Target struct {
 	Name string // unique; the replica name downstream
 	URL  string // full metrics URL (config has normalized it); may hold credentials
 	Kind string // KindEngine or KindGateway
+	// Labels is metadata from discovery (pod labels such as model or role),
+	// copied onto every scrape of the target; read-only once handed over.
+	Labels map[string]string
+}
+
+// Equal reports whether two targets are the same (a changed target restarts
+// its loop).
+func (t Target) Equal(o Target) bool {
+	return t.Name == o.Name && t.URL == o.URL && t.Kind == o.Kind && maps.Equal(t.Labels, o.Labels)
 }
 
 // Appender receives every scrape outcome. The window store implements it;
@@ -134,7 +144,7 @@ func validateTargets(ts []Target) error {
 func ScrapeOnce(ctx context.Context, client *http.Client, t Target, opts Options) series.Scrape {
 	opts, err := opts.withDefaults()
 	if err != nil {
-		return series.Scrape{Target: t.Name, Kind: t.Kind, At: time.Now(), Reason: ReasonError, Error: err.Error()}
+		return series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, At: time.Now(), Reason: ReasonError, Error: err.Error()}
 	}
 	if client == nil {
 		client = newDefaultClient(opts.Timeout)
@@ -171,7 +181,7 @@ func newScraper(fetch fetchFunc, opts Options) *scraper {
 // (the data's own time) and measure its duration.
 func (s *scraper) scrape(ctx context.Context, t Target) series.Scrape {
 	start := time.Now()
-	sc := series.Scrape{Target: t.Name, Kind: t.Kind, At: start}
+	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, At: start}
 	sc.Reason, sc.Error, sc.Groups = s.collect(ctx, t)
 	sc.Duration = time.Since(start)
 	return sc

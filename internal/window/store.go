@@ -345,6 +345,11 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) 
 	}
 	if g.Model != "" {
 		r.info.Model = g.Model
+	} else if m := sc.Labels["model"]; m != "" && r.info.Model == "" {
+		r.info.Model = m // discovery knows the model when the exposition does not say
+	}
+	if sc.Labels != nil {
+		r.info.Labels = sc.Labels
 	}
 	if g.EngineType != "" {
 		r.info.EngineType = g.EngineType

@@ -77,6 +77,8 @@ type Replica struct {
 	Kind       string // "engine" or "gateway"
 	Model      string // served model name, "" when not exposed
 	EngineType string // unified, prefill, decode, "" when not exposed
+	// Labels is target metadata from discovery (pod labels: model, role...).
+	Labels map[string]string
 }
 
 // Match filters a series by one label. Value may list alternatives

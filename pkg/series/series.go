@@ -130,13 +130,14 @@ const (
 // samples (grouped per replica the target exposes) or a failure reason. A
 // failed scrape is data: the window records it as up=0 with the reason.
 type Scrape struct {
-	Target   string        // configured target name
-	Kind     string        // "engine" or "gateway"
-	At       time.Time     // when the scrape started
-	Duration time.Duration // how long it took
-	Reason   string        // "" on success; else refused, timeout, http_status, parse_error, too_large, too_many_series, error
-	Error    string        // human text of the failure; never holds secrets
-	Groups   []Group       // one per replica behind the target; usually exactly one
+	Target   string            // configured target name
+	Kind     string            // "engine" or "gateway"
+	Labels   map[string]string // target metadata from discovery (e.g. pod labels: model, role); nil when none
+	At       time.Time         // when the scrape started
+	Duration time.Duration     // how long it took
+	Reason   string            // "" on success; else refused, timeout, http_status, parse_error, too_large, too_many_series, error
+	Error    string            // human text of the failure; never holds secrets
+	Groups   []Group           // one per replica behind the target; usually exactly one
 }
 
 // Group is the samples of one replica behind a target. A target usually is
