@@ -54,7 +54,8 @@ func demo(ctx context.Context, env map[string]string, stdout, stderr io.Writer) 
 		base.Targets = append(base.Targets, config.Target{Name: name, URL: "http://" + ln.Addr().String(), Kind: "engine"})
 	}
 
-	cfg, err := config.Load(base, env)
+	load := func() (config.Config, error) { return config.Load(base, env) }
+	cfg, err := load()
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
@@ -65,7 +66,7 @@ func demo(ctx context.Context, env map[string]string, stdout, stderr io.Writer) 
 		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
 	}
 
-	dio := daemonIO{stdout: stdout, stderr: stderr, alertsOut: out, console: true}
+	dio := daemonIO{stdout: stdout, stderr: stderr, alertsOut: out, console: true, load: load}
 	dio.started = func(addr string) {
 		fmt.Fprintf(out, "watchdog listening on http://%s  (try /api/v1/alerts, /api/v1/targets, /runbooks/, /metrics)\n\n", addr)
 	}

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/signal"
 	"runtime/debug"
+	"strings"
+	"syscall"
 	"time"
 
 	oklog "github.com/oklog/run"
@@ -17,7 +21,9 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/diagnose"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/reload"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/server"
@@ -35,6 +41,8 @@ const usage = `usage: watchdog [command]
 commands:
   run       watch the targets from WATCHDOG_TARGETS / WATCHDOG_CONFIG (default)
   demo      watch a built-in simulated SGLang fleet going through incidents
+  diagnose  one-shot triage of URL...: scrape twice, print state, layer and incidents
+            (exit 3 when an incident is found; --output json; see watchdog diagnose -h)
   version   print the version
 
 environment: see README.md (WATCHDOG_CONFIG, WATCHDOG_TARGETS, WATCHDOG_LISTEN_ADDRESS,
@@ -48,6 +56,9 @@ func exitCode(err error) int {
 	if errors.Is(err, errUsage) {
 		return 2
 	}
+	if errors.Is(err, diagnose.ErrIncident) {
+		return 3 // diagnose found an incident: scripts can tell it from a failure
+	}
 	return 1
 }
 
@@ -57,17 +68,21 @@ func run(ctx context.Context, args []string, env map[string]string, stdout, stde
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "diagnose" {
+		return diagnoseCmd(ctx, args, env, stdout, stderr)
+	}
 	if len(args) > 0 {
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, args)
 	}
 	switch cmd {
 	case "run":
-		cfg, err := config.Load(config.Default(), env)
+		load := func() (config.Config, error) { return config.Load(config.Default(), env) }
+		cfg, err := load()
 		if err != nil {
 			return fmt.Errorf("configuration:\n%w", err)
 		}
-		return daemon(ctx, cfg, daemonIO{stdout: stdout, stderr: stderr})
+		return daemon(ctx, cfg, daemonIO{stdout: stdout, stderr: stderr, load: load})
 	case "demo":
 		return demo(ctx, env, stdout, stderr)
 	case "version":
@@ -104,6 +119,9 @@ type daemonIO struct {
 	// extraIntegrations are added to the configured ones (the demo's
 	// dry-run printers).
 	extraIntegrations []notify.Integration
+	// load reads the configuration again for a reload (SIGHUP, POST
+	// /-/reload); nil disables reloading.
+	load func() (config.Config, error)
 }
 
 func newLogger(level string, w io.Writer, console bool) (*zap.Logger, error) {
@@ -210,21 +228,29 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	}
 
 	loop := eval.New(eval.Options{
-		Interval:  cfg.Evaluation.Interval,
-		Detectors: detectors,
-		Tracker:   tracker,
-		Windows:   store,
-		Sender:    dispatcher,
-		Persister: stateDir,
-		Logger:    logger.Named("eval"),
+		Interval:    cfg.Evaluation.Interval,
+		Detectors:   detectors,
+		Correlation: cfg.Correlation,
+		Tracker:     tracker,
+		Windows:     store,
+		Sender:      dispatcher,
+		Persister:   stateDir,
+		Logger:      logger.Named("eval"),
 	}, reg)
 
 	book, err := runbook.New()
 	if err != nil {
 		return err
 	}
+	p := &pipeline{scraper: scraper, loop: loop, logger: logger.Named("reload")}
+	var reloader *reload.Reloader[config.Config]
+	var reloadFn func() error
+	if dio.load != nil {
+		reloader = reload.New(cfg, dio.load, p.apply, now, reg, logger.Named("reload"))
+		reloadFn = func() error { return reloader.Reload(time.Now()) }
+	}
 	srv, err := server.New(cfg.ListenAddress, server.Options{
-		Gatherer: reg, Alerts: loop, Windows: store, Runbooks: book, Logger: logger.Named("http"), Now: time.Now,
+		Gatherer: reg, Alerts: loop, Windows: store, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: reloadFn,
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
@@ -247,6 +273,21 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	runCtx, stopRun := context.WithCancel(ctx)
 	g.Add(func() error { <-runCtx.Done(); return nil }, func(error) { stopRun() })
 	g.Add(func() error { return scraper.Run(pipeCtx) }, func(error) { stopPipe() })
+	if reloader != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		g.Add(func() error {
+			for {
+				select {
+				case <-pipeCtx.Done():
+					return nil
+				case <-hup:
+					reloadFn() // the reloader logs and counts the outcome
+				}
+			}
+		}, func(error) { stopPipe() })
+	}
 	g.Add(func() error { return loop.Run(pipeCtx) }, func(error) { stopPipe() })
 	g.Add(func() error { defer close(notifyDone); return dispatcher.Run(notifyCtx) }, func(error) { stopPipe(); stopNotify() })
 	g.Add(func() error { return srv.Run(httpCtx) }, func(error) {
@@ -281,4 +322,80 @@ func scrapeTargets(ts []config.Target) ([]scrape.Target, error) {
 		out = append(out, scrape.Target{Name: t.Name, URL: u, Kind: kind})
 	}
 	return out, nil
+}
+
+// pipeline holds the running components a reload reconfigures.
+type pipeline struct {
+	scraper *scrape.Manager
+	loop    *eval.Loop
+	logger  *zap.Logger
+}
+
+// apply makes the running pipeline use next. Everything is validated
+// before anything changes, so a rejected configuration leaves the daemon as
+// it was. Targets, detector thresholds, correlation, alert timing and
+// runbook links change live, keeping windows and alert state; settings
+// bound at start-up are reported as needing a restart.
+func (p *pipeline) apply(old, next config.Config) error {
+	targets, err := scrapeTargets(next.Targets)
+	if err != nil {
+		return err
+	}
+	detectors, err := detect.New(next.Detectors)
+	if err != nil {
+		return err
+	}
+	if err := p.scraper.SetTargets(targets); err != nil {
+		return fmt.Errorf("targets: %w", err)
+	}
+	p.retireRemoved(old.Targets, next.Targets, time.Now())
+	p.loop.Reconfigure(detectors, next.Correlation, next.Alerts, alert.Links{ExternalURL: next.ExternalURL, Runbooks: next.Runbooks})
+	if restart := restartOnly(old, next); len(restart) > 0 {
+		p.logger.Warn("some changed settings take effect only after a restart", zap.Strings("settings", restart))
+	}
+	return nil
+}
+
+// retireRemoved resolves the alerts of targets that are gone ("target
+// removed"): a scale-down is not an outage, and an open page for a replica
+// that no longer exists would never resolve.
+func (p *pipeline) retireRemoved(old, next []config.Target, now time.Time) {
+	keep := map[string]bool{}
+	for _, t := range next {
+		keep[t.Name] = true
+	}
+	removed := map[string]bool{}
+	for _, t := range old {
+		if !keep[t.Name] {
+			removed[t.Name] = true
+		}
+	}
+	if len(removed) == 0 {
+		return
+	}
+	p.loop.Retire(func(replica string) bool {
+		target, _, _ := strings.Cut(replica, "/")
+		return removed[target] || removed[replica]
+	}, "target removed", now)
+}
+
+// restartOnly lists the changed settings that are bound at start-up.
+func restartOnly(old, next config.Config) []string {
+	var out []string
+	check := func(name string, changed bool) {
+		if changed {
+			out = append(out, name)
+		}
+	}
+	check("listen_address", old.ListenAddress != next.ListenAddress)
+	check("state_dir", old.StateDir != next.StateDir)
+	check("log_level", old.LogLevel != next.LogLevel)
+	check("scrape", old.Scrape != next.Scrape)
+	check("evaluation", old.Evaluation != next.Evaluation)
+	check("notify", !notifyEqual(old.Notify, next.Notify))
+	return out
+}
+
+func notifyEqual(a, b config.Notify) bool {
+	return a.Slack == b.Slack && a.PagerDuty == b.PagerDuty && fmt.Sprint(a.Routes) == fmt.Sprint(b.Routes)
 }

@@ -19,6 +19,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
@@ -318,6 +319,15 @@ func (t *Tracker) RestoreIncidents(open []notify.Event, now time.Time) int {
 	return n
 }
 
+// runbookClass picks the runbook: a fleet-wide incident links the fleet
+// page, whose first step is finding the shared change.
+func runbookClass(a *Alert) detect.Class {
+	if strings.HasPrefix(a.Replica, "fleet/") {
+		return "fleet"
+	}
+	return a.Class
+}
+
 func severityRank(s string) int {
 	sev, _ := detect.ParseSeverity(s)
 	return int(sev)
@@ -341,7 +351,7 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, now time.Time) notify.Event 
 		Diagnosis:   f.Diagnosis,
 		Emergency:   f.Emergency,
 		RootCause:   f.RootCause,
-		RunbookURL:  t.links.runbook(a.Class),
+		RunbookURL:  t.links.runbook(runbookClass(a)),
 		AlertURL:    t.links.alert(a.Fingerprint),
 		StartsAt:    a.FiredAt,
 		At:          now,
@@ -354,6 +364,11 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, now time.Time) notify.Event 
 	}
 	for _, c := range a.Explains {
 		ev.Explains = append(ev.Explains, string(c))
+	}
+	for _, c := range f.Consequences {
+		if !slices.Contains(a.Explains, c) {
+			ev.Explains = append(ev.Explains, string(c))
+		}
 	}
 	if kind == notify.KindResolve {
 		ev.Status = notify.StatusResolved

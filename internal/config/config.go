@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -41,7 +42,9 @@ type Config struct {
 	Targets    []Target      `yaml:"targets"`
 	Detectors  detect.Config `yaml:"detectors"`
 	Alerts     alert.Config  `yaml:"alerts"`
-	Notify     Notify        `yaml:"notify"`
+	// Correlation groups cause-and-effect findings and fleet-wide incidents.
+	Correlation correlate.Config `yaml:"correlation"`
+	Notify      Notify           `yaml:"notify"`
 	// Runbooks overrides the runbook link of a class (a team's own wiki).
 	Runbooks map[string]string `yaml:"runbooks"`
 }
@@ -112,9 +115,10 @@ func Default() Config {
 			MaxBodyBytes: 16 << 20,
 			MaxSeries:    20000,
 		},
-		Evaluation: Evaluation{Interval: 5 * time.Second},
-		Detectors:  detect.DefaultConfig(),
-		Alerts:     alert.DefaultConfig(),
+		Evaluation:  Evaluation{Interval: 5 * time.Second},
+		Detectors:   detect.DefaultConfig(),
+		Alerts:      alert.DefaultConfig(),
+		Correlation: correlate.DefaultConfig(),
 		Notify: Notify{
 			Routes:    notify.DefaultRoutes().Routes,
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
@@ -359,6 +363,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Detectors.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Correlation.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Alerts.Validate("alerts"); err != nil {

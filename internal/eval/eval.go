@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -41,13 +42,14 @@ const AlertsDocument = "alerts"
 
 // Options of the loop.
 type Options struct {
-	Interval  time.Duration
-	Detectors []detect.Detector
-	Tracker   *alert.Tracker
-	Windows   Windows
-	Sender    Sender
-	Persister Persister // nil: nothing persisted
-	Logger    *zap.Logger
+	Interval    time.Duration
+	Detectors   []detect.Detector
+	Correlation correlate.Config
+	Tracker     *alert.Tracker
+	Windows     Windows
+	Sender      Sender
+	Persister   Persister // nil: nothing persisted
+	Logger      *zap.Logger
 }
 
 // Loop is the evaluation loop.
@@ -104,10 +106,12 @@ func (l *Loop) initMetrics() {
 	}
 }
 
-// SetDetectors swaps the detector set (hot reload); alert state is kept.
-func (l *Loop) SetDetectors(ds []detect.Detector) {
+// Reconfigure swaps detectors, correlation and alert timing (hot reload);
+// windows and alert state are kept.
+func (l *Loop) Reconfigure(ds []detect.Detector, corr correlate.Config, alerts alert.Config, links alert.Links) {
 	l.mu.Lock()
-	l.opts.Detectors = ds
+	l.opts.Detectors, l.opts.Correlation = ds, corr
+	l.opts.Tracker.SetConfig(alerts, links)
 	l.mu.Unlock()
 	l.initMetrics()
 }
@@ -118,7 +122,8 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	defer l.mu.Unlock()
 
 	var findings []detect.Finding
-	for _, r := range l.opts.Windows.Replicas() {
+	replicas := l.opts.Windows.Replicas()
+	for _, r := range replicas {
 		l.opts.Windows.View(r.Name, func(w detect.Window) {
 			for _, d := range l.opts.Detectors {
 				l.metrics.detectorRuns.WithLabelValues(string(d.Class())).Inc()
@@ -129,6 +134,7 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	for _, f := range findings {
 		l.metrics.findings.WithLabelValues(string(f.Class), f.Severity.String()).Inc()
 	}
+	findings = correlate.Correlate(l.opts.Correlation, findings, replicas)
 	events := l.opts.Tracker.Update(findings, now)
 	for _, ev := range events {
 		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()

@@ -24,6 +24,9 @@ type Manager struct {
 	metrics   *metrics
 	fetch     fetchFunc
 	ownClient *http.Client // built by New, so ours to close
+	// probe is nil unless Options.HealthProbeInterval is set.
+	probe          probeFunc
+	ownProbeClient *http.Client
 	// scrapers holds parse/normalize buffers. Pooled rather than one per
 	// loop: a scrape takes milliseconds every few seconds, so a thousand
 	// loops share a handful of warm scrapers instead of each pinning
@@ -74,6 +77,16 @@ func New(targets []Target, opts Options, app Appender, reg prometheus.Registerer
 		m.ownClient = client
 	}
 	m.fetch = httpFetcher(client, opts)
+	if opts.HealthProbeInterval > 0 {
+		// Not the scrape client: its own Timeout is the scrape timeout,
+		// far below the probe's.
+		pc := opts.Client
+		if pc == nil {
+			pc = newDefaultClient(opts.HealthProbeTimeout)
+			m.ownProbeClient = pc
+		}
+		m.probe = func(ctx context.Context, t Target) HealthProbe { return probeHealth(ctx, pc, t, opts.UserAgent) }
+	}
 	m.scrapers.New = func() any { return newScraper(m.fetch, m.opts) }
 	return m, nil
 }
@@ -100,6 +113,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.wg.Wait()
 	if m.ownClient != nil {
 		m.ownClient.CloseIdleConnections()
+	}
+	if m.ownProbeClient != nil {
+		m.ownProbeClient.CloseIdleConnections()
 	}
 	return nil
 }
@@ -171,6 +187,8 @@ func (m *Manager) start(t Target) {
 // runLoop waits for the target's start offset, then scrapes every interval.
 func (m *Manager) runLoop(ctx context.Context, t Target) {
 	log := m.logger.With(zap.String("target", t.Name))
+	probe, stopProbe := m.startProbe(ctx, t, log)
+	defer stopProbe()
 
 	first := time.NewTimer(startOffset(t.Name, m.opts.Interval))
 	defer first.Stop()
@@ -189,6 +207,11 @@ func (m *Manager) runLoop(ctx context.Context, t Target) {
 		m.scrapers.Put(s)
 		if ctx.Err() != nil {
 			return // stopping: a scrape cut short by shutdown is not data
+		}
+		if probe != nil && sc.Reason == "" {
+			if p, ok := probe.take(); ok {
+				AddHealthSamples(&sc, p)
+			}
 		}
 		m.report(log, &st, sc)
 		select {

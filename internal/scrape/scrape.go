@@ -65,6 +65,15 @@ type Options struct {
 	// Client performs the requests. Nil means a dedicated client built in
 	// New (never http.DefaultClient, which has no timeout and is shared).
 	Client *http.Client
+	// HealthProbeInterval > 0 turns on the active probe of engine targets'
+	// /health_generate (hang detection), on its own schedule, never
+	// blocking a scrape; its result is added to the next successful scrape
+	// as HealthGenerateUp and HealthGenerateDuration (see probe.go).
+	// Default 0: off. Suggested: DefaultHealthProbeInterval.
+	HealthProbeInterval time.Duration
+	// HealthProbeTimeout bounds one probe; default DefaultHealthProbeTimeout,
+	// or 90% of HealthProbeInterval if that is shorter.
+	HealthProbeTimeout time.Duration
 }
 
 // Defaults.
@@ -92,6 +101,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.UserAgent == "" {
 		o.UserAgent = DefaultUserAgent
 	}
+	if o.HealthProbeInterval > 0 && o.HealthProbeTimeout == 0 {
+		o.HealthProbeTimeout = min(DefaultHealthProbeTimeout, o.HealthProbeInterval*9/10)
+	}
 	var errs []error
 	if o.Interval < 0 {
 		errs = append(errs, fmt.Errorf("scrape interval %s must be positive", o.Interval))
@@ -109,6 +121,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxSeries < 0 {
 		errs = append(errs, fmt.Errorf("max series %d must be positive", o.MaxSeries))
+	}
+	if o.HealthProbeInterval < 0 || o.HealthProbeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("health probe interval %s and timeout %s must not be negative", o.HealthProbeInterval, o.HealthProbeTimeout))
+	}
+	if o.HealthProbeInterval > 0 && o.HealthProbeTimeout >= o.HealthProbeInterval {
+		errs = append(errs, fmt.Errorf("health probe timeout %s must be shorter than the probe interval %s", o.HealthProbeTimeout, o.HealthProbeInterval))
 	}
 	return o, errors.Join(errs...)
 }

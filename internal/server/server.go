@@ -43,6 +43,8 @@ type Options struct {
 	Logger   *zap.Logger
 	// Now reads the clock for the API's "age" fields; main passes time.Now.
 	Now func() time.Time
+	// Reload applies the configuration again (POST /-/reload); nil: 404.
+	Reload func() error
 }
 
 // Server is the HTTP server.
@@ -75,6 +77,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /api/v1/alerts", s.alerts)
 	mux.HandleFunc("GET /api/v1/targets", s.targets)
+	if s.opts.Reload != nil {
+		mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, _ *http.Request) {
+			if err := s.opts.Reload(); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			w.Write([]byte("reloaded\n"))
+		})
+	}
 	if s.opts.Runbooks != nil {
 		mux.Handle("GET /runbooks/", s.opts.Runbooks)
 	}

@@ -1,0 +1,158 @@
+package correlate
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+)
+
+func f(replica, model string, class detect.Class, layer detect.Layer, sev detect.Severity) detect.Finding {
+	return detect.Finding{Class: class, Replica: replica, Model: model, Layer: layer, Severity: sev,
+		Summary: string(class) + " summary", Diagnosis: string(class) + " diagnosis",
+		Evidence: []detect.Evidence{{Name: string(class) + " signal", Value: 1}}}
+}
+
+func replicas(model string, n int) []detect.Replica {
+	var out []detect.Replica
+	for i := 0; i < n; i++ {
+		out = append(out, detect.Replica{Name: fmt.Sprintf("%s-%d", model, i), Model: model})
+	}
+	return out
+}
+
+func classes(fs []detect.Finding) []string {
+	var out []string
+	for _, x := range fs {
+		out = append(out, string(x.Class)+"@"+x.Replica)
+	}
+	return out
+}
+
+func TestCacheCollapseDrivingAStormIsOneIncidentNamedAfterTheCollapse(t *testing.T) {
+	in := []detect.Finding{
+		f("r1", "m", detect.PreemptStorm, detect.LayerMemory, detect.Critical),
+		f("r1", "m", detect.CacheCollapse, detect.LayerPrefill, detect.Warning), // prompts changed: the cause
+	}
+	out := Correlate(DefaultConfig(), in, replicas("m", 1))
+	if len(out) != 1 || out[0].Class != detect.CacheCollapse {
+		t.Fatalf("want one cache_collapse incident, got %v", classes(out))
+	}
+	root := out[0]
+	if len(root.Consequences) != 1 || root.Consequences[0] != detect.PreemptStorm {
+		t.Errorf("consequences %v", root.Consequences)
+	}
+	if root.Severity != detect.Critical {
+		t.Errorf("incident severity %v, want the worst symptom's (critical)", root.Severity)
+	}
+	if !strings.Contains(root.Diagnosis, "preempt_storm") || len(root.Evidence) != 2 {
+		t.Errorf("consequence not described: %q, evidence %v", root.Diagnosis, root.Evidence)
+	}
+}
+
+func TestWholeChainFoldsIntoItsEarliestCause(t *testing.T) {
+	in := []detect.Finding{
+		f("r1", "m", detect.RetryAvalanche, detect.LayerClient, detect.Critical),
+		f("r1", "m", detect.PreemptStorm, detect.LayerMemory, detect.Critical),
+		f("r1", "m", detect.CacheCollapse, detect.LayerPrefill, detect.Warning),
+		f("r2", "m", detect.RetryAvalanche, detect.LayerClient, detect.Critical), // another replica: its own incident
+	}
+	out := Correlate(DefaultConfig(), in, replicas("m", 4))
+	got := strings.Join(classes(out), ",")
+	if got != "cache_collapse@r1,retry_avalanche@r2" {
+		t.Fatalf("got %s", got)
+	}
+	if c := out[0].Consequences; len(c) != 2 {
+		t.Errorf("root consequences %v, want storm and avalanche", c)
+	}
+}
+
+func TestEvictionDrivenCollapseFoldsIntoTheStorm(t *testing.T) {
+	in := []detect.Finding{
+		f("r1", "m", detect.CacheCollapse, detect.LayerMemory, detect.Critical),
+		f("r1", "m", detect.PreemptStorm, detect.LayerMemory, detect.Critical),
+	}
+	out := Correlate(DefaultConfig(), in, replicas("m", 1))
+	if len(out) != 1 || out[0].Class != detect.PreemptStorm || out[0].Consequences[0] != detect.CacheCollapse {
+		t.Fatalf("got %v", classes(out))
+	}
+}
+
+func TestUnrelatedFindingsStaySeparate(t *testing.T) {
+	in := []detect.Finding{
+		f("r1", "m", detect.ReplicaDown, detect.LayerProcess, detect.Critical),
+		f("r1", "m", detect.CacheCollapse, detect.LayerPrefill, detect.Warning),
+	}
+	if out := Correlate(DefaultConfig(), in, replicas("m", 5)); len(out) != 2 {
+		t.Fatalf("got %v", classes(out))
+	}
+	cfg := DefaultConfig()
+	cfg.FoldConsequences = false
+	in = []detect.Finding{f("r1", "m", detect.PreemptStorm, detect.LayerMemory, detect.Critical), f("r1", "m", detect.CacheCollapse, detect.LayerPrefill, detect.Warning)}
+	if out := Correlate(cfg, in, replicas("m", 5)); len(out) != 2 {
+		t.Fatalf("folding disabled but got %v", classes(out))
+	}
+}
+
+func TestTenReplicasCollapsingTogetherAreOneFleetIncident(t *testing.T) {
+	var in []detect.Finding
+	reps := append(replicas("llama", 10), replicas("qwen", 4)...)
+	for i := 0; i < 10; i++ {
+		in = append(in, f(fmt.Sprintf("llama-%d", i), "llama", detect.CacheCollapse, detect.LayerPrefill, detect.Warning))
+	}
+	in = append(in, f("qwen-0", "qwen", detect.CacheCollapse, detect.LayerPrefill, detect.Warning)) // 1 of 4: not fleet-wide
+	out := Correlate(DefaultConfig(), in, reps)
+	if len(out) != 2 {
+		t.Fatalf("want one fleet incident plus qwen-0's own, got %v", classes(out))
+	}
+	var fl detect.Finding
+	for _, x := range out {
+		if x.Replica == FleetReplica("llama") {
+			fl = x
+		}
+	}
+	if fl.Class != detect.CacheCollapse || len(fl.AffectedReplicas) != 10 || !strings.Contains(fl.Summary, "10 of 10") {
+		t.Fatalf("fleet finding: %+v", fl)
+	}
+	if !strings.Contains(fl.Diagnosis, "router") {
+		t.Errorf("fleet diagnosis does not point at shared causes: %q", fl.Diagnosis)
+	}
+}
+
+func TestFleetNeedsMostOfAFleetOfMinimumSize(t *testing.T) {
+	cases := []struct {
+		name     string
+		fleet    int
+		affected int
+		grouped  bool
+	}{
+		{"2 of 10", 10, 2, false},
+		{"5 of 10 (half)", 10, 5, true},
+		{"2 of 2: too small a fleet", 2, 2, false},
+		{"3 of 3", 3, 3, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var in []detect.Finding
+			for i := 0; i < c.affected; i++ {
+				in = append(in, f(fmt.Sprintf("m-%d", i), "m", detect.PreemptStorm, detect.LayerMemory, detect.Critical))
+			}
+			out := Correlate(DefaultConfig(), in, replicas("m", c.fleet))
+			grouped := len(out) == 1 && out[0].Replica == FleetReplica("m")
+			if grouped != c.grouped {
+				t.Fatalf("grouped=%v, want %v: %v", grouped, c.grouped, classes(out))
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	err := Config{FleetMinReplicas: 1, FleetFraction: 1.5}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "correlation.fleet_min_replicas") || !strings.Contains(err.Error(), "correlation.fleet_fraction") {
+		t.Fatalf("got %v", err)
+	}
+}

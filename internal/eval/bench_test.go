@@ -1,0 +1,86 @@
+package eval
+
+import (
+	"bytes"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// The two benchmarks below are the performance claim of the watchdog: the
+// cost of watching one replica for one interval (parse the full current
+// exposition, ingest it into the window, run every detector and the alert
+// tracker) next to the bare expfmt parse of the same bytes. Report both and
+// their ratio; the goal is overhead <= 0.5x the parse.
+
+func benchBody(b *testing.B) []byte {
+	body, err := os.ReadFile("testdata/sglang-current-full.prom")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+func BenchmarkBareExpfmtParse(b *testing.B) {
+	body := benchBody(b)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type discard struct{}
+
+func (discard) Send(notify.Event) {}
+
+func BenchmarkReplicaScrapeParseIngestEvaluate(b *testing.B) {
+	body := benchBody(b)
+	store, err := window.New(window.Options{Retention: time.Hour + 5*time.Minute, ScrapeInterval: 5 * time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ds, err := detect.New(detect.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	loop := New(Options{Detectors: ds, Correlation: correlate.DefaultConfig(), Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}),
+		Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
+	dec := scrape.NewDecoder()
+	at := time.Unix(1_800_000_000, 0)
+	step := func() {
+		groups, err := dec.Decode(body, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := store.Append(series.Scrape{Target: "r0", Kind: "engine", At: at, Groups: groups}); err != nil {
+			b.Fatal(err)
+		}
+		loop.Evaluate(at)
+		at = at.Add(5 * time.Second)
+	}
+	// Fill the window to its steady state (one hour of 5 s scrapes) first,
+	// so detectors read full ranges and rings no longer grow.
+	for range 800 {
+		step()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		step()
+	}
+}

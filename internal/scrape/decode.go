@@ -1,0 +1,24 @@
+package scrape
+
+import "github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+
+// Decoder turns exposition bytes into normalized groups without any HTTP:
+// the part of a scrape after the fetch. It keeps its buffers between calls,
+// so reuse one per goroutine; it is not safe for concurrent use.
+type Decoder struct {
+	parser Parser
+	norm   *normalizer
+	raw    []RawSample
+}
+
+// NewDecoder returns a Decoder using the default parser.
+func NewDecoder() *Decoder { return &Decoder{parser: NewParser(), norm: newNormalizer()} }
+
+// Decode parses and normalizes body; maxSeries <= 0 means no limit.
+func (d *Decoder) Decode(body []byte, maxSeries int) ([]series.Group, error) {
+	var err error
+	if d.raw, err = d.parser.Parse(d.raw[:0], body); err != nil {
+		return nil, err
+	}
+	return d.norm.normalize(d.raw, maxSeries)
+}
