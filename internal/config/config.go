@@ -283,7 +283,7 @@ func MetricsURL(raw string) (string, error) {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", fmt.Errorf("URL %q: scheme must be http or https", redactURL(raw))
 	}
-	if u.Host == "" {
+	if u.Hostname() == "" {
 		return "", fmt.Errorf("URL %q has no host", redactURL(raw))
 	}
 	if u.Path == "" || u.Path == "/" {

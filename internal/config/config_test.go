@@ -1,0 +1,160 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
+	cases := []struct {
+		file string
+		want []string // substrings naming the offending paths
+	}{
+		{"bad-unknown-key.yaml", []string{"intervall"}},
+		{"bad-timeout-above-interval.yaml", []string{"scrape.timeout"}},
+		{"bad-targets.yaml", []string{"targets[0].url", "targets[1].name", "targets[1].kind"}},
+		{"bad-thresholds.yaml", []string{"detectors.preempt_storm.kv_usage_threshold", "alerts.for"}},
+		{"bad-route.yaml", []string{"notify.routes[0].severities[0]"}},
+		{"bad-syntax.yaml", []string{"yaml"}},
+		{"bad-slack-without-channel.yaml", []string{"notify.slack.channel"}},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			_, err := Load(Default(), map[string]string{"WATCHDOG_CONFIG": filepath.Join("testdata", c.file)})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not name %q:\n%v", w, err)
+				}
+			}
+			if strings.Contains(err.Error(), "xoxb-not-printed") {
+				t.Error("error prints a secret")
+			}
+		})
+	}
+}
+
+func TestGoodConfigAndEnvironmentOverrides(t *testing.T) {
+	env := map[string]string{
+		"WATCHDOG_CONFIG":          "testdata/good.yaml",
+		"WATCHDOG_LISTEN_ADDRESS":  "127.0.0.1:9999",
+		"WATCHDOG_SCRAPE_INTERVAL": "2s",
+		"WATCHDOG_LOG_LEVEL":       "debug",
+		"WATCHDOG_STATE_DIR":       "/tmp/wd",
+		"SLACK_CHANNEL":            "#oncall",
+		"SLACK_BOT_TOKEN":          "xoxb-123",
+		"PAGERDUTY_EVENTS_URL":     "https://events.eu.pagerduty.com/v2/enqueue",
+	}
+	cfg, err := Load(Default(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Targets) != 2 || cfg.Targets[1].Kind != "gateway" {
+		t.Errorf("targets from file: %+v", cfg.Targets)
+	}
+	if cfg.ListenAddress != "127.0.0.1:9999" || cfg.Scrape.Interval != 2*time.Second || cfg.LogLevel != "debug" || cfg.StateDir != "/tmp/wd" {
+		t.Errorf("env overrides not applied: %+v", cfg)
+	}
+	if cfg.Notify.Slack.BotToken != "xoxb-123" || cfg.Notify.Slack.Channel != "#oncall" || cfg.Notify.PagerDuty.EventsURL != "https://events.eu.pagerduty.com/v2/enqueue" {
+		t.Errorf("notify env: %+v", cfg.Notify)
+	}
+	// The file's defaults for what neither sets stay.
+	if cfg.Detectors.PreemptStorm.Range != Default().Detectors.PreemptStorm.Range {
+		t.Error("unset detector setting lost its default")
+	}
+
+	env["WATCHDOG_TARGETS"] = "http://10.1.1.1:30000, b=http://10.1.1.2:30000/custom/metrics"
+	cfg, err = Load(Default(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Targets) != 2 || cfg.Targets[0].Name != "10.1.1.1:30000" || cfg.Targets[1].Name != "b" {
+		t.Fatalf("WATCHDOG_TARGETS must replace the file's list: %+v", cfg.Targets)
+	}
+}
+
+func TestMetricsURL(t *testing.T) {
+	cases := map[string]string{
+		"http://h:30000":                "http://h:30000/metrics",
+		"http://h:30000/":               "http://h:30000/metrics",
+		"http://h:29000/engine_metrics": "http://h:29000/engine_metrics",
+		"https://h/metrics":             "https://h/metrics",
+	}
+	for in, want := range cases {
+		if got, err := MetricsURL(in); err != nil || got != want {
+			t.Errorf("MetricsURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"ftp://h", "h:30000", "http://", "http://user:hunter2@:1"} {
+		_, err := MetricsURL(bad)
+		if err == nil {
+			t.Errorf("MetricsURL(%q) accepted", bad)
+		} else if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("error leaks a password: %v", err)
+		}
+	}
+}
+
+func TestSecretFilesAndConflicts(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte("xoxb-from-file\n"), 0o600)
+	base := map[string]string{"WATCHDOG_TARGETS": "http://127.0.0.1:30000", "SLACK_CHANNEL": "#c"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	cfg, err := Load(Default(), with("SLACK_BOT_TOKEN_FILE", tok))
+	if err != nil || cfg.Notify.Slack.BotToken != "xoxb-from-file" {
+		t.Fatalf("token from file: %q, %v", cfg.Notify.Slack.BotToken, err)
+	}
+	if _, err := Load(Default(), with("SLACK_BOT_TOKEN_FILE", filepath.Join(dir, "missing"))); err == nil {
+		t.Error("a missing secret file must fail at start-up")
+	}
+	_, err = Load(Default(), with("PAGERDUTY_ROUTING_KEY", "k-secret-value", "PAGERDUTY_ROUTING_KEY_FILE", tok))
+	if err == nil || !strings.Contains(err.Error(), "both set") || strings.Contains(err.Error(), "k-secret-value") {
+		t.Errorf("conflict: %v", err)
+	}
+}
+
+func TestSecretsNeverPrint(t *testing.T) {
+	cfg, err := Load(Default(), map[string]string{
+		"WATCHDOG_TARGETS": "http://127.0.0.1:30000", "SLACK_CHANNEL": "#c",
+		"SLACK_BOT_TOKEN": "xoxb-SECRET1", "SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/SECRET2",
+		"PAGERDUTY_ROUTING_KEY": "SECRET3",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, _ := yaml.Marshal(cfg)
+	j, _ := json.Marshal(cfg)
+	for _, out := range []string{string(y), string(j), fmt.Sprintf("%v %+v %#v", cfg, cfg, cfg)} {
+		for _, s := range []string{"SECRET1", "SECRET2", "SECRET3"} {
+			if strings.Contains(out, s) {
+				t.Fatalf("secret %s printed in %.200s", s, out)
+			}
+		}
+	}
+}
+
+func TestNoTargetsIsAClearError(t *testing.T) {
+	_, err := Load(Default(), map[string]string{})
+	if err == nil || !strings.Contains(err.Error(), "WATCHDOG_TARGETS") {
+		t.Fatalf("got %v", err)
+	}
+}
