@@ -18,10 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/diagnose"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/reload"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
@@ -242,7 +244,19 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	if err != nil {
 		return err
 	}
-	p := &pipeline{scraper: scraper, loop: loop, logger: logger.Named("reload")}
+	p := &pipeline{scraper: scraper, loop: loop, logger: logger.Named("reload"), discovered: cfg.Discovery.Enabled() || cfg.Discovery.Shard.Total > 1}
+	var disc *discovery.Discoverer
+	if p.discovered {
+		var kube kubernetes.Interface
+		if k := cfg.Discovery.Kubernetes; k != nil {
+			if kube, err = discovery.NewClient(k.Kubeconfig); err != nil {
+				return fmt.Errorf("kubernetes discovery: %w", err)
+			}
+		}
+		if disc, err = discovery.New(cfg.Discovery, targets, kube, nil, reg, logger.Named("discovery")); err != nil {
+			return fmt.Errorf("discovery: %w", err)
+		}
+	}
 	var reloader *reload.Reloader[config.Config]
 	var reloadFn func() error
 	if dio.load != nil {
@@ -273,6 +287,19 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	runCtx, stopRun := context.WithCancel(ctx)
 	g.Add(func() error { <-runCtx.Done(); return nil }, func(error) { stopRun() })
 	g.Add(func() error { return scraper.Run(pipeCtx) }, func(error) { stopPipe() })
+	if disc != nil {
+		current := targets
+		g.Add(func() error {
+			return disc.Run(pipeCtx, func(ts []scrape.Target) {
+				if err := scraper.SetTargets(ts); err != nil {
+					logger.Error("discovered targets rejected", zap.Error(err))
+					return
+				}
+				p.retire(discovery.Removed(current, ts), time.Now())
+				current = ts
+			})
+		}, func(error) { stopPipe() })
+	}
 	if reloader != nil {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -319,16 +346,17 @@ func scrapeTargets(ts []config.Target) ([]scrape.Target, error) {
 		if kind == "" {
 			kind = "engine"
 		}
-		out = append(out, scrape.Target{Name: t.Name, URL: u, Kind: kind})
+		out = append(out, scrape.Target{Name: t.Name, URL: u, Kind: kind, Labels: t.Labels})
 	}
 	return out, nil
 }
 
 // pipeline holds the running components a reload reconfigures.
 type pipeline struct {
-	scraper *scrape.Manager
-	loop    *eval.Loop
-	logger  *zap.Logger
+	discovered bool // a discoverer owns the target list
+	scraper    *scrape.Manager
+	loop       *eval.Loop
+	logger     *zap.Logger
 }
 
 // apply makes the running pipeline use next. Everything is validated
@@ -345,10 +373,17 @@ func (p *pipeline) apply(old, next config.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := p.scraper.SetTargets(targets); err != nil {
-		return fmt.Errorf("targets: %w", err)
+	if p.discovered {
+		// The discoverer owns the target list (static targets included).
+		if fmt.Sprint(old.Targets, old.Discovery) != fmt.Sprint(next.Targets, next.Discovery) {
+			p.logger.Warn("with discovery on, target and discovery changes take effect after a restart")
+		}
+	} else {
+		if err := p.scraper.SetTargets(targets); err != nil {
+			return fmt.Errorf("targets: %w", err)
+		}
+		p.retire(removedNames(old.Targets, next.Targets), time.Now())
 	}
-	p.retireRemoved(old.Targets, next.Targets, time.Now())
 	p.loop.Reconfigure(detectors, next.Correlation, next.Alerts, alert.Links{ExternalURL: next.ExternalURL, Runbooks: next.Runbooks})
 	if restart := restartOnly(old, next); len(restart) > 0 {
 		p.logger.Warn("some changed settings take effect only after a restart", zap.Strings("settings", restart))
@@ -356,22 +391,30 @@ func (p *pipeline) apply(old, next config.Config) error {
 	return nil
 }
 
-// retireRemoved resolves the alerts of targets that are gone ("target
-// removed"): a scale-down is not an outage, and an open page for a replica
-// that no longer exists would never resolve.
-func (p *pipeline) retireRemoved(old, next []config.Target, now time.Time) {
+func removedNames(old, next []config.Target) []string {
 	keep := map[string]bool{}
 	for _, t := range next {
 		keep[t.Name] = true
 	}
-	removed := map[string]bool{}
+	var out []string
 	for _, t := range old {
 		if !keep[t.Name] {
-			removed[t.Name] = true
+			out = append(out, t.Name)
 		}
 	}
-	if len(removed) == 0 {
+	return out
+}
+
+// retire resolves the alerts of targets that are gone ("target removed"):
+// a scale-down is not an outage, and an open page for a replica that no
+// longer exists would never resolve.
+func (p *pipeline) retire(names []string, now time.Time) {
+	if len(names) == 0 {
 		return
+	}
+	removed := map[string]bool{}
+	for _, n := range names {
+		removed[n] = true
 	}
 	p.loop.Retire(func(replica string) bool {
 		target, _, _ := strings.Cut(replica, "/")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -37,11 +38,13 @@ type Config struct {
 	// keeps them in memory only.
 	StateDir string `yaml:"state_dir"`
 
-	Scrape     Scrape        `yaml:"scrape"`
-	Evaluation Evaluation    `yaml:"evaluation"`
-	Targets    []Target      `yaml:"targets"`
-	Detectors  detect.Config `yaml:"detectors"`
-	Alerts     alert.Config  `yaml:"alerts"`
+	Scrape     Scrape     `yaml:"scrape"`
+	Evaluation Evaluation `yaml:"evaluation"`
+	Targets    []Target   `yaml:"targets"`
+	// Discovery adds targets from DNS or Kubernetes and can shard the fleet.
+	Discovery discovery.Config `yaml:"discovery"`
+	Detectors detect.Config    `yaml:"detectors"`
+	Alerts    alert.Config     `yaml:"alerts"`
 	// Correlation groups cause-and-effect findings and fleet-wide incidents.
 	Correlation correlate.Config `yaml:"correlation"`
 	Notify      Notify           `yaml:"notify"`
@@ -70,6 +73,9 @@ type Target struct {
 	// metrics URL.
 	URL  string `yaml:"url"`
 	Kind string `yaml:"kind"` // engine (default) or gateway
+	// Labels are copied onto the replica; "model" names the model when the
+	// exposition does not, and feeds sharding by model.
+	Labels map[string]string `yaml:"labels"`
 }
 
 // Notify holds the paging settings.
@@ -337,8 +343,11 @@ func (c Config) Validate() error {
 	if c.Evaluation.Interval <= 0 {
 		add("evaluation.interval: must be positive, got %s", c.Evaluation.Interval)
 	}
-	if len(c.Targets) == 0 {
-		add("targets: no targets; set WATCHDOG_TARGETS or targets in the config file")
+	if len(c.Targets) == 0 && !c.Discovery.Enabled() {
+		add("targets: no targets; set WATCHDOG_TARGETS, targets in the config file, or discovery")
+	}
+	if err := c.Discovery.Validate("discovery"); err != nil {
+		errs = append(errs, err)
 	}
 	seen := map[string]int{}
 	for i, t := range c.Targets {
