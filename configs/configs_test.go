@@ -50,6 +50,9 @@ func TestWatchdogYAMLStatesTheDefaults(t *testing.T) {
 		if len(c.Alerts.Classes) == 0 {
 			c.Alerts.Classes = nil
 		}
+		if len(c.Discovery.DNS) == 0 {
+			c.Discovery.DNS = nil
+		}
 	}
 	normalize(&got)
 	normalize(&want)

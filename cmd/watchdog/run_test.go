@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -366,4 +367,119 @@ func waitPagerDuty(t *testing.T, events <-chan notifytest.Request, action, dedup
 			t.Fatalf("PagerDuty got no %s for %s", action, dedup)
 		}
 	}
+}
+
+// TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile changes a
+// threshold and the target list through the file plus POST /-/reload and
+// SIGHUP; a broken file is rejected while the old configuration keeps
+// running; a removed target's firing alert resolves as "target removed".
+func TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile(t *testing.T) {
+	r0, r1 := newFakeReplica(), newFakeReplica()
+	s0, s1 := httptest.NewServer(r0), httptest.NewServer(r1)
+	t.Cleanup(s0.Close)
+	t.Cleanup(s1.Close)
+	r0.setStorm(true)
+
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "watchdog.yaml")
+	write := func(minRetractions string, targets ...string) {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString(strings.Replace(e2eConfig, "min_retractions_per_second: 1, critical_retractions_per_second: 2",
+			"min_retractions_per_second: "+minRetractions+", critical_retractions_per_second: "+minRetractions, 1))
+		b.WriteString("targets:\n")
+		for _, tg := range targets {
+			name, url, _ := strings.Cut(tg, "=")
+			fmt.Fprintf(&b, "  - name: %s\n    url: %s\n", name, url)
+		}
+		if err := os.WriteFile(cfgPath, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Start with a threshold the storm does not reach.
+	write("1000", "r0="+s0.URL)
+
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	out, logs := collect(outR), collect(errR)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, nil, map[string]string{"WATCHDOG_CONFIG": cfgPath, "WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0"}, outW, errW)
+		outW.Close()
+		errW.Close()
+		done <- err
+	}()
+	defer func() { cancel(); <-done }()
+	startLine := logs.waitFor(t, "start", func(s string) bool { return strings.Contains(s, "watchdog started") })
+	var started struct{ Listen string }
+	json.Unmarshal([]byte(startLine), &started)
+	base := "http://" + started.Listen
+	reload := func() (int, string) {
+		resp, err := http.Post(base+"/-/reload", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	r0.waitScrapes(t, 30) // 3 s of storm below the threshold: nothing pages
+	if strings.Contains(out.text(), "preempt_storm") {
+		t.Fatal("paged above the configured threshold")
+	}
+
+	// Calm down until the storm has left the baseline (range 2 s + baseline
+	// 5 s), lower the threshold and add r1; the next storm pages.
+	r0.setStorm(false)
+	r0.waitScrapes(t, 80)
+	write("1", "r0="+s0.URL, "r1="+s1.URL)
+	if code, body := reload(); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	r0.setStorm(true)
+	defer func() {
+		if t.Failed() {
+			t.Logf("stdout:\n%s\nstderr:\n%s", out.text(), logs.text())
+		}
+	}()
+	out.waitFor(t, "storm after the threshold change", func(s string) bool { return strings.Contains(s, "preempt_storm on r0 (trigger)") })
+	r1.waitScrapes(t, 5)
+
+	// A broken file is rejected, by the API and by SIGHUP; the old
+	// configuration keeps running (r1 still scraped).
+	os.WriteFile(cfgPath, []byte("scrape: {intervall: 1s}\n"), 0o600)
+	if code, body := reload(); code != 400 || !strings.Contains(body, "intervall") {
+		t.Fatalf("broken reload: %d %s", code, body)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	logs.waitFor(t, "SIGHUP rejection", func(s string) bool { return strings.Contains(s, "reload rejected") })
+	r1.waitScrapes(t, 5)
+	_, metrics := get(t, base+"/metrics")
+	if !strings.Contains(metrics, "watchdog_config_last_reload_successful 0") {
+		t.Error("failed reload not visible in metrics")
+	}
+
+	// Removing r0 by SIGHUP resolves its firing alert as "target removed".
+	write("1", "r1="+s1.URL)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	out.waitFor(t, "target removed resolve", func(s string) bool {
+		return strings.Contains(s, "target removed")
+	})
+	_, metrics = get(t, base+"/metrics")
+	if !strings.Contains(metrics, "watchdog_config_last_reload_successful 1") || strings.Contains(metrics, `target="r0"`) {
+		t.Error("after the good reload: success not recorded, or r0 still scraped")
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -14,7 +14,10 @@ import (
 // prompt change (the cache has room but prompts stopped sharing prefixes).
 // It never reads the sglang:cache_hit_rate gauge: that is the last prefill
 // batch's rate, zeroed on decode logs, not a windowed rate.
-type CacheCollapseDetector struct{ cfg CacheCollapseConfig }
+type CacheCollapseDetector struct {
+	cfg    CacheCollapseConfig
+	triage TriageConfig
+}
 
 // Class implements Detector.
 func (d *CacheCollapseDetector) Class() Class { return CacheCollapse }
@@ -195,5 +198,6 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		}
 	}
 	f.Diagnosis = strings.TrimSpace(diag.String())
+	d.triage.Classify(w, now, sev == Critical).annotate(&f)
 	return []Finding{f}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -155,4 +156,229 @@ func finding(c Class, w Window, sev Severity, layer Layer) Finding {
 		Layer:    layer,
 		Runbook:  RunbookPath(c),
 	}
+}
+
+// Series the detectors read that pkg/series does not name (yet). The health
+// probe's names are the scraper's synthetic series: 1/0 per probe of
+// /health_generate, and how long the probe took.
+const (
+	// HealthProbeUp is 1 when GET /health_generate answered 200 within the
+	// probe timeout, 0 on 503 or timeout. It is carried by one scrape per
+	// probe, so it is read over ranges, never with Last.
+	HealthProbeUp = "watchdog:health_generate_up"
+	// HealthProbeDuration is how long the probe took, in seconds.
+	HealthProbeDuration = "watchdog:health_generate_duration_seconds"
+
+	maxRunningRequests     = "sglang:max_running_requests" // 2024 prototype constant; newer releases do not expose the cap
+	startupCUDAGraphTime   = "sglang:startup_cuda_graph_time_seconds"
+	specAcceptLength       = "sglang:spec_accept_length"
+	cudaGraphPassesTotal   = "sglang:cuda_graph_passes_total" // mode: decode_cuda_graph, decode_none, prefill_cuda_graph, prefill_none
+	loraPoolSlotsUsed      = "sglang:lora_pool_slots_used"
+	loraPoolSlotsTotal     = "sglang:lora_pool_slots_total"
+	perStageLatency        = "sglang:per_stage_req_latency_seconds"
+	gatewayPDBootstrapFail = "smg_pd_bootstrap_failures_total"
+	gatewayPDTransferFail  = "smg_pd_kv_transfer_failures_total"
+	prefillBootstrapQueue  = "sglang:num_prefill_bootstrap_queue_reqs"
+	decodeTransferQueue    = "sglang:num_decode_transfer_queue_reqs"
+)
+
+// defaultInferenceEndpoints are the endpoint label values that carry
+// inference traffic. Health checks, /metrics and /v1/loads are left out on
+// purpose: the watchdog's own polling is not traffic.
+const defaultInferenceEndpoints = "/generate|/v1/chat/completions|/v1/completions|/v1/responses|" +
+	"/v1/embeddings|/v1/rerank|/v1/score|/v1/messages|/encode|/classify"
+
+func (p periods) max(w Window, sel Selector) measure {
+	var m measure
+	m.now, m.nowOK = w.Max(sel, p.rangeStart, p.now)
+	m.base, m.baseOK = w.Max(sel, p.baseStart, p.rangeStart)
+	return m
+}
+
+// histMean is the mean observation of a histogram over the range, from the
+// increases of its _sum and _count (exact, unlike a bucket quantile).
+func histMean(w Window, family string, match []Match, from, to time.Time) (float64, bool) {
+	s, okS := w.Increase(Selector{Name: family + "_sum", Match: match}, from, to)
+	c, okC := w.Increase(Selector{Name: family + "_count", Match: match}, from, to)
+	if !okS || !okC {
+		return 0, false
+	}
+	return ratio(s, c)
+}
+
+func (p periods) histMean(w Window, family string) measure {
+	var m measure
+	m.now, m.nowOK = histMean(w, family, nil, p.rangeStart, p.now)
+	m.base, m.baseOK = histMean(w, family, nil, p.baseStart, p.rangeStart)
+	return m
+}
+
+// perUnit is increase(num)/increase(den) in the range and in the baseline,
+// e.g. generated tokens per finished request.
+func (p periods) perUnit(w Window, num, den Selector) measure {
+	var m measure
+	perUnit := func(from, to time.Time) (float64, bool) {
+		n, okN := w.Increase(num, from, to)
+		d, okD := w.Increase(den, from, to)
+		if !okN || !okD {
+			return 0, false
+		}
+		return ratio(n, d)
+	}
+	m.now, m.nowOK = perUnit(p.rangeStart, p.now)
+	m.base, m.baseOK = perUnit(p.baseStart, p.rangeStart)
+	return m
+}
+
+// gaugeRatio is avg(num)/avg(den) in the range and in the baseline, e.g.
+// the summed sequence length per running request.
+func (p periods) gaugeRatio(w Window, num, den Selector) measure {
+	n, d := p.avg(w, num), p.avg(w, den)
+	var m measure
+	if n.nowOK && d.nowOK {
+		m.now, m.nowOK = ratio(n.now, d.now)
+	}
+	if n.baseOK && d.baseOK {
+		m.base, m.baseOK = ratio(n.base, d.base)
+	}
+	return m
+}
+
+// growth is now/base, ok when both are known and the baseline is positive.
+func (m measure) growth() (float64, bool) {
+	if !m.nowOK || !m.baseOK {
+		return 0, false
+	}
+	return ratio(m.now, m.base)
+}
+
+// covers reports whether the selected series has data at both ends of
+// (from, to] (its first and last quarter): a verdict "flat over the range"
+// needs the range to be observed, not just its last two scrapes.
+func covers(w Window, sel Selector, from, to time.Time) bool {
+	q := to.Sub(from) / 4
+	_, head := w.Max(sel, from, from.Add(q))
+	_, tail := w.Max(sel, to.Add(-q), to)
+	return head && tail
+}
+
+// present reports whether any series of the family had a finite value in
+// (from, to].
+func present(w Window, family string, from, to time.Time) bool {
+	_, ok := w.Max(Sel(family), from, to)
+	return ok
+}
+
+// inference selects the series of a family whose endpoint label is one of
+// the "|"-separated endpoints.
+func inference(family, endpoints string) Selector {
+	return Selector{Name: family, Match: []Match{{Label: "endpoint", Value: endpoints}}}
+}
+
+// progressSource is a counter that moves when the engine does work.
+type progressSource struct {
+	sel  Selector
+	name string
+}
+
+// progressSources, most direct first: realtime_tokens_total moves on every
+// decode iteration and prefill batch (C1 onwards); the tokenizer counters
+// only when requests finish, so long generations can hide a stall.
+var progressSources = []progressSource{
+	{Sel(series.RealtimeTokensTotal), "tokens processed (realtime_tokens_total, all modes)"},
+	{Sel(series.GenerationTokensTotal), "generated tokens of finished requests (generation_tokens_total)"},
+	{Sel(series.NumRequestsTotal), "finished requests (num_requests_total)"},
+}
+
+// startOf is when the replica's current process started as far as the
+// window knows: its last restart, else when the watchdog first tried it.
+func startOf(w Window) time.Time {
+	start := w.Scrape().FirstSeen
+	if lr := w.LastRestart(); lr.After(start) {
+		start = lr
+	}
+	return start
+}
+
+// neverServed reports whether the replica's current process has done no
+// work since it started: no progress counter moved since startOf, and the
+// process is known to be fresh — a restart was seen, or its finished-request
+// counter never exceeded freshRequests (a long-running process the watchdog
+// only just met has served before, whatever it does now). cold_start owns
+// such a replica; engine_hang owns one that served and then stopped.
+func neverServed(w Window, now time.Time, freshRequests float64) (start time.Time, never bool) {
+	start = startOf(w)
+	if start.IsZero() || start.After(now) {
+		return start, false
+	}
+	from := start.Add(-time.Nanosecond) // ranges are (from, to]: keep the first scrape
+	for _, src := range progressSources {
+		if inc, ok := w.Increase(src.sel, from, now); ok && inc > 0 {
+			return start, false
+		}
+	}
+	if lr := w.LastRestart(); !lr.IsZero() && lr.Equal(start) {
+		return start, true
+	}
+	done, ok := w.Max(Sel(series.NumRequestsTotal), from, now)
+	return start, ok && done <= freshRequests
+}
+
+// probeState summarises the active /health_generate probe over a range.
+type probeState struct {
+	present   bool    // probe results exist in the range
+	allFailed bool    // every probe in the range failed (and there were at least minProbes when countable)
+	allOK     bool    // every probe in the range succeeded
+	probes    int     // probes in the range (0 when the window cannot count)
+	failed    int     // failed probes in the range
+	slowest   float64 // longest probe duration, seconds
+	slowestOK bool
+}
+
+func readProbe(w Window, from, to time.Time, minProbes int) probeState {
+	var ps probeState
+	sel := Sel(HealthProbeUp)
+	hi, ok := w.Max(sel, from, to)
+	if !ok {
+		return ps
+	}
+	lo, _ := w.Min(sel, from, to)
+	ps.present = true
+	ps.allOK = lo >= 0.5
+	ps.allFailed = hi < 0.5
+	if sc, ok := w.(ScrapeCounter); ok {
+		up, n := sc.CountAbove(sel, 0.5, from, to)
+		ps.probes, ps.failed = n, n-up
+		if n < minProbes {
+			ps.allFailed = false
+		}
+	}
+	ps.slowest, ps.slowestOK = w.Max(Sel(HealthProbeDuration), from, to)
+	return ps
+}
+
+// sentence joins parts into one paragraph.
+func sentence(parts ...string) string {
+	var out []string
+	for _, s := range parts {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// pct renders a 0-1 ratio as a percentage.
+func pct(v float64) string { return strconv.FormatFloat(100*v, 'f', 0, 64) + "%" }
+
+// dur renders a duration for humans: "5m", "1h", "2m30s".
+func dur(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
 }

@@ -19,6 +19,15 @@ const (
 	RetryAvalanche Class = "retry_avalanche"
 	CacheCollapse  Class = "cache_collapse"
 	ReplicaDown    Class = "replica_down"
+
+	KVSaturation      Class = "kv_saturation"
+	EngineHang        Class = "engine_hang"
+	QueueLatency      Class = "queue_latency"
+	DecodeSlowdown    Class = "decode_slowdown"
+	ColdStart         Class = "cold_start"
+	LoraThrash        Class = "lora_thrash"
+	PDTransferFailure Class = "pd_transfer_failure"
+	MetricsBlind      Class = "metrics_blind"
 )
 
 // Severity of a finding.
@@ -61,13 +70,14 @@ type Layer string
 
 // Layers.
 const (
-	LayerQueue     Layer = "queue"     // requests wait for admission
-	LayerPrefill   Layer = "prefill"   // prompt processing itself is slow
-	LayerDecode    Layer = "decode"    // token generation is slow
-	LayerMemory    Layer = "kv_memory" // KV cache pressure drives the symptoms
-	LayerClient    Layer = "client"    // the traffic itself (retries, timeouts)
-	LayerTransport Layer = "scrape"    // the replica cannot be reached
-	LayerProcess   Layer = "process"   // the server process (crash, restart)
+	LayerQueue     Layer = "queue"       // requests wait for admission
+	LayerPrefill   Layer = "prefill"     // prompt processing itself is slow
+	LayerDecode    Layer = "decode"      // token generation is slow
+	LayerMemory    Layer = "kv_memory"   // KV cache pressure drives the symptoms
+	LayerClient    Layer = "client"      // the traffic itself (retries, timeouts)
+	LayerTransport Layer = "scrape"      // the replica cannot be reached
+	LayerProcess   Layer = "process"     // the server process (crash, restart, hang, startup)
+	LayerTransfer  Layer = "kv_transfer" // PD disaggregation: KV hand-over between prefill and decode
 )
 
 // Replica describes the replica a window belongs to.
@@ -213,6 +223,17 @@ type Finding struct {
 	RootCause []string   `json:"root_cause_steps"`
 	Runbook   string     `json:"runbook"` // runbook path, e.g. "/runbooks/preempt_storm"
 	Resolving bool       `json:"-"`       // the condition is gone but the detector holds it (hysteresis)
+	// Triage is the runbook's layer triage of a latency-type finding (running
+	// vs waiting vs latency), one line with the next step: "admission
+	// bottleneck (...). Next step: ...". Empty for other findings.
+	Triage string `json:"triage,omitempty"`
+	// TriageVerdict is Triage's verdict in machine form.
+	TriageVerdict TriageVerdict `json:"triage_verdict,omitempty"`
+	// Consequences are the classes this finding explains on the same
+	// replica, folded into it by correlation (one page per cause).
+	Consequences []Class `json:"consequences,omitempty"`
+	// AffectedReplicas lists the replicas of a fleet-wide finding.
+	AffectedReplicas []string `json:"affected_replicas,omitempty"`
 }
 
 // Detector inspects one replica's window at time now.
@@ -225,19 +246,78 @@ type Detector interface {
 func RunbookPath(c Class) string { return "/runbooks/" + string(c) }
 
 // Explains reports whether finding cause, active on the same replica,
-// explains finding effect. It encodes the runbook's mechanism chain:
-// cache collapse -> KV pressure -> retractions -> queue growth -> latency ->
-// client timeouts -> retries. A cache collapse diagnosed as eviction under
-// KV pressure sits after the pressure in that chain: a concurrent preempt
-// storm explains it, not the other way round.
+// explains finding effect. It encodes the runbook's mechanism chain
+//
+//	cache collapse -> KV pressure (kv_saturation) -> retractions
+//	(preempt_storm) -> queue growth and latency (decode_slowdown,
+//	queue_latency) -> client timeouts -> retries (retry_avalanche)
+//
+// as an order: a cause explains every finding further down the chain, not
+// only the next one, because the links in between need not be firing
+// (a storm can drive clients into retries before the queue detector's
+// range has filled). A cache collapse diagnosed as eviction under KV
+// pressure (layer kv_memory) sits after the pressure and the retractions:
+// they explain it, not the other way round.
+//
+// Off the chain, a few classes cause parts of it: an engine hang freezes
+// the KV gauges and stalls every request (kv_saturation, latency, retries);
+// a LoRA pool that thrashes slows decode; failing PD transfers and a replica
+// that never finishes starting hold requests in the queue; a crash/restart
+// (replica_down, process layer) explains the cold start and the slow first
+// tokens that follow (an empty prefix cache, a backlog to drain); a
+// target without metrics (metrics_blind, a 404) explains the scrape
+// failure replica_down reports for it.
+//
+// The relation is acyclic and irreflexive, so grouping by it always finds
+// a root cause.
 func Explains(cause, effect Finding) bool {
-	switch effect.Class {
-	case PreemptStorm:
-		return cause.Class == CacheCollapse && cause.Layer != LayerMemory
-	case CacheCollapse:
-		return cause.Class == PreemptStorm && effect.Layer == LayerMemory
-	case RetryAvalanche:
-		return cause.Class == PreemptStorm || cause.Class == CacheCollapse
+	if cs, ok := chainStage(cause); ok {
+		if es, ok := chainStage(effect); ok {
+			return cs < es
+		}
+	}
+	switch cause.Class {
+	case EngineHang:
+		return effect.Class == KVSaturation || latencyClass(effect.Class) || effect.Class == RetryAvalanche
+	case LoraThrash:
+		return latencyClass(effect.Class) || effect.Class == RetryAvalanche
+	case PDTransferFailure, ColdStart:
+		return effect.Class == QueueLatency || effect.Class == RetryAvalanche
+	case ReplicaDown:
+		return cause.Layer == LayerProcess && (effect.Class == ColdStart || effect.Class == QueueLatency)
+	case MetricsBlind:
+		return effect.Class == ReplicaDown && effect.Layer == LayerTransport
 	}
 	return false
 }
+
+// chainStage is a finding's position on the mechanism chain; ok is false
+// for classes off the chain.
+func chainStage(f Finding) (stage int, ok bool) {
+	switch f.Class {
+	case CacheCollapse:
+		if f.Layer == LayerMemory {
+			return 30, true // eviction: a consequence of the pressure
+		}
+		return 0, true // the prompts changed: the start of the chain
+	// A preempt storm is KV pressure with its mechanism named: when both
+	// fire, the page says "preempt storm" and lists the saturation under it,
+	// because the storm's steps are what relieves the pool.
+	case PreemptStorm:
+		return 10, true
+	case KVSaturation:
+		return 20, true
+	case DecodeSlowdown:
+		return 35, true // slower decode holds slots longer: the queue grows
+	// In a retry feedback loop the loop is what must be broken; the queue
+	// latency it causes is listed under it, not the other way round.
+	case RetryAvalanche:
+		return 38, true
+	case QueueLatency:
+		return 40, true
+	}
+	return 0, false
+}
+
+// latencyClass reports whether c is about request latency itself.
+func latencyClass(c Class) bool { return c == QueueLatency || c == DecodeSlowdown }

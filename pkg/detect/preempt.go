@@ -13,7 +13,10 @@ import (
 // back to the queue and recompute their prompts later, which needs the very
 // KV space that was missing: a cascade that shows as second-long inter-token
 // latency, aborts and a growing queue.
-type PreemptStormDetector struct{ cfg PreemptStormConfig }
+type PreemptStormDetector struct {
+	cfg    PreemptStormConfig
+	triage TriageConfig
+}
 
 // Class implements Detector.
 func (d *PreemptStormDetector) Class() Class { return PreemptStorm }
@@ -126,6 +129,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		diag.WriteString("This release only exposes the lossy gauge sglang:num_retracted_reqs; confirm with the log line \"KV cache pool is full. Retract requests.\" (older: \"Decode out of memory happened\").")
 	}
 	f.Diagnosis = strings.TrimSpace(diag.String())
+	d.triage.Classify(w, now, itl.nowOK && itl.baseOK && itl.now > itl.base).annotate(&f)
 	f.Emergency = []string{
 		"Lower --max-running-requests on this replica (restart it with roughly two thirds of the current value) so the admitted batch fits the KV pool.",
 		"Cap prompt length (and max_tokens) at the router/gateway so single long requests cannot claim the pool.",

@@ -61,6 +61,10 @@ type metric struct {
 	value  fn       // histogram: the value observed
 	bounds []float64
 	init   float64 // counter: value at the start (a long-running process)
+	// slow, when set, is a second population of a histogram: a share of
+	// the observations (slowShare) takes the value slow instead.
+	slow      fn
+	slowShare float64
 	// corrupt, when it returns true, replaces the emitted value at that
 	// scrape (NaN/Inf injection); the true value keeps accumulating.
 	corrupt func(el time.Duration) (float64, bool)
@@ -78,6 +82,13 @@ func hist(name string, bounds []float64, rate, value fn) metric {
 	return metric{kind: histKind, name: name, f: rate, value: value, bounds: bounds}
 }
 
+// withTail gives a histogram a second, slow population: share of the
+// observations take the value slow.
+func (m metric) withTail(share float64, slow fn) metric {
+	m.slowShare, m.slow = share, slow
+	return m
+}
+
 func (m metric) key() string { return m.name + "{" + strings.Join(m.labels, ",") + "}" }
 
 func (m metric) corrupted(c func(el time.Duration) (float64, bool)) metric {
@@ -92,6 +103,7 @@ type failure struct {
 
 type scenario struct {
 	target, kind, model string
+	engineType          string // "" means unified
 	step, length        time.Duration
 	metrics             []metric
 	restarts            []time.Duration // every counter resets to 0 here
@@ -145,7 +157,7 @@ func labelsOf(pairs ...string) series.Labels {
 
 // run feeds the scenario into a fresh store sized for cfg and returns the
 // store and the time of the last scrape.
-func (s *scenario) run(t *testing.T, cfg detect.Config) (*window.Store, time.Time) {
+func (s *scenario) run(t testing.TB, cfg detect.Config) (*window.Store, time.Time) {
 	t.Helper()
 	store, err := window.New(window.Options{Retention: cfg.MaxLookback() + 5*time.Minute, ScrapeInterval: s.step}, nil)
 	if err != nil {
@@ -205,14 +217,21 @@ func (s *scenario) run(t *testing.T, cfg detect.Config) (*window.Store, time.Tim
 				emit(m, m.name, ls, m.f(el))
 			case histKind:
 				h := &hists[i]
-				n, v := m.f(el)*sec, m.value(el)
-				for b, ub := range m.bounds {
-					if v <= ub {
-						h.buckets[b] += n
-					}
+				total := m.f(el) * sec
+				type part struct{ n, v float64 }
+				parts := []part{{total, m.value(el)}}
+				if m.slow != nil {
+					parts = []part{{total * (1 - m.slowShare), m.value(el)}, {total * m.slowShare, m.slow(el)}}
 				}
-				h.count += n
-				h.sum += n * v
+				for _, pt := range parts {
+					for b, ub := range m.bounds {
+						if pt.v <= ub {
+							h.buckets[b] += pt.n
+						}
+					}
+					h.count += pt.n
+					h.sum += pt.n * pt.v
+				}
 				for b, ub := range m.bounds {
 					emit(m, m.name+"_bucket", labelsOf("le", strconv.FormatFloat(ub, 'g', -1, 64)), h.buckets[b])
 				}
@@ -224,8 +243,12 @@ func (s *scenario) run(t *testing.T, cfg detect.Config) (*window.Store, time.Tim
 		if failed {
 			continue
 		}
+		engineType := s.engineType
+		if engineType == "" {
+			engineType = "unified"
+		}
 		err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now,
-			Groups: []series.Group{{Model: s.model, EngineType: "unified", Samples: samples}}})
+			Groups: []series.Group{{Model: s.model, EngineType: engineType, Samples: samples}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,6 +409,75 @@ func checkCommon(t *testing.T, f detect.Finding, class detect.Class) {
 	for _, e := range f.Evidence {
 		if math.IsNaN(e.Value) || math.IsInf(e.Value, 0) || math.IsNaN(e.Baseline) || math.IsInf(e.Baseline, 0) {
 			t.Errorf("evidence %q is not finite: %+v", e.Name, e)
+		}
+	}
+}
+
+// More bucket layouts of the current release (reference §4).
+var (
+	queueBounds  = []float64{0, 0.001, 0.005, 0.010, 0.050, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300}
+	genTokBounds = []float64{100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000, 12500, 15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000, 100000}
+)
+
+// fullEngine is healthyEngine with the rest of a current release's core
+// families: queue time, output lengths, decode batch size, throughput, CPU,
+// absolute KV slots, context length. 10 requests/s of 1000 prompt and 300
+// output tokens, 40 running at about 1500 tokens each.
+func fullEngine() *scenario {
+	return healthyEngine().with(
+		counter(series.GenerationTokensTotal, constant(3000)),
+		hist(series.GenerationTokensHist, genTokBounds, constant(10), constant(300)),
+		hist(series.QueueTimeSeconds, queueBounds, constant(10), constant(0.05)),
+		gauge(series.DecodeSumSeqLens, constant(60000)),
+		gauge(series.GenThroughput, constant(3000)),
+		gauge(series.KVAvailableTokens, constant(150000)),
+		gauge(series.KVEvictableTokens, constant(50000)),
+		gauge(series.KVUsedTokens, constant(200000)),
+		gauge(series.ContextLen, constant(32768)),
+		counter(series.ProcessCPUSecondsTotal, constant(0.5), "component", "tokenizer"),
+	)
+}
+
+// stopCounters makes every counter and histogram of the engine stand still
+// from at on (the watchdog's own /metrics and probe requests keep being
+// counted by the HTTP middleware).
+func (s *scenario) stopCounters(at time.Duration) *scenario {
+	for i := range s.metrics {
+		m := &s.metrics[i]
+		if m.kind == gaugeKind {
+			continue
+		}
+		own := false
+		for j := 0; j+1 < len(m.labels); j += 2 {
+			own = own || (m.labels[j] == "endpoint" && (m.labels[j+1] == "/metrics" || m.labels[j+1] == "/health_generate"))
+		}
+		if own {
+			continue
+		}
+		f := m.f
+		m.f = func(el time.Duration) float64 {
+			if el >= at {
+				return 0
+			}
+			return f(el)
+		}
+	}
+	return s
+}
+
+// withTriage asserts the finding carries a layer triage with the verdict.
+func withTriage(t *testing.T, f detect.Finding, want detect.TriageVerdict) {
+	t.Helper()
+	if f.TriageVerdict != want || !strings.Contains(f.Triage, "Next step:") || !strings.Contains(f.Diagnosis, "Layer triage:") {
+		t.Errorf("triage = %q (%s), want %s; diagnosis: %s", f.Triage, f.TriageVerdict, want, f.Diagnosis)
+	}
+}
+
+func contains(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s lacks %q: %s", what, w, text)
 		}
 	}
 }

@@ -1,0 +1,237 @@
+package detect
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// MetricsBlindDetector reports, at warning severity, a target the other
+// detectors cannot see into: /metrics answers 404 (SGLang runs without
+// --enable-metrics), or the exposition lacks the families a detector needs
+// (an old release, a proxy renaming or dropping families). Without it such
+// a replica would simply never page. Only core needs count: families that
+// are absent because a feature is off (LoRA, PD disaggregation, speculative
+// decoding, the health probe) never make a replica blind, and families that
+// appear only once requests finish are judged only after traffic was seen.
+type MetricsBlindDetector struct {
+	cfg   MetricsBlindConfig
+	needs []need
+}
+
+// Class implements Detector.
+func (d *MetricsBlindDetector) Class() Class { return MetricsBlind }
+
+// need is what one enabled detector needs from an engine's exposition: any
+// one of the alternatives, each a set of families that must all be there.
+type need struct {
+	class Class
+	what  string
+	anyOf [][]string
+	// skip lists engine types (PD roles) the need does not apply to.
+	skip []string
+	// afterTraffic: the families appear only once requests ran (labelled
+	// tokenizer counters and histograms have no series before that).
+	afterTraffic bool
+}
+
+// needs lists the enabled detectors' core needs.
+func (c Config) needs() []need {
+	var out []need
+	add := func(on bool, n need) {
+		if on {
+			out = append(out, n)
+		}
+	}
+	progress := [][]string{{series.RealtimeTokensTotal}, {series.GenerationTokensTotal}, {series.NumRequestsTotal}}
+	add(c.PreemptStorm.Enabled, need{class: PreemptStorm, what: "a retraction counter or gauge",
+		anyOf: [][]string{{series.RetractedRequestsTotal}, {series.NumRetractedReqsGauge}}, skip: []string{"prefill"}, afterTraffic: true})
+	add(c.CacheCollapse.Enabled, need{class: CacheCollapse, what: "prefix-hit token counters",
+		anyOf: [][]string{{series.PrefillEffectiveTokens}, {series.RealtimeTokensTotal}, {series.CachedTokensTotal, series.PromptTokensTotal}},
+		skip:  []string{"decode"}, afterTraffic: true})
+	add(c.RetryAvalanche.Enabled, need{class: RetryAvalanche, what: "the HTTP arrival counter",
+		anyOf: [][]string{{series.HTTPRequestsTotal}}, afterTraffic: true})
+	add(c.KVSaturation.Enabled, need{class: KVSaturation, what: "KV cache usage",
+		anyOf: [][]string{{series.FullTokenUsage}, {series.TokenUsage}, {series.NumUsedTokens, series.MaxTotalNumTokens},
+			{series.KVAvailableTokens, series.KVEvictableTokens, series.MaxTotalNumTokens}}})
+	add(c.EngineHang.Enabled, need{class: EngineHang, what: "a progress counter", anyOf: progress, afterTraffic: true})
+	add(c.ColdStart.Enabled, need{class: ColdStart, what: "a progress counter", anyOf: progress, afterTraffic: true})
+	add(c.QueueLatency.Enabled, need{class: QueueLatency, what: "the time-to-first-token histogram",
+		anyOf: [][]string{{series.TTFTSeconds + "_count"}}, skip: []string{"prefill", "decode"}, afterTraffic: true})
+	add(c.DecodeSlowdown.Enabled, need{class: DecodeSlowdown, what: "the inter-token latency histogram and the running batch",
+		anyOf: [][]string{{series.InterTokenLatency + "_count", series.NumRunningReqs}}, skip: []string{"prefill"}, afterTraffic: true})
+	return out
+}
+
+// schedulerFamilies: an SGLang engine exposes at least one of them from
+// its first stats log on, traffic or not.
+var schedulerFamilies = []string{series.NumRunningReqs, series.NumQueueReqs, series.TokenUsage, series.GenThroughput}
+
+// Detect implements Detector.
+func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
+	c := d.cfg
+	st := w.Scrape()
+	r := w.Replica()
+	if !st.Up {
+		if st.Reason == "http_status" && strings.Contains(st.Error, "404") && st.ConsecutiveFailures >= c.FailuresToReport {
+			return []Finding{d.notFound(w, st)}
+		}
+		return nil // other failures are replica_down's
+	}
+	if r.Kind == "gateway" {
+		return nil // a gateway's families appear with its traffic; nothing to judge reliably
+	}
+	start := startOf(w)
+	if start.IsZero() || now.Sub(start) < c.Grace {
+		return nil
+	}
+	from := now.Add(-c.Range)
+	if start.After(from) {
+		from = start.Add(-time.Nanosecond)
+	}
+	has := func(name string) bool { return present(w, name, from, now) }
+
+	// Seasoned: data older than the grace, so a partial first scrape of a
+	// starting server is not mistaken for a missing family.
+	seasoned := false
+	for _, name := range append([]string{series.HTTPRequestsTotal}, schedulerFamilies...) {
+		if _, ok := w.Max(Sel(name), from, now.Add(-c.Grace)); ok {
+			seasoned = true
+			break
+		}
+	}
+	if !seasoned && now.Sub(start) < c.Range {
+		return nil
+	}
+
+	type blindness struct {
+		class   Class
+		missing string
+	}
+	var blind []blindness
+	anyScheduler := false
+	for _, name := range schedulerFamilies {
+		anyScheduler = anyScheduler || has(name)
+	}
+	if !anyScheduler {
+		for _, n := range d.needs {
+			blind = append(blind, blindness{n.class, "no SGLang scheduler family at all (" + strings.Join(schedulerFamilies, ", ") + ")"})
+		}
+	} else {
+		traffic := d.sawTraffic(w, from, now)
+		for _, n := range d.needs {
+			if skipped(n.skip, r.EngineType) || (n.afterTraffic && !traffic) {
+				continue
+			}
+			if satisfied(n.anyOf, has) {
+				continue
+			}
+			blind = append(blind, blindness{n.class, n.what + ": none of " + alternatives(n.anyOf)})
+		}
+	}
+	if len(blind) == 0 {
+		return nil
+	}
+
+	f := finding(MetricsBlind, w, Warning, LayerTransport)
+	var classes, lines []string
+	for _, b := range blind {
+		classes = append(classes, string(b.class))
+		lines = append(lines, fmt.Sprintf("%s (%s)", b.class, b.missing))
+		f.Evidence = append(f.Evidence, Evidence{Name: "blind: " + string(b.class) + " — needs " + b.missing, Value: 0,
+			Threshold: "families found"})
+	}
+	f.Evidence = append([]Evidence{{Name: "detectors blind on this replica", Value: float64(len(blind))}}, f.Evidence...)
+	f.Summary = fmt.Sprintf("Metrics blind: %s cannot see this replica (families missing from /metrics)", strings.Join(classes, ", "))
+	f.Diagnosis = sentence(
+		fmt.Sprintf("Scrape layer: /metrics answers, but for the last %s it lacked what these detectors need: %s.", dur(now.Sub(from).Round(time.Second)), strings.Join(lines, "; ")),
+		"They will never page for this replica until that changes. Usual causes: an SGLang release older than the family (the retraction counter arrived in late 2025, the queue-time histogram in 2025-03, realtime_tokens_total in 2025), a proxy or relabelling rule that renames or drops families (the watchdog understands sglang: and the gateway's sglang_ re-rendering), or a scrape of the wrong port.",
+		"Families that only exist with a feature on (LoRA, PD disaggregation, speculative decoding) are not counted.")
+	f.Emergency = []string{
+		"Curl /metrics on the pod directly and compare with what the watchdog scrapes: a difference means a proxy or relabelling in between.",
+		"Check the server version and launch flags (--enable-metrics; on old releases --collect-tokens-histogram).",
+		"Until fixed, watch this replica by hand for the blind classes (the runbook pages list the log lines to grep, e.g. \"KV cache pool is full. Retract requests.\").",
+	}
+	f.RootCause = []string{
+		"Upgrade SGLang to a release that exposes the missing families, and pin a minimum version in the deployment.",
+		"Remove the proxy's renaming or scrape the server directly; keep /metrics unmodified end to end.",
+		"Add a deploy check that /metrics carries the families the watchdog needs (the watchdog's diagnose command shows them).",
+	}
+	return []Finding{f}
+}
+
+// notFound is the finding for a /metrics that answers 404.
+func (d *MetricsBlindDetector) notFound(w Window, st ScrapeState) Finding {
+	f := finding(MetricsBlind, w, Warning, LayerTransport)
+	var classes []string
+	for _, n := range d.needs {
+		classes = append(classes, string(n.class))
+	}
+	f.Evidence = []Evidence{
+		{Name: "consecutive scrapes answered 404", Value: float64(st.ConsecutiveFailures), Threshold: fmt.Sprintf(">= %d", d.cfg.FailuresToReport)},
+		{Name: "detectors blind on this replica", Value: float64(len(classes))},
+	}
+	f.Summary = "Metrics blind: /metrics answers 404 — SGLang runs without --enable-metrics, every detector is blind"
+	f.Diagnosis = sentence(
+		"Scrape layer: /metrics answers HTTP 404. SGLang serves /metrics only when started with --enable-metrics (off by default), so the server is most likely running without it — or the target points at the wrong port or path (the metrics are on the main HTTP port, default 30000).",
+		"Blind on this replica: "+strings.Join(classes, ", ")+". Only the scrape failure itself is visible (replica_down).",
+		"Last error: "+st.Error+".")
+	f.Emergency = []string{
+		"Check the launch flags for --enable-metrics; restart the replica with it at the next opportunity (it does not change serving behaviour).",
+		"Check the target URL: main HTTP port (--port, default 30000), path /metrics; in gRPC mode the HTTP sidecar port (--grpc-http-sidecar-port).",
+		"If a proxy sits in front, check it routes /metrics to the server.",
+	}
+	f.RootCause = []string{
+		"Make --enable-metrics part of the standard launch template for every SGLang deployment.",
+		"Add a deploy check that /metrics answers 200 with sglang:* families before the replica joins the fleet.",
+	}
+	return f
+}
+
+// sawTraffic reports whether the replica did any work in the range.
+func (d *MetricsBlindDetector) sawTraffic(w Window, from, now time.Time) bool {
+	if v, ok := w.Max(Sel(series.NumRunningReqs), from, now); ok && v > 0 {
+		return true
+	}
+	for _, sel := range []Selector{
+		Sel(series.RealtimeTokensTotal), Sel(series.NumRequestsTotal), Sel(series.PromptTokensTotal),
+		inference(series.HTTPRequestsTotal, defaultInferenceEndpoints),
+	} {
+		if inc, ok := w.Increase(sel, from, now); ok && inc > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func skipped(engineTypes []string, t string) bool {
+	for _, s := range engineTypes {
+		if s == t {
+			return true
+		}
+	}
+	return false
+}
+
+func satisfied(anyOf [][]string, has func(string) bool) bool {
+	for _, all := range anyOf {
+		ok := true
+		for _, name := range all {
+			ok = ok && has(name)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func alternatives(anyOf [][]string) string {
+	var alts []string
+	for _, all := range anyOf {
+		alts = append(alts, strings.Join(all, " + "))
+	}
+	return strings.Join(alts, ", ")
+}

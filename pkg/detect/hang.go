@@ -1,0 +1,216 @@
+package detect
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// EngineHangDetector pages when the engine stops making progress while
+// requests wait on it — typically a collective (NCCL) waiting on a rank
+// that will never answer. Scheduler gauges freeze at their last values
+// when the loop is stuck, so a hang looks "healthy but constant"; the
+// detector reads counters instead: the decode progress counter
+// (realtime_tokens_total, bumped every decode iteration) flat with requests
+// in flight. Older releases fall back to the finished-request counters,
+// which need a longer silence and a second signal (frozen gauges, a failing
+// /health_generate probe, a flat CPU counter). The active probe, when the
+// scraper records it, also catches a stuck engine nobody is calling.
+//
+// It stays silent for an idle replica (nothing in flight), for a replica
+// whose scrape fails (replica_down) and for one that has not served since
+// it started (cold_start).
+type EngineHangDetector struct{ cfg EngineHangConfig }
+
+// Class implements Detector.
+func (d *EngineHangDetector) Class() Class { return EngineHang }
+
+// frozenGauges are the scheduler gauges that stop changing when the loop
+// is stuck.
+var frozenGauges = []string{series.NumRunningReqs, series.NumQueueReqs, series.TokenUsage, series.GenThroughput}
+
+// Detect implements Detector.
+func (d *EngineHangDetector) Detect(w Window, now time.Time) []Finding {
+	c := d.cfg
+	st := w.Scrape()
+	if !st.Up {
+		return nil // replica_down reports it
+	}
+	if _, never := neverServed(w, now, c.FreshRequests); never {
+		return nil // still starting: cold_start reports it
+	}
+
+	primary := Sel(series.RealtimeTokensTotal)
+	hasRealtime := present(w, series.RealtimeTokensTotal, now.Add(-c.Range), now)
+	rng := c.Range
+	if !hasRealtime {
+		rng = c.FallbackRange
+	}
+	from := now.Add(-rng)
+	if !st.FirstSeen.IsZero() && st.FirstSeen.After(from) {
+		return nil // not watched for the whole range yet
+	}
+	if lr := w.LastRestart(); !lr.IsZero() && lr.After(from) {
+		return nil // a new process: replica_down reports the restart, cold_start a slow start
+	}
+
+	probe := readProbe(w, from, now, c.MinProbes)
+	if probe.present && probe.allOK {
+		// The engine generated a token for the probe within the range: it
+		// is not stuck, whatever the counters say.
+		return nil
+	}
+
+	// Requests in flight for the whole range: active inference requests, or
+	// a running batch (frozen > 0 when the loop is stuck).
+	httpActive, httpOK := w.Min(inference(series.HTTPRequestsActive, c.InferenceEndpoints), from, now)
+	runningMin, runningOK := w.Min(Sel(series.NumRunningReqs), from, now)
+	inFlight := (httpOK && httpActive >= c.MinInFlight) || (runningOK && runningMin >= c.MinInFlight)
+
+	// Progress over the range.
+	type flat struct {
+		src progressSource
+		inc float64
+	}
+	var flats []flat
+	progressFlat, progressKnown := false, false
+	if hasRealtime {
+		if !covers(w, primary, from, now) {
+			return nil
+		}
+		inc, ok := w.Increase(primary, from, now)
+		if !ok {
+			return nil
+		}
+		progressKnown, progressFlat = true, inc <= c.MaxProgressTokens
+		flats = append(flats, flat{progressSources[0], inc})
+	} else {
+		progressFlat = true
+		for _, src := range progressSources[1:] {
+			if !present(w, src.sel.Name, from, now) {
+				continue
+			}
+			inc, ok := w.Increase(src.sel, from, now)
+			if !ok || !covers(w, src.sel, from, now) {
+				continue
+			}
+			progressKnown = true
+			progressFlat = progressFlat && inc <= c.MaxProgressTokens
+			flats = append(flats, flat{src, inc})
+		}
+		progressFlat = progressFlat && progressKnown
+	}
+
+	// Corroboration: gauges frozen at exactly their last values, CPU flat.
+	var frozen []string
+	active := false
+	for _, name := range frozenGauges {
+		lo, okLo := w.Min(Sel(name), from, now)
+		hi, okHi := w.Max(Sel(name), from, now)
+		if !okLo || !okHi || !covers(w, Sel(name), from, now) {
+			continue
+		}
+		if lo != hi {
+			frozen = nil
+			break
+		}
+		frozen = append(frozen, fmt.Sprintf("%s=%s", strings.TrimPrefix(name, "sglang:"), num(hi)))
+		active = active || ((name == series.NumRunningReqs || name == series.GenThroughput) && hi > 0)
+	}
+	gaugesFrozen := len(frozen) >= 2 && active
+	cpu := Sel(series.ProcessCPUSecondsTotal)
+	cpuInc, cpuOK := w.Increase(cpu, from, now)
+	cpuFlat := cpuOK && covers(w, cpu, from, now) && cpuInc == 0
+
+	var trigger string
+	switch {
+	case hasRealtime && inFlight && progressFlat:
+		trigger = "counter"
+	case !hasRealtime && inFlight && progressFlat && (gaugesFrozen || probe.allFailed || cpuFlat):
+		trigger = "fallback"
+	case probe.allFailed && (!progressKnown || progressFlat):
+		// Nobody may be calling, but the engine does not generate the one
+		// token the probe asks for.
+		trigger = "probe"
+	default:
+		return nil
+	}
+
+	f := finding(EngineHang, w, Critical, LayerProcess)
+	for _, fl := range flats {
+		f.Evidence = append(f.Evidence, Evidence{Name: fl.src.name + " in the last " + dur(rng), Value: fl.inc,
+			Threshold: fmt.Sprintf("<= %s is flat", num(c.MaxProgressTokens))})
+	}
+	if hasRealtime {
+		if dec, ok := w.Increase(Sel(series.RealtimeTokensTotal, "mode", "decode"), from, now); ok {
+			f.Evidence = append(f.Evidence, Evidence{Name: "decode tokens in the last " + dur(rng), Value: dec})
+		}
+		if before, ok := w.Rate(primary, now.Add(-rng*4), from); ok {
+			f.Evidence = append(f.Evidence, Evidence{Name: "tokens/s before the stall", Value: before, Unit: "/s"})
+		}
+	}
+	if httpOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: "in-flight inference requests (lowest in range)", Value: httpActive,
+			Threshold: fmt.Sprintf(">= %s", num(c.MinInFlight))})
+	}
+	if runningOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: "running requests (lowest in range)", Value: runningMin})
+	}
+	if probe.present {
+		e := Evidence{Name: "failed /health_generate probes in range", Value: float64(probe.failed)}
+		if probe.probes > 0 {
+			e.Threshold = fmt.Sprintf("of %d probes", probe.probes)
+		}
+		f.Evidence = append(f.Evidence, e)
+		if probe.slowestOK {
+			f.Evidence = append(f.Evidence, Evidence{Name: "slowest /health_generate probe", Value: probe.slowest, Unit: "s"})
+		}
+	}
+	if cpuOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: "process CPU seconds in range", Value: cpuInc, Unit: "s"})
+	}
+
+	inFlightText := "requests in flight"
+	switch {
+	case httpOK && httpActive >= c.MinInFlight:
+		inFlightText = fmt.Sprintf("%s requests in flight", num(httpActive))
+	case runningOK && runningMin >= c.MinInFlight:
+		inFlightText = fmt.Sprintf("%s requests in the running batch", num(runningMin))
+	}
+	var diag []string
+	switch trigger {
+	case "counter":
+		f.Summary = fmt.Sprintf("Engine hang: %s but no token processed for %s (realtime_tokens_total flat)", inFlightText, dur(rng))
+		diag = append(diag, fmt.Sprintf("Process layer: %s, yet the engine processed no token in the last %s — the progress counter, bumped on every decode iteration and prefill batch, is flat. The scheduler loop is stuck.", inFlightText, dur(rng)))
+	case "fallback":
+		f.Summary = fmt.Sprintf("Engine hang: %s but nothing finished for %s", inFlightText, dur(rng))
+		diag = append(diag, fmt.Sprintf("Process layer: %s, yet no request finished and no token was reported for %s. This release has no per-iteration progress counter (realtime_tokens_total), so the verdict rests on the finished-request counters plus a second signal.", inFlightText, dur(rng)))
+	case "probe":
+		f.Summary = fmt.Sprintf("Engine hang: /health_generate failed for %s and nothing progresses", dur(rng))
+		diag = append(diag, fmt.Sprintf("Process layer: every /health_generate probe in the last %s failed — the engine did not produce the single token it asks for within SGLang's timeout — and no progress counter moved.", dur(rng)))
+	}
+	if gaugesFrozen {
+		diag = append(diag, "The scheduler gauges are frozen at exactly their last values ("+strings.Join(frozen, ", ")+"): they are only written by the scheduler loop, so it has stopped.")
+	}
+	if probe.allFailed && trigger != "probe" {
+		diag = append(diag, "The active /health_generate probe failed as well.")
+	}
+	if cpuFlat {
+		diag = append(diag, "The process CPU counter did not move either.")
+	}
+	diag = append(diag, "Most often a collective operation (NCCL all-reduce) waits on a rank that crashed or lost its network path, so every rank blocks with GPU utilization pinned but no progress; also a CUDA error in one rank, a deadlock after an exception, or a driver/Xid fault. It does not heal on its own: the replica must be restarted, after capturing the evidence.")
+	f.Diagnosis = strings.Join(diag, " ")
+	f.Emergency = []string{
+		"Before restarting, capture evidence: py-spy dump --pid <pid> for the scheduler process of every rank (a rank waiting in all_reduce / ncclAllReduce is blocked; the rank that is elsewhere or gone is the culprit).",
+		"Check the GPUs and the topology: nvidia-smi (utilization stuck at 100% without temperature rising means kernels wait on communication), nvidia-smi topo -m, dmesg for Xid errors.",
+		"Take the replica out of rotation, kill every SGLang process of it and restart; to diagnose a recurrence, restart with NCCL_DEBUG=INFO and read the last NCCL INFO line of each rank (which rank, which collective).",
+	}
+	f.RootCause = []string{
+		"Match NCCL with the CUDA major version and the driver; upgrade NCCL if they drift.",
+		"Check the network between nodes: MTU consistency, firewall rules for the NCCL ports, InfiniBand links (ibstat) or packet loss on socket transports.",
+		"Set NCCL_ASYNC_ERROR_HANDLING=1 (TORCH_NCCL_ASYNC_ERROR_HANDLING in newer PyTorch) so a failed collective aborts the process instead of hanging, and keep /health_generate as the liveness probe so it gets restarted.",
+	}
+	return []Finding{f}
+}

@@ -1,0 +1,276 @@
+package detect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// KVSaturationDetector pages when the KV cache pool stays pinned near full
+// (OOM risk: no headroom left) and says why, following the runbook's OOM
+// path: runaway decode (outputs far longer than normal — requests without
+// an output cap finishing by length), deliberate retention (a high prefix
+// hit rate: the radix cache keeps prefixes on purpose), or plain capacity.
+//
+// SGLang fills its pool by design under load, so a pool that has sat near
+// full for the whole baseline is a steady state, not an incident: the
+// detector needs the usage to have risen into saturation, or a runaway
+// decode signal. Retractions are preempt_storm's; when they run, this
+// finding stays a warning and says so.
+type KVSaturationDetector struct {
+	cfg    KVSaturationConfig
+	triage TriageConfig
+}
+
+// Class implements Detector.
+func (d *KVSaturationDetector) Class() Class { return KVSaturation }
+
+// kvLevel is the KV usage over a range: its lowest and average value.
+type kvLevel struct {
+	min, avg float64
+	ok       bool
+	source   string
+}
+
+// kvLevels reads the KV usage over (from, to], from the same sources as
+// kvUsage plus the absolute free/evictable slots of current releases. The
+// series must cover the range: "pinned" needs both of its ends observed.
+func kvLevels(w Window, from, to time.Time) kvLevel {
+	for _, name := range []string{series.FullTokenUsage, series.TokenUsage} {
+		sel := Selector{Name: name, Combine: CombineMax}
+		lo, okLo := w.Min(sel, from, to)
+		avg, okAvg := w.Avg(sel, from, to)
+		if okLo && okAvg && covers(w, sel, from, to) {
+			return kvLevel{min: lo, avg: avg, ok: true, source: name}
+		}
+	}
+	total, ok := w.Last(Sel(series.MaxTotalNumTokens))
+	if !ok || total <= 0 {
+		return kvLevel{}
+	}
+	used := Sel(series.NumUsedTokens)
+	if lo, ok := w.Min(used, from, to); ok && covers(w, used, from, to) {
+		avg, _ := w.Avg(used, from, to)
+		return kvLevel{min: lo / total, avg: avg / total, ok: true, source: "num_used_tokens / max_total_num_tokens"}
+	}
+	// Free = available + evictable. The highest free count of each family
+	// bounds the free slots from above, so the lowest usage derived from it
+	// never overstates how full the pool was.
+	avail, evict := Sel(series.KVAvailableTokens), Sel(series.KVEvictableTokens)
+	aMax, okA := w.Max(avail, from, to)
+	eMax, okE := w.Max(evict, from, to)
+	if okA && okE && covers(w, avail, from, to) {
+		aAvg, _ := w.Avg(avail, from, to)
+		eAvg, _ := w.Avg(evict, from, to)
+		return kvLevel{min: max(0, 1-(aMax+eMax)/total), avg: max(0, 1-(aAvg+eAvg)/total), ok: true,
+			source: "1 - (kv_available_tokens + kv_evictable_tokens) / max_total_num_tokens"}
+	}
+	return kvLevel{}
+}
+
+// kvCause is the diagnosis branch of the runbook's OOM path.
+type kvCause int
+
+const (
+	kvCapacity kvCause = iota
+	kvRunaway
+	kvRetention
+)
+
+// Detect implements Detector.
+func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	lvl := kvLevels(w, p.rangeStart, now)
+	if !lvl.ok || lvl.min < c.UsageThreshold {
+		return nil
+	}
+	base := kvLevels(w, p.baseStart, p.rangeStart)
+	risen := base.ok && base.avg <= lvl.min-c.MinRise
+
+	// Runaway decode: outputs far longer than normal.
+	outLen := p.perUnit(w, Sel(series.GenerationTokensTotal), Sel(series.NumRequestsTotal))
+	finished := p.increase(w, Sel(series.NumRequestsTotal))
+	outLenName := "output tokens per finished request (generation_tokens_total / num_requests_total)"
+	enough := finished.nowOK && finished.baseOK && finished.now >= c.MinRequests && finished.base >= c.MinRequests
+	if !outLen.nowOK || !outLen.baseOK {
+		// Releases with only the per-request histogram.
+		outLen = p.histMean(w, series.GenerationTokensHist)
+		obs := measure{}
+		obs.now, obs.nowOK = w.Observations(series.GenerationTokensHist, nil, p.rangeStart, now)
+		obs.base, obs.baseOK = w.Observations(series.GenerationTokensHist, nil, p.baseStart, p.rangeStart)
+		outLenName = "output tokens per finished request (generation_tokens_histogram mean)"
+		enough = obs.nowOK && obs.baseOK && obs.now >= c.MinRequests && obs.base >= c.MinRequests
+	}
+	g, ok := outLen.growth()
+	longOutputs := ok && enough && g >= c.OutputLengthRatio
+
+	running := p.avg(w, Sel(series.NumRunningReqs))
+	seqPerReq := p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs))
+	rg, rok := running.growth()
+	steadyBatch := rok && rg >= 1-c.RunningTolerance && rg <= 1+c.RunningTolerance
+	sg, sok := seqPerReq.growth()
+	growingSeqs := sok && steadyBatch && sg >= c.SeqLenRatio
+	runaway := longOutputs || growingSeqs
+	if !risen && !runaway {
+		return nil
+	}
+
+	var hr measure
+	hrName := ""
+	for _, src := range hitRateSources {
+		if w.Has(src.family) {
+			hr.now, _, hr.nowOK = hitRate(w, src, p.rangeStart, now)
+			hr.base, _, hr.baseOK = hitRate(w, src, p.baseStart, p.rangeStart)
+			hrName = "prefix cache hit rate (" + src.describes + ")"
+			break
+		}
+	}
+	retention := hr.nowOK && hr.now >= c.RetentionHitRate
+
+	retractions := p.rate(w, Sel(series.RetractedRequestsTotal))
+	storm := retractions.nowOK && retractions.now >= c.RetractionsPerSecond
+	if sc, ok := w.(ScrapeCounter); ok && !retractions.nowOK {
+		above, _ := sc.CountAbove(Sel(series.NumRetractedReqsGauge), 0, p.rangeStart, now)
+		storm = above >= 3
+	}
+
+	cause := kvCapacity
+	switch {
+	case runaway:
+		cause = kvRunaway
+	case retention:
+		cause = kvRetention
+	}
+
+	sev := Warning
+	if lvl.min >= c.CriticalUsage && !storm {
+		sev = Critical
+	}
+	f := finding(KVSaturation, w, sev, LayerMemory)
+	usage := measure{now: lvl.min, nowOK: true, base: base.avg, baseOK: base.ok}
+	f.Evidence = append(f.Evidence,
+		usage.evidence("KV cache usage, lowest in range ("+lvl.source+"; baseline: average)", "ratio",
+			fmt.Sprintf(">= %s for %s", num(c.UsageThreshold), dur(c.Range))),
+		Evidence{Name: "KV cache usage, average in range", Value: lvl.avg, Unit: "ratio"},
+	)
+	if total, ok := w.Last(Sel(series.MaxTotalNumTokens)); ok {
+		f.Evidence = append(f.Evidence, Evidence{Name: "KV pool size (max_total_num_tokens)", Value: total, Unit: "tokens"})
+	}
+	if a, ok := w.Last(Sel(series.KVAvailableTokens)); ok {
+		if e, ok := w.Last(Sel(series.KVEvictableTokens)); ok {
+			f.Evidence = append(f.Evidence, Evidence{Name: "free KV slots now (available + evictable)", Value: a + e, Unit: "tokens"})
+		}
+	}
+	if outLen.nowOK {
+		f.Evidence = append(f.Evidence, outLen.evidence(outLenName, "tokens", fmt.Sprintf(">= %sx baseline is runaway decode", num(c.OutputLengthRatio))))
+	}
+	p90 := p.quantile(w, 0.9, series.GenerationTokensHist)
+	if p90.nowOK {
+		f.Evidence = append(f.Evidence, p90.evidence("output length p90 (generation_tokens_histogram)", "tokens", ""))
+	}
+	if seqPerReq.nowOK {
+		f.Evidence = append(f.Evidence, seqPerReq.evidence("decode sequence length per running request (decode_sum_seq_lens / num_running_reqs)", "tokens",
+			fmt.Sprintf(">= %sx baseline at a steady batch is runaway decode", num(c.SeqLenRatio))))
+	}
+	if running.nowOK {
+		f.Evidence = append(f.Evidence, running.evidence("running requests (avg)", "", ""))
+	}
+	if ctx, ok := w.Last(Selector{Name: series.ContextLen, Combine: CombineMax}); ok {
+		f.Evidence = append(f.Evidence, Evidence{Name: "context length (ceiling of an uncapped output)", Value: ctx, Unit: "tokens"})
+	}
+	if hr.nowOK {
+		f.Evidence = append(f.Evidence, hr.evidence(hrName, "ratio", fmt.Sprintf(">= %s is deliberate retention", num(c.RetentionHitRate))))
+	}
+	if retractions.nowOK {
+		f.Evidence = append(f.Evidence, retractions.evidence("retracted requests/s", "/s", ""))
+	}
+
+	level := fmt.Sprintf("KV cache pinned at >= %s for %s (lowest %s", pct(c.UsageThreshold), dur(c.Range), num(lvl.min))
+	if base.ok {
+		level += fmt.Sprintf(", baseline average %s", num(base.avg))
+	}
+	level += ")"
+	var why, diag string
+	switch cause {
+	case kvRunaway:
+		why = "runaway decode"
+		if longOutputs {
+			why += fmt.Sprintf(", outputs of %s tokens per request (baseline %s)", num(outLen.now), num(outLen.base))
+		}
+		diag = "Runaway decode: "
+		if longOutputs {
+			diag += fmt.Sprintf("finished requests now generate %s tokens each, %sx the baseline's %s", num(outLen.now), num(g), num(outLen.base))
+			if p90.nowOK {
+				diag += fmt.Sprintf(" (output length p90 %s)", vsBaseline(p90, " tokens"))
+			}
+			diag += ". "
+		}
+		if growingSeqs {
+			diag += fmt.Sprintf("The decode batch's sequences keep growing: %s tokens per running request (baseline %s) at a steady %s running, so the same requests hold ever more KV instead of finishing. ",
+				num(seqPerReq.now), num(seqPerReq.base), num(running.now))
+		}
+		diag += "The metrics cannot see finish_reason, but this is the signature of requests without max_new_tokens (max_tokens) decoding until they finish by length — the output cap or the context limit. " +
+			"Check the request log's finish_reason: many finish_reason=length with long outputs confirms it. " +
+			"This is a request-configuration problem (a missing output cap), not a GPU memory leak."
+		if retention {
+			diag += fmt.Sprintf(" The prefix hit rate is also high (%s): part of the pool holds reused prefixes on purpose.", num(hr.now))
+		}
+		f.Emergency = []string{
+			"Enforce an output cap now: a default and a maximum max_new_tokens (max_tokens) at the router/gateway, or in the calling client.",
+			"Find the callers: request log entries with finish_reason=length and long outputs, by rid and client; ask their owners to set max_tokens.",
+			"If the pool must be relieved before that lands: lower --max-running-requests on this replica or shift traffic to others.",
+		}
+		f.RootCause = []string{
+			"Make an output cap mandatory (or defaulted) in the client SDK and the gateway; alert on the share of finish_reason=length.",
+			"Compare sglang:generation_tokens_histogram before and after the last client or prompt release to find what changed.",
+			"Where long outputs are legitimate, size for them: fewer concurrent requests per replica, or a KV pool (--mem-fraction-static, GPUs) that fits prompt + output at the target concurrency.",
+		}
+	case kvRetention:
+		why = fmt.Sprintf("deliberate prefix retention (hit rate %s)", num(hr.now))
+		diag = fmt.Sprintf("Deliberate retention: the windowed prefix hit rate is %s (>= %s), so the pool is full of prefixes that are being reused — the radix cache keeps them on purpose. "+
+			"This is the cache doing its job, not a leak and not a bug. If the full pool starts to hurt (waiting requests not admitted, retractions), tune the eviction policy or give the pool more room (--mem-fraction-static) instead of treating it as an incident to flush.",
+			num(hr.now), num(c.RetentionHitRate))
+		f.Emergency = []string{
+			"Check the symptoms before acting: if TTFT, the queue and retractions are normal, nothing needs to be done now.",
+			"If requests queue or get retracted: add replicas or lower --max-running-requests; do not flush the cache — the hit rate is what keeps prefill cheap.",
+		}
+		f.RootCause = []string{
+			"Tune the radix cache eviction policy for the workload (e.g. LRU vs LFU) and --mem-fraction-static for the prefix working set, leaving room for CUDA graphs and activations.",
+			"Keep hot prefixes in host memory with the hierarchical cache (--enable-hierarchical-cache) instead of the GPU pool.",
+			"Route by prefix (cache-aware routing) so each replica's working set is smaller.",
+		}
+	default:
+		why = "plain capacity"
+		diag = "Plain capacity: output lengths are normal"
+		if hr.nowOK {
+			diag += fmt.Sprintf(" and the prefix hit rate is ordinary (%s)", num(hr.now))
+		}
+		diag += ", so the traffic simply needs more KV than the pool holds"
+		if running.nowOK {
+			diag += fmt.Sprintf(" (%s running requests, baseline %s)", num(running.now), num(running.base))
+		}
+		diag += "."
+		f.Emergency = []string{
+			"Add replicas or shift traffic away from this replica.",
+			"Lower --max-running-requests so the admitted batch fits the pool with headroom.",
+			"Cap prompt length and max_tokens at the router so single requests cannot claim the pool.",
+		}
+		f.RootCause = []string{
+			"Size the KV pool for the real prompt + output mix at the target concurrency: --mem-fraction-static (carefully: CUDA graphs and activations need room), GPUs with more memory, or more tensor parallelism.",
+			"Plan capacity per replica: pool tokens (sglang:max_total_num_tokens) against concurrent requests × (prompt + output) tokens.",
+		}
+	}
+	f.Summary = level + ": " + why
+
+	var pressure string
+	if storm {
+		pressure = fmt.Sprintf("Retractions already run at %s/s: the preempt_storm finding covers the acute effect (running requests evicted and recomputed); this finding is the pressure underneath it.", num(retractions.now))
+	} else {
+		pressure = "No retractions yet: the scheduler still admits only what fits, but there is no headroom left — the next burst of long prompts or outputs means retractions (preempt_storm), and with a too high --mem-fraction-static a CUDA out-of-memory crash."
+	}
+	f.Diagnosis = sentence("KV memory layer: "+level+".", diag, pressure)
+	d.triage.Classify(w, now, false).annotate(&f)
+	return []Finding{f}
+}

@@ -1,0 +1,124 @@
+package detect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// LoraThrashDetector pages, on replicas serving LoRA adapters, when every
+// adapter slot is taken and decode turns jittery: adapters are swapped in
+// and out, switching breaks CUDA graph replay (more decode passes run
+// without a graph), and the inter-token latency's tail or spread rises.
+// SGLang exposes no swap counter; the pool's occupancy, the graph fallback
+// share and the latency together are the fingerprint. Replicas without the
+// LoRA pool families are not looked at.
+type LoraThrashDetector struct {
+	cfg    LoraThrashConfig
+	triage TriageConfig
+}
+
+// Class implements Detector.
+func (d *LoraThrashDetector) Class() Class { return LoraThrash }
+
+// Detect implements Detector.
+func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+
+	// Pool occupancy: the utilization gauge, or used/total slots.
+	util := Selector{Name: series.LoraPoolUtilization, Combine: CombineMax}
+	lowest, ok := w.Min(util, p.rangeStart, now)
+	if ok && !covers(w, util, p.rangeStart, now) {
+		return nil
+	}
+	source := "lora_pool_utilization"
+	if !ok {
+		total, okT := w.Last(Sel(loraPoolSlotsTotal))
+		used, okU := w.Min(Sel(loraPoolSlotsUsed), p.rangeStart, now)
+		if !okT || !okU || total <= 0 || !covers(w, Sel(loraPoolSlotsUsed), p.rangeStart, now) {
+			return nil
+		}
+		lowest, source = used/total, "lora_pool_slots_used / lora_pool_slots_total"
+	}
+	if lowest < c.FullUtilization {
+		return nil
+	}
+
+	n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now)
+	if !ok || n < c.MinTokens {
+		return nil
+	}
+	p99 := p.quantile(w, 0.99, series.InterTokenLatency)
+	p50 := p.quantile(w, 0.5, series.InterTokenLatency)
+	spread := measure{}
+	if p99.nowOK && p50.nowOK {
+		spread.now, spread.nowOK = ratio(p99.now, p50.now)
+	}
+	if p99.baseOK && p50.baseOK {
+		spread.base, spread.baseOK = ratio(p99.base, p50.base)
+	}
+	mean := p.histMean(w, series.InterTokenLatency)
+	g99, ok99 := p99.growth()
+	gSpread, okSpread := spread.growth()
+	gMean, okMean := mean.growth()
+	if !(ok99 && g99 >= c.LatencyRatio) && !(okSpread && gSpread >= c.LatencyRatio) && !(okMean && gMean >= c.LatencyRatio) {
+		return nil
+	}
+
+	// CUDA graph fallbacks: share of decode passes run without a graph.
+	share := measure{}
+	none := Sel(cudaGraphPassesTotal, "mode", "decode_none")
+	all := Sel(cudaGraphPassesTotal, "mode", "decode_none|decode_cuda_graph")
+	graphs := present(w, cudaGraphPassesTotal, p.baseStart, now)
+	if graphs {
+		share = p.perUnit(w, none, all)
+		if !share.nowOK || !share.baseOK || share.now-share.base < c.FallbackShareRise {
+			return nil // graphs replay as before: the jitter is not the adapters'
+		}
+	}
+
+	f := finding(LoraThrash, w, Warning, LayerDecode)
+	f.Evidence = append(f.Evidence,
+		Evidence{Name: "LoRA adapter pool utilization, lowest in range (" + source + ")", Value: lowest, Unit: "ratio",
+			Threshold: ">= " + num(c.FullUtilization)},
+		p99.evidence("inter-token latency p99", "s", fmt.Sprintf("p99, p99/p50 or mean >= %sx baseline", num(c.LatencyRatio))),
+	)
+	if mean.nowOK {
+		f.Evidence = append(f.Evidence, mean.evidence("inter-token latency mean", "s", ""))
+	}
+	if spread.nowOK {
+		f.Evidence = append(f.Evidence, spread.evidence("inter-token latency spread (p99/p50)", "ratio", ""))
+	}
+	if graphs {
+		f.Evidence = append(f.Evidence, share.evidence("decode passes without CUDA graph (share)", "ratio",
+			fmt.Sprintf("rise >= %s", num(c.FallbackShareRise))))
+	}
+	if total, ok := w.Last(Sel(loraPoolSlotsTotal)); ok {
+		f.Evidence = append(f.Evidence, Evidence{Name: "LoRA adapter slots", Value: total})
+	}
+
+	f.Summary = fmt.Sprintf("LoRA thrash: adapter pool full, inter-token latency p99 %ss (baseline %ss)", num(p99.now), num(p99.base))
+	graphText := "This release does not expose sglang:cuda_graph_passes_total, so CUDA graph fallbacks cannot be confirmed from metrics."
+	if graphs {
+		graphText = fmt.Sprintf("The share of decode passes run without a CUDA graph rose to %s (baseline %s): adapter switches break graph replay.", num(share.now), num(share.base))
+	}
+	f.Diagnosis = sentence(
+		fmt.Sprintf("Decode layer: every LoRA adapter slot has been taken for the whole range (lowest utilization %s), so requests for adapters not in the pool wait for a slot and adapters are swapped in and out.", num(lowest)),
+		graphText,
+		fmt.Sprintf("Decode turns slow and jittery: inter-token latency p99 %s, spread p99/p50 %s.", vsBaseline(p99, "s"), vsBaseline(spread, "")),
+		"Causes: more distinct adapters in the traffic than the pool holds (--max-loras-per-batch), adapter switching breaking CUDA graphs, or adapters that are not loaded correctly.")
+	f.Emergency = []string{
+		"Reduce the number of adapters served concurrently by this replica: route requests by adapter (sticky routing) so each replica sees a few hot adapters.",
+		"Raise --max-loras-per-batch (and the GPU memory for adapters) if memory allows.",
+		"Compare with --disable-lora on a canary with the same traffic: a 5-15% cost of LoRA is expected, more than about 30% is a configuration problem or a bug.",
+	}
+	f.RootCause = []string{
+		"Pin the hot adapters so they are never evicted; send the long tail to dedicated replicas.",
+		"Use a LoRA backend whose kernels keep CUDA graphs usable across adapters, and keep adapter ranks modest.",
+		"Consolidate adapters with the product teams (fewer, merged adapters).",
+	}
+	d.triage.Classify(w, now, true).annotate(&f)
+	return []Finding{f}
+}

@@ -1,0 +1,106 @@
+package detect
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// PDTransferFailureDetector pages, in prefill/decode disaggregation, when
+// requests fail to hand their KV cache over from the prefill to the decode
+// server: bootstrap failures (the two sides could not set up the transfer)
+// or transfer failures (the KV transfer backend failed mid-way). Replicas
+// without the PD counters (disaggregation off) are not looked at. A
+// gateway's smg_pd_* failure counters are read the same way.
+type PDTransferFailureDetector struct{ cfg PDTransferFailureConfig }
+
+// Class implements Detector.
+func (d *PDTransferFailureDetector) Class() Class { return PDTransferFailure }
+
+// Detect implements Detector.
+func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	bootstrapName, transferName := series.BootstrapFailedTotal, series.TransferFailedTotal
+	if !w.Has(bootstrapName) && !w.Has(transferName) {
+		bootstrapName, transferName = gatewayPDBootstrapFail, gatewayPDTransferFail
+	}
+	bootstrap := p.rate(w, Sel(bootstrapName))
+	transfer := p.rate(w, Sel(transferName))
+	total := sum(bootstrap, transfer)
+	if !total.nowOK || total.now < c.MinFailuresPerSecond {
+		return nil
+	}
+	if total.baseOK && !atLeastTimes(total.now, total.base, c.BaselineRatio) {
+		return nil
+	}
+
+	finished := p.rate(w, Sel(series.NumRequestsTotal))
+	share := 0.0
+	shareOK := false
+	if finished.nowOK {
+		share, shareOK = ratio(total.now, total.now+finished.now)
+	}
+	sev := Warning
+	if shareOK && share >= c.CriticalFailureShare {
+		sev = Critical
+	}
+	f := finding(PDTransferFailure, w, sev, LayerTransfer)
+	f.Evidence = append(f.Evidence, total.evidence("failed KV hand-overs/s (bootstrap + transfer)", "/s",
+		fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinFailuresPerSecond), num(c.BaselineRatio))))
+	if bootstrap.nowOK {
+		f.Evidence = append(f.Evidence, bootstrap.evidence("bootstrap failures/s ("+bootstrapName+")", "/s", ""))
+	}
+	if transfer.nowOK {
+		f.Evidence = append(f.Evidence, transfer.evidence("transfer failures/s ("+transferName+")", "/s", ""))
+	}
+	if shareOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: "share of requests failing the hand-over", Value: share, Unit: "ratio",
+			Threshold: fmt.Sprintf(">= %s for critical", num(c.CriticalFailureShare))})
+	}
+	for _, q := range []struct{ name, label string }{
+		{prefillBootstrapQueue, "prefill bootstrap queue"},
+		{decodeTransferQueue, "decode transfer queue"},
+	} {
+		if v, ok := w.Last(Sel(q.name)); ok {
+			f.Evidence = append(f.Evidence, Evidence{Name: q.label + " (requests)", Value: v})
+		}
+	}
+
+	var which []string
+	bootstrapMain := bootstrap.nowOK && (!transfer.nowOK || bootstrap.now >= transfer.now)
+	if bootstrap.nowOK && bootstrap.now > 0 {
+		which = append(which, fmt.Sprintf("bootstrap failures %s", vsBaseline(bootstrap, "/s")))
+	}
+	if transfer.nowOK && transfer.now > 0 {
+		which = append(which, fmt.Sprintf("transfer failures %s", vsBaseline(transfer, "/s")))
+	}
+	where := "this replica"
+	if role := w.Replica().EngineType; role == "prefill" || role == "decode" {
+		where = "this " + role + " server"
+	}
+	f.Summary = fmt.Sprintf("PD KV transfer failing: %s failed hand-overs/s (baseline %s/s)", num(total.now), baselineText(total.evidence("", "", "")))
+	var cause string
+	if bootstrapMain {
+		cause = "Mostly bootstrap failures: the decode side could not set up the transfer with the prefill server — the bootstrap port (--disaggregation-bootstrap-port, default 8998) unreachable or blocked, a prefill server that restarted, or mismatched disaggregation settings between the two sides."
+	} else {
+		cause = "Mostly transfer failures: the KV transfer backend (--disaggregation-transfer-backend: mooncake, nixl) fails while moving the cache — RDMA/InfiniBand link errors, a wrong NIC (--disaggregation-ib-device), memory registration failures or timeouts under load."
+	}
+	f.Diagnosis = sentence(
+		fmt.Sprintf("KV transfer layer: on %s, requests fail to hand their KV cache over between prefill and decode (%s).", where, strings.Join(which, ", ")),
+		cause,
+		"Each failed hand-over is a failed or retried request, and the prefill work is lost.")
+	f.Emergency = []string{
+		"Check the prefill and decode servers of the pair are both up and were not restarted; remove a failing pair from the router.",
+		"Check connectivity between the prefill and decode nodes on the bootstrap port and the transfer network (RDMA: ibstat / ibv_devinfo; firewall rules).",
+		"Read both sides' logs around the failures for the transfer backend's error (mooncake / nixl).",
+	}
+	f.RootCause = []string{
+		"Pin the transfer network: the right IB device per GPU (--disaggregation-ib-device), consistent MTU, no firewall between prefill and decode nodes on the bootstrap and transfer ports.",
+		"Keep the KV transfer backend and its library versions identical on both sides; upgrade together.",
+		"Alert on the bootstrap/transfer queues (num_prefill_bootstrap_queue_reqs, num_decode_transfer_queue_reqs) to catch a stuck pair before requests fail.",
+	}
+	return []Finding{f}
+}

@@ -1,0 +1,176 @@
+package detect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// QueueLatencyDetector pages when the time to first token rises far above
+// its baseline, and splits it the way the runbook does: if most of the TTFT
+// is spent in the waiting queue (queue_time_seconds against
+// time_to_first_token_seconds), the fix is on the scheduling side —
+// admission, --max-running-requests, more replicas — not the GPU; if the
+// queue wait is small, prefill itself is slow (long prompts, lost prefix
+// hits, chunked prefill), and per-stage timings then a profile are next.
+// Releases before the queue-time histogram (2025-03) fall back to the
+// queue depth.
+type QueueLatencyDetector struct {
+	cfg    QueueLatencyConfig
+	triage TriageConfig
+}
+
+// Class implements Detector.
+func (d *QueueLatencyDetector) Class() Class { return QueueLatency }
+
+// Detect implements Detector.
+func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	n, ok := w.Observations(series.TTFTSeconds, nil, p.rangeStart, now)
+	if !ok || n < c.MinRequests {
+		return nil
+	}
+	// The p99 catches a tail that rises; the mean keeps the verdict once
+	// the incident has lasted long enough to lift the baseline's p99 (a
+	// percent of slow requests in the baseline hour does that).
+	ttft := p.quantile(w, 0.99, series.TTFTSeconds)
+	ttftMean := p.histMean(w, series.TTFTSeconds)
+	g99, ok99 := ttft.growth()
+	gMean, okMean := ttftMean.growth()
+	g := max(g99, gMean)
+	byP99 := ok99 && g99 >= c.TTFTRatio
+	byMean := okMean && gMean >= c.TTFTRatio && ttftMean.now >= c.MinMeanTTFTSeconds
+	if !ok99 || ttft.now < c.MinTTFTSeconds || !(byP99 || byMean) {
+		return nil
+	}
+	queueMean := p.histMean(w, series.QueueTimeSeconds)
+	queue99 := p.quantile(w, 0.99, series.QueueTimeSeconds)
+	tr := d.triage.Classify(w, now, true)
+
+	// Where the first token's time goes.
+	var share float64
+	shareOK := false
+	if queueMean.nowOK && ttftMean.nowOK {
+		share, shareOK = ratio(queueMean.now, ttftMean.now)
+		share = min(share, 1) // different populations (queue time is observed at admission) can overshoot
+	}
+	queued := p.avg(w, Sel(series.NumQueueReqs))
+	var scheduling bool
+	how := ""
+	switch {
+	case shareOK:
+		scheduling = share >= c.QueueShare
+		how = fmt.Sprintf("mean queue wait %ss of mean TTFT %ss (%s)", num(queueMean.now), num(ttftMean.now), pct(share))
+	default:
+		// No queue-time histogram: judge by the queue itself.
+		scheduling = tr.Verdict == TriageAdmission || tr.Verdict == TriageSaturated
+		how = "this release has no queue-time histogram (sglang:queue_time_seconds, 2025-03 onwards); judged from the queue depth"
+		if queued.nowOK {
+			how += " (" + vsBaseline(queued, " queued") + ")"
+		}
+	}
+
+	sev := Warning
+	if g >= c.CriticalTTFTRatio {
+		sev = Critical
+	}
+	layer := LayerPrefill
+	if scheduling {
+		layer = LayerQueue
+	}
+	f := finding(QueueLatency, w, sev, layer)
+	f.Evidence = append(f.Evidence,
+		ttft.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline and >= %ss (or the mean >= %sx and >= %ss)",
+			num(c.TTFTRatio), num(c.MinTTFTSeconds), num(c.TTFTRatio), num(c.MinMeanTTFTSeconds))),
+		Evidence{Name: "first tokens in range", Value: n, Threshold: ">= " + num(c.MinRequests)},
+	)
+	if ttftMean.nowOK {
+		f.Evidence = append(f.Evidence, ttftMean.evidence("TTFT mean", "s", ""))
+	}
+	if queueMean.nowOK {
+		f.Evidence = append(f.Evidence, queueMean.evidence("queue wait mean (queue_time_seconds)", "s", ""))
+	}
+	if queue99.nowOK {
+		f.Evidence = append(f.Evidence, queue99.evidence("queue wait p99", "s", ""))
+	}
+	if shareOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: "share of TTFT spent queueing", Value: share, Unit: "ratio",
+			Threshold: fmt.Sprintf(">= %s is the scheduling side", num(c.QueueShare))})
+	}
+	if queued.nowOK {
+		f.Evidence = append(f.Evidence, queued.evidence("queued requests (avg)", "", ""))
+	}
+
+	side := "prefill itself is slow"
+	if scheduling {
+		side = "the time goes into the waiting queue"
+	}
+	f.Summary = fmt.Sprintf("TTFT p99 %ss (baseline %ss): %s", num(ttft.now), num(ttft.base), side)
+	if shareOK {
+		f.Summary += fmt.Sprintf(" (%ss of %ss mean TTFT is queue wait)", num(queueMean.now), num(ttftMean.now))
+	}
+
+	if scheduling {
+		f.Diagnosis = sentence(
+			fmt.Sprintf("Queue layer: time to first token p99 is %s, and %s.", vsBaseline(ttft, "s"), how),
+			"Requests spend most of their wait before prefill starts, queued for admission; prefill itself is not the problem and the GPU is not slow. The fix is on the scheduling side — admission limits, concurrency, capacity — not the GPU or kernels; profiling would show nothing useful.",
+			"Check what keeps requests waiting with the layer triage below: a batch at its cap (add capacity), or room left unused (KV pool full, --max-running-requests, long prompts blocking prefill).")
+		f.Emergency = []string{
+			"Add replicas or shift traffic to less loaded ones; at the router, cap concurrency per replica and answer the excess with a fast 503 so clients do not wait into timeouts (and retry).",
+			"If the triage shows room unused (running low, KV usage not full): raise --max-running-requests or --max-prefill-tokens on this replica.",
+			"If the KV pool is full: see kv_saturation / preempt_storm / cache_collapse on this replica for what holds the memory.",
+		}
+		f.RootCause = []string{
+			"Capacity: size replicas and autoscaling on queue time (sglang:queue_time_seconds p99) and num_queue_reqs, not on GPU utilization.",
+			"Scheduling: review --max-running-requests, --max-prefill-tokens, --schedule-policy (e.g. lpm for shared prefixes) and priority scheduling for the traffic mix.",
+			"Smooth the arrivals: rate limits per tenant and client backoff keep bursts from becoming queues.",
+		}
+	} else {
+		prompts := p.perUnit(w, Sel(series.PromptTokensTotal), Sel(series.NumRequestsTotal))
+		if prompts.nowOK {
+			f.Evidence = append(f.Evidence, prompts.evidence("prompt tokens per finished request", "tokens", ""))
+		}
+		prefill := measure{}
+		stage := []Match{{Label: "stage", Value: "prefill_forward"}}
+		prefill.now, prefill.nowOK = w.Quantile(0.99, perStageLatency, stage, p.rangeStart, now)
+		prefill.base, prefill.baseOK = w.Quantile(0.99, perStageLatency, stage, p.baseStart, p.rangeStart)
+		if prefill.nowOK {
+			f.Evidence = append(f.Evidence, prefill.evidence("prefill forward p99 (per_stage_req_latency_seconds)", "s", ""))
+		}
+		var causes []string
+		if pg, ok := prompts.growth(); ok && pg >= 1.5 {
+			causes = append(causes, fmt.Sprintf("prompts got longer: %s tokens per request (baseline %s)", num(prompts.now), num(prompts.base)))
+		}
+		f.Diagnosis = sentence(
+			fmt.Sprintf("Prefill layer: time to first token p99 is %s, but %s — the wait in the queue is small, so processing the prompt itself takes longer.", vsBaseline(ttft, "s"), how),
+			joinCauses(causes),
+			"Usual causes: longer prompts, a lost prefix-cache hit rate (more tokens to compute; see cache_collapse), a chunked-prefill size that splits prompts into many steps, prefill competing with a large decode batch, or a slower GPU.",
+			"Next step: pick slow requests by rid in the request log and split their timeline (sglang:per_stage_req_latency_seconds, stage prefill_forward); only then profile the prefill (torch profiler via /start_profile, nsys).")
+		f.Emergency = []string{
+			"Check the prefix hit rate and prompt lengths of this replica (cache_collapse finding, sglang:prompt_tokens_histogram): a prompt-template change is the usual trigger; roll it back if so.",
+			"Cap prompt length at the router if a few very long prompts dominate.",
+			"If users are hurt now, add replicas: prefill capacity scales with them.",
+		}
+		f.RootCause = []string{
+			"Tune --chunked-prefill-size and --max-prefill-tokens for the prompt lengths you serve; consider prefill/decode disaggregation for long prompts.",
+			"Profile a slow prefill (torch profiler, nsys) once the per-stage timings confirm prefill is the slow stage.",
+			"Keep shared prefixes cacheable (stable system prompts, cache-aware routing).",
+		}
+	}
+	tr.annotate(&f)
+	return []Finding{f}
+}
+
+// joinCauses renders "Observed: a; b." or "".
+func joinCauses(cs []string) string {
+	if len(cs) == 0 {
+		return ""
+	}
+	s := "Observed: " + cs[0]
+	for _, c := range cs[1:] {
+		s += "; " + c
+	}
+	return s + "."
+}

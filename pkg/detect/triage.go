@@ -1,0 +1,209 @@
+package detect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// TriageVerdict is the runbook's first cut of a latency problem: which side
+// of the scheduler the time goes to, read from running vs waiting requests.
+type TriageVerdict string
+
+// Triage verdicts. The first three are the runbook's table; the others
+// cover the remaining combinations honestly.
+const (
+	// TriageAdmission: few requests run while many wait — the scheduler
+	// cannot admit (KV pool full, --max-running-requests, batches that
+	// cannot form).
+	TriageAdmission TriageVerdict = "admission_bottleneck"
+	// TriageSaturated: the batch is at its cap and requests still wait —
+	// working correctly, short of capacity.
+	TriageSaturated TriageVerdict = "saturated"
+	// TriageExecution: few running, few waiting, latency high — each
+	// request is slow on its own (prefill or decode execution).
+	TriageExecution TriageVerdict = "single_request_execution"
+	// TriageFullBatch: the batch is full but nothing waits — per-request
+	// latency comes from the batch size.
+	TriageFullBatch TriageVerdict = "full_batch"
+	// TriageNoPressure: few running, few waiting, latency normal.
+	TriageNoPressure TriageVerdict = "no_pressure"
+	// TriageUnknown: the replica does not expose the running/queued gauges.
+	TriageUnknown TriageVerdict = "unknown"
+)
+
+// TriageResult is the layer triage of one replica at one time.
+type TriageResult struct {
+	Verdict TriageVerdict `json:"verdict"`
+	// Layer is where the triage points; empty for the execution side,
+	// where prefill vs decode is the latency detector's call.
+	Layer Layer `json:"layer,omitempty"`
+	// Running and Queued are num_running_reqs and num_queue_reqs averaged
+	// over the triage range.
+	Running  float64 `json:"running"`
+	Queued   float64 `json:"queued"`
+	QueuedOK bool    `json:"-"`
+	// Capacity is what Running is compared with: max_running_requests
+	// when exposed, else the highest num_running_reqs in the lookback.
+	Capacity       float64 `json:"capacity,omitempty"`
+	CapacitySource string  `json:"capacity_source,omitempty"`
+	KVUsage        float64 `json:"kv_usage,omitempty"`
+	KVUsageOK      bool    `json:"-"`
+	RunningHigh    bool    `json:"running_high"`
+	WaitingHigh    bool    `json:"waiting_high"`
+	LatencyHigh    bool    `json:"latency_high"`
+	// Reason states the numbers behind the verdict; NextStep what to do.
+	Reason   string `json:"reason"`
+	NextStep string `json:"next_step"`
+}
+
+// Label is the verdict in words, with the runbook's table row.
+func (t TriageResult) Label() string {
+	switch t.Verdict {
+	case TriageAdmission:
+		return "admission bottleneck (running low, waiting high)"
+	case TriageSaturated:
+		return "saturated but working (running high, waiting high)"
+	case TriageExecution:
+		return "single-request execution side (running low, waiting low, latency high)"
+	case TriageFullBatch:
+		return "full batch, nothing waiting (running high, waiting low)"
+	case TriageNoPressure:
+		return "no load pressure (running low, waiting low)"
+	}
+	return "unknown (running/queued gauges not exposed)"
+}
+
+// String is the one line a page shows: verdict, numbers, next step.
+func (t TriageResult) String() string {
+	s := t.Label()
+	if t.Reason != "" {
+		s += ": " + t.Reason
+	}
+	if t.NextStep != "" {
+		s += ". Next step: " + t.NextStep
+	}
+	return s
+}
+
+// Evidence renders the numbers the triage rests on.
+func (t TriageResult) Evidence() []Evidence {
+	if t.Verdict == TriageUnknown {
+		return nil
+	}
+	e := []Evidence{{Name: "triage: running requests (avg)", Value: t.Running}}
+	if t.Capacity > 0 {
+		e[0].Baseline, e[0].HasBaseline = t.Capacity, true
+		e[0].Threshold = "high when near " + t.CapacitySource
+	}
+	if t.QueuedOK {
+		e = append(e, Evidence{Name: "triage: queued requests (avg)", Value: t.Queued})
+	}
+	return e
+}
+
+// Triage is the runbook's layer triage of the replica at now with the
+// default settings. latency is judged from the replica's own TTFT, ITL and
+// end-to-end p99 against their baseline.
+func Triage(w Window, now time.Time) TriageResult {
+	return DefaultConfig().Triage.Classify(w, now, false)
+}
+
+// Classify triages the replica at now. latencyHigh says the caller already
+// established that latency is up (a latency detector); otherwise the
+// latency is judged here from the p99s.
+func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) TriageResult {
+	var t TriageResult
+	from := now.Add(-c.Range)
+	running, okR := w.Avg(Sel(series.NumRunningReqs), from, now)
+	queued, okQ := w.Avg(Sel(series.NumQueueReqs), from, now)
+	if !okR || !okQ {
+		t.Verdict = TriageUnknown
+		t.NextStep = "read num_running_reqs and num_queue_reqs on the replica (curl /metrics) and place it in the runbook's triage table by hand"
+		return t
+	}
+	t.Running, t.Queued, t.QueuedOK = running, queued, true
+
+	capKnown := false
+	if v, ok := w.Last(Sel(maxRunningRequests)); ok && v > 0 {
+		t.Capacity, t.CapacitySource, capKnown = v, "max_running_requests", true
+	} else if v, ok := w.Max(Sel(series.NumRunningReqs), now.Add(-c.CapacityLookback), now); ok && v > 0 {
+		t.Capacity, t.CapacitySource = v, "the highest running count in the last "+dur(c.CapacityLookback)
+	}
+	t.KVUsage, t.KVUsageOK = kvUsage(w, w.Avg, from, now)
+	kvFull := t.KVUsageOK && t.KVUsage >= c.KVFullUsage
+
+	t.WaitingHigh = queued >= c.MinQueued && queued >= c.QueuedToRunning*running
+	nearCap := t.Capacity > 0 && running >= c.RunningHighFraction*t.Capacity && running >= c.MinRunning
+	// Without the configured cap, "at the highest count seen" only means
+	// "full" when the batch evidently cannot grow: requests wait, or the KV
+	// pool is full. A steady replica always sits at its own recent maximum.
+	t.RunningHigh = nearCap && (capKnown || t.WaitingHigh || kvFull)
+	t.LatencyHigh = latencyHigh || c.latencyUp(w, now)
+
+	nums := fmt.Sprintf("%s running", num(running))
+	if t.Capacity > 0 {
+		nums += fmt.Sprintf(" (capacity %s, from %s)", num(t.Capacity), t.CapacitySource)
+	}
+	nums += fmt.Sprintf(", %s queued", num(queued))
+	if t.KVUsageOK {
+		nums += fmt.Sprintf(", KV usage %s", num(t.KVUsage))
+	}
+	t.Reason = nums
+
+	switch {
+	case t.RunningHigh && t.WaitingHigh:
+		t.Verdict, t.Layer = TriageSaturated, LayerQueue
+		t.NextStep = "the replica works at its limit and requests wait for a slot: add replicas or shed load at the router (max concurrency with a fast 503); raising --max-running-requests only helps while KV usage leaves room"
+	case t.WaitingHigh && kvFull:
+		t.Verdict, t.Layer = TriageAdmission, LayerMemory
+		t.NextStep = "admission is blocked by KV memory (the pool is full, waiting requests cannot be admitted): find what holds the KV — long outputs without max_new_tokens, a collapsed prefix hit rate, retractions (see kv_saturation, cache_collapse, preempt_storm)"
+	case t.WaitingHigh:
+		t.Verdict, t.Layer = TriageAdmission, LayerQueue
+		t.NextStep = "the scheduler leaves room unused while requests wait: check --max-running-requests, --max-prefill-tokens and --chunked-prefill-size, the grammar queue (sglang:num_grammar_queue_reqs) and very long prompts that keep a prefill batch from forming (the scheduler's \"Prefill batch\" log lines)"
+	case t.RunningHigh:
+		t.Verdict, t.Layer = TriageFullBatch, LayerDecode
+		t.NextStep = "every request shares a full batch, so per-request latency follows the batch size: if the latency target matters more than throughput, lower --max-running-requests or add replicas"
+		if kvFull && !capKnown {
+			t.NextStep = "the batch is as large as the KV pool allows and nothing waits yet: there is no headroom for a burst; per-request latency follows the batch size — add replicas before the queue starts to grow"
+		}
+	case t.LatencyHigh:
+		t.Verdict = TriageExecution
+		t.NextStep = "neither admission nor load explains the latency, the time goes into executing single requests: pick slow requests by rid in the request log, split their timeline (queue wait, prefill, decode; sglang:per_stage_req_latency_seconds), and only then profile the slow stage (torch profiler, nsys)"
+	default:
+		t.Verdict = TriageNoPressure
+		t.NextStep = "nothing to triage: latency and load are normal"
+	}
+	return t
+}
+
+// latencyUp judges latency on its own: the p99 or the mean of TTFT,
+// inter-token or end-to-end latency over the triage range at least
+// LatencyRatio times its baseline. The mean matters because the triage
+// range is short: an incident that began before it has already put a few
+// percent of slow requests into the baseline, enough to lift its p99 but
+// not its mean.
+func (c TriageConfig) latencyUp(w Window, now time.Time) bool {
+	p := newPeriods(now, c.Range, c.LatencyBaseline)
+	for _, fam := range []string{series.TTFTSeconds, series.InterTokenLatency, series.E2ERequestLatency} {
+		if g, ok := p.quantile(w, 0.99, fam).growth(); ok && g >= c.LatencyRatio {
+			return true
+		}
+		if g, ok := p.histMean(w, fam).growth(); ok && g >= c.LatencyRatio {
+			return true
+		}
+	}
+	return false
+}
+
+// annotate puts the triage into a finding: the page line, the verdict, the
+// numbers as evidence and one sentence in the diagnosis.
+func (t TriageResult) annotate(f *Finding) {
+	f.Triage = t.String()
+	f.TriageVerdict = t.Verdict
+	f.Evidence = append(f.Evidence, t.Evidence()...)
+	if t.Verdict != TriageUnknown {
+		f.Diagnosis = sentence(f.Diagnosis, "Layer triage: "+t.Label()+" — "+t.Reason+".")
+	}
+}

@@ -1,0 +1,97 @@
+package detect_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// triageOf runs the package-level Triage on the scenario's replica.
+func triageOf(t *testing.T, s *scenario) detect.TriageResult {
+	t.Helper()
+	store, now := s.run(t, detect.DefaultConfig())
+	var tr detect.TriageResult
+	if !store.View(s.target, func(w detect.Window) { tr = detect.Triage(w, now) }) {
+		t.Fatal("replica not in the store")
+	}
+	return tr
+}
+
+func TestTriageTable(t *testing.T) {
+	slowTTFT := hist(series.TTFTSeconds, ttftBounds, constant(10), stepAt(incident, 0.3, 2.8))
+	tests := []struct {
+		name     string
+		scenario *scenario
+		verdict  detect.TriageVerdict
+		layer    detect.Layer
+		next     string
+	}{
+		// The runbook's snapshot: 8 running, 47 waiting, KV 0.91.
+		{"running low, waiting high, KV full: admission blocked by memory", fullEngine().with(
+			gauge(series.NumRunningReqs, stepAt(incident, 40, 8)),
+			gauge(series.NumQueueReqs, stepAt(incident, 2, 47)),
+			gauge(series.TokenUsage, stepAt(incident, 0.5, 0.91)),
+			gauge(series.FullTokenUsage, stepAt(incident, 0.5, 0.91)), slowTTFT),
+			detect.TriageAdmission, detect.LayerMemory, "KV memory"},
+		{"running low, waiting high, room left: admission bottleneck", fullEngine().with(
+			gauge(series.NumRunningReqs, stepAt(incident, 40, 8)),
+			gauge(series.NumQueueReqs, stepAt(incident, 2, 47)), slowTTFT),
+			detect.TriageAdmission, detect.LayerQueue, "--max-running-requests"},
+		{"both high: saturated but working", fullEngine().with(
+			gauge(series.NumQueueReqs, stepAt(incident, 2, 60)), slowTTFT),
+			detect.TriageSaturated, detect.LayerQueue, "add replicas"},
+		{"both low, latency high: single-request execution", fullEngine().with(slowTTFT),
+			detect.TriageExecution, "", "rid"},
+		{"both low, latency normal: no pressure", fullEngine(), detect.TriageNoPressure, "", "nothing to triage"},
+		// At the highest count seen with the KV pool full: the batch cannot
+		// grow, nothing waits.
+		{"running high, nothing waiting: full batch", fullEngine().with(
+			gauge(series.NumRunningReqs, constant(256)),
+			gauge(series.TokenUsage, constant(0.95)),
+			gauge(series.FullTokenUsage, constant(0.95))),
+			detect.TriageFullBatch, detect.LayerDecode, "batch"},
+		// The configured cap (2024 prototype gauge) decides "running high".
+		{"configured cap: far below it", fullEngine().with(gauge("sglang:max_running_requests", constant(256)), slowTTFT),
+			detect.TriageExecution, "", "profile"},
+		{"configured cap: at it", fullEngine().with(gauge("sglang:max_running_requests", constant(256)),
+			gauge(series.NumRunningReqs, constant(250))),
+			detect.TriageFullBatch, detect.LayerDecode, "--max-running-requests"},
+		{"gauges not exposed", fullEngine().without(series.NumRunningReqs), detect.TriageUnknown, "", "by hand"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := triageOf(t, tt.scenario)
+			if tr.Verdict != tt.verdict || tr.Layer != tt.layer {
+				t.Errorf("verdict %s layer %q, want %s %q: %s", tr.Verdict, tr.Layer, tt.verdict, tt.layer, tr)
+			}
+			if !strings.Contains(tr.NextStep, tt.next) || !strings.Contains(tr.String(), "Next step: ") {
+				t.Errorf("next step lacks %q: %s", tt.next, tr)
+			}
+		})
+	}
+}
+
+func TestTriageNumbers(t *testing.T) {
+	tr := triageOf(t, fullEngine().with(
+		gauge(series.NumRunningReqs, stepAt(incident, 40, 8)),
+		gauge(series.NumQueueReqs, stepAt(incident, 2, 47))))
+	if tr.Running != 8 || tr.Queued != 47 || tr.Capacity != 40 || !tr.WaitingHigh || tr.RunningHigh {
+		t.Errorf("triage = %+v", tr)
+	}
+	contains(t, "triage line", tr.String(), "admission bottleneck (running low, waiting high)", "8 running (capacity 40", "47 queued")
+	if ev := tr.Evidence(); len(ev) != 2 || ev[0].Value != 8 || ev[0].Baseline != 40 || ev[1].Value != 47 {
+		t.Errorf("evidence = %+v", ev)
+	}
+}
+
+// The existing latency-type findings carry the triage too.
+func TestTriageOnPreemptStormAndCacheCollapse(t *testing.T) {
+	f := one(t, run(t, preemptStorm(2), detect.PreemptStorm))
+	// 40 running (its most), 60 queued, KV full.
+	withTriage(t, f, detect.TriageSaturated)
+	c := one(t, run(t, runbookSnapshot(), detect.CacheCollapse))
+	withTriage(t, c, detect.TriageAdmission)
+	contains(t, "triage", c.Triage, "KV memory")
+}
