@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// The demo starts the simulated fleet and the real daemon, and a Ctrl-C
+// (context cancellation) stops both cleanly.
+func TestDemoStartsAndStopsCleanly(t *testing.T) {
+	outR, outW := io.Pipe()
+	out := collect(outR)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"demo"}, map[string]string{"WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0"}, outW, io.Discard)
+		outW.Close()
+		done <- err
+	}()
+	out.waitFor(t, "listening line", func(s string) bool { return strings.Contains(s, "watchdog listening on http://127.0.0.1:") })
+	out.waitFor(t, "first scenario phase", func(s string) bool { return strings.Contains(s, "scenario: healthy") })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("demo returned %v", err)
+	}
+	if !strings.Contains(out.text(), "demo stopped.") {
+		t.Error("no clean stop message")
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{"frobnicate"}, {"run", "extra"}} {
+		err := run(context.Background(), args, map[string]string{}, io.Discard, io.Discard)
+		if err == nil || exitCode(err) != 2 {
+			t.Errorf("%v: err %v, exit %d", args, err, exitCode(err))
+		}
+	}
+	err := run(context.Background(), []string{"run"}, map[string]string{}, io.Discard, io.Discard)
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "WATCHDOG_TARGETS") {
+		t.Errorf("no targets: %v", err)
+	}
+}
