@@ -25,6 +25,8 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/diagnose"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/reload"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
@@ -166,6 +168,39 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	if err != nil {
 		return err
 	}
+	// The notification and alert state: the local directory, or in HA mode
+	// a ConfigMap the leader writes and a new leader reloads.
+	var stateStore interface {
+		notify.Store
+		eval.Persister
+	} = stateDir
+	var kstore *kubestore.Store
+	var elector *leader.Elector
+	if cfg.HA.Enabled {
+		if !leader.InCluster() {
+			return errors.New("ha.enabled needs to run in Kubernetes with a service account")
+		}
+		ha, err := cfg.HA.Resolve()
+		if err != nil {
+			return err
+		}
+		leaseClient, err := leader.NewInClusterClient("sglang-watchdog/leader-election")
+		if err != nil {
+			return err
+		}
+		// A separate client, so state writes never delay a lease renewal.
+		stateClient, err := leader.NewInClusterClient("sglang-watchdog/state")
+		if err != nil {
+			return err
+		}
+		if kstore, err = kubestore.New(stateClient, kubestore.Options{Namespace: ha.Namespace, Name: ha.StateConfigMap, ReadOnly: true, Logger: logger.Named("kubestore")}, reg); err != nil {
+			return err
+		}
+		stateStore = kstore
+		if elector, err = leader.New(ha, leaseClient, ha.Identity, reg, logger.Named("leader")); err != nil {
+			return err
+		}
+	}
 
 	store, err := window.New(window.Options{
 		Retention:           cfg.Detectors.MaxLookback() + 2*cfg.Scrape.Interval,
@@ -208,7 +243,8 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	dispatcher, err := notify.NewDispatcher(notify.DispatcherConfig{
 		Integrations: integrations,
 		Routes:       notify.RouteConfig{Routes: cfg.Notify.Routes},
-		Store:        stateDir,
+		Store:        stateStore,
+		Standby:      cfg.HA.Enabled,
 		Logger:       logger.Named("notify"),
 		Registerer:   reg,
 		LogWriter:    alertsOut,
@@ -219,7 +255,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 
 	tracker := alert.NewTracker(cfg.Alerts, alert.Links{ExternalURL: cfg.ExternalURL, Runbooks: cfg.Runbooks})
 	var saved []alert.Alert
-	if err := stateDir.Load(eval.AlertsDocument, &saved, now); err != nil {
+	if err := stateStore.Load(eval.AlertsDocument, &saved, now); err != nil {
 		logger.Error("alert state unreadable; starting without it", zap.Error(err))
 	}
 	tracker.Restore(saved, now)
@@ -236,7 +272,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Tracker:     tracker,
 		Windows:     store,
 		Sender:      dispatcher,
-		Persister:   stateDir,
+		Persister:   stateStore,
 		Logger:      logger.Named("eval"),
 	}, reg)
 
@@ -244,7 +280,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	if err != nil {
 		return err
 	}
-	p := &pipeline{scraper: scraper, loop: loop, logger: logger.Named("reload"), discovered: cfg.Discovery.Enabled() || cfg.Discovery.Shard.Total > 1}
+	p := &pipeline{scraper: scraper, loop: loop, dispatcher: dispatcher, logger: logger.Named("reload"), discovered: cfg.Discovery.Enabled() || cfg.Discovery.Shard.Total > 1}
 	var disc *discovery.Discoverer
 	if p.discovered {
 		var kube kubernetes.Interface
@@ -323,6 +359,22 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		<-notifyDone
 		stopHTTP()
 	})
+	if elector != nil {
+		elector.OnChange(func(leading bool) {
+			now := time.Now()
+			kstore.SetWritable(leading) // first: a copy that lost the lease stops writing at once
+			if err := dispatcher.SetActive(leading, now); err != nil {
+				logger.Error("notification state unreadable at takeover; starting empty (duplicates are possible, losses are not)", zap.Error(err))
+			}
+			if leading {
+				loop.Takeover(dispatcher.OpenIncidents(), now)
+			}
+		})
+		electorCtx, stopElector := context.WithCancel(context.Background())
+		// The lease is released only after the notification drain, so the
+		// next leader does not start while this one still delivers.
+		g.Add(func() error { return elector.Run(electorCtx) }, func(error) { stopPipe(); stopNotify(); <-notifyDone; stopElector() })
+	}
 	err = g.Run()
 	logger.Info("watchdog stopped")
 	return err
@@ -353,6 +405,7 @@ func scrapeTargets(ts []config.Target) ([]scrape.Target, error) {
 
 // pipeline holds the running components a reload reconfigures.
 type pipeline struct {
+	dispatcher *notify.Dispatcher
 	discovered bool // a discoverer owns the target list
 	scraper    *scrape.Manager
 	loop       *eval.Loop
@@ -373,6 +426,10 @@ func (p *pipeline) apply(old, next config.Config) error {
 	if err != nil {
 		return err
 	}
+	routes := notify.RouteConfig{Routes: next.Notify.Routes}
+	if err := routes.Validate(); err != nil {
+		return err
+	}
 	if p.discovered {
 		// The discoverer owns the target list (static targets included).
 		if fmt.Sprint(old.Targets, old.Discovery) != fmt.Sprint(next.Targets, next.Discovery) {
@@ -385,6 +442,8 @@ func (p *pipeline) apply(old, next config.Config) error {
 		p.retire(removedNames(old.Targets, next.Targets), time.Now())
 	}
 	p.loop.Reconfigure(detectors, next.Correlation, next.Alerts, alert.Links{ExternalURL: next.ExternalURL, Runbooks: next.Runbooks})
+	p.dispatcher.SetRoutes(routes) // validated above
+
 	if restart := restartOnly(old, next); len(restart) > 0 {
 		p.logger.Warn("some changed settings take effect only after a restart", zap.Strings("settings", restart))
 	}
@@ -435,10 +494,11 @@ func restartOnly(old, next config.Config) []string {
 	check("log_level", old.LogLevel != next.LogLevel)
 	check("scrape", old.Scrape != next.Scrape)
 	check("evaluation", old.Evaluation != next.Evaluation)
+	check("ha", old.HA != next.HA)
 	check("notify", !notifyEqual(old.Notify, next.Notify))
 	return out
 }
 
 func notifyEqual(a, b config.Notify) bool {
-	return a.Slack == b.Slack && a.PagerDuty == b.PagerDuty && fmt.Sprint(a.Routes) == fmt.Sprint(b.Routes)
+	return a.Slack == b.Slack && a.PagerDuty == b.PagerDuty // routes reload live
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -47,7 +48,10 @@ type Config struct {
 	Alerts    alert.Config     `yaml:"alerts"`
 	// Correlation groups cause-and-effect findings and fleet-wide incidents.
 	Correlation correlate.Config `yaml:"correlation"`
-	Notify      Notify           `yaml:"notify"`
+	// HA runs several copies with Kubernetes leader election: only the
+	// leader pages; incident records live in a ConfigMap.
+	HA     leader.Config `yaml:"ha"`
+	Notify Notify        `yaml:"notify"`
 	// Runbooks overrides the runbook link of a class (a team's own wiki).
 	Runbooks map[string]string `yaml:"runbooks"`
 }
@@ -125,6 +129,7 @@ func Default() Config {
 		Detectors:   detect.DefaultConfig(),
 		Alerts:      alert.DefaultConfig(),
 		Correlation: correlate.DefaultConfig(),
+		HA:          leader.DefaultConfig(),
 		Notify: Notify{
 			Routes:    notify.DefaultRoutes().Routes,
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
@@ -372,6 +377,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Detectors.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.HA.Validate("ha"); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Correlation.Validate(); err != nil {

@@ -198,6 +198,18 @@ func (l *Loop) persist() {
 	l.persisted = keys
 }
 
+// Takeover runs when this copy becomes the leader (HA): it restores the
+// incidents the previous leader left open and saves the alert state again,
+// because a follower's saves were skipped by the read-only store.
+func (l *Loop) Takeover(open []notify.Event, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.opts.Tracker.RestoreIncidents(open, now)
+	l.persisted = nil
+	l.persist()
+	l.alerts = l.opts.Tracker.Alerts()
+}
+
 // Alerts returns the alerts as of the last round.
 func (l *Loop) Alerts() []alert.Alert {
 	l.mu.RLock()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,14 +36,28 @@ type DispatcherConfig struct {
 	Logger       *zap.Logger
 	Registerer   prometheus.Registerer // nil: metrics are not registered
 	LogWriter    io.Writer             // the built-in log integration's output; nil: structured log line only
+	// Standby starts the dispatcher as a follower of a highly available
+	// pair: it loads the persisted state (for OpenIncidents) but delivers
+	// and writes nothing until SetActive(true).
+	Standby bool
 }
 
 // Dispatcher routes events to the integrations' queues and runs them.
 type Dispatcher struct {
-	routes RouteConfig
+	routes atomic.Pointer[RouteConfig] // swapped by SetRoutes (hot reload)
 	log    *zap.Logger
 	queues []*Queue
 	byName map[string]*Queue
+	sm     standbyMetrics
+
+	// mu is held for reading by Send for its whole routing and enqueueing,
+	// and for writing by SetActive, so that no event is half sent across a
+	// leadership change.
+	mu     sync.RWMutex
+	active bool
+
+	missedMu sync.Mutex
+	missed   map[string]Event // standby: the newest event per fingerprint not delivered
 }
 
 // NewDispatcher builds the queues of every integration and loads their
@@ -60,14 +75,17 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 		integrations = append([]Integration{{Name: IntegrationLog, Notifier: NewLogNotifier(cfg.LogWriter, logger.Named("log"))}}, integrations...)
 	}
 	m := NewMetrics(cfg.Registerer)
-	d := &Dispatcher{routes: cfg.Routes, log: logger, byName: map[string]*Queue{}}
+	d := &Dispatcher{log: logger, byName: map[string]*Queue{}, sm: newStandbyMetrics(cfg.Registerer),
+		active: !cfg.Standby, missed: map[string]Event{}}
+	routes := cfg.Routes
+	d.routes.Store(&routes)
 	var errs []error
 	for _, in := range integrations {
 		if _, dup := d.byName[in.Name]; dup {
 			errs = append(errs, fmt.Errorf("integration %q configured twice", in.Name))
 			continue
 		}
-		q, err := NewQueue(in.Name, in.Notifier, in.Options, cfg.Store, logger, m, now)
+		q, err := newQueue(in.Name, in.Notifier, in.Options, cfg.Store, logger, m, now, cfg.Standby)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -79,6 +97,9 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if d.active {
+		d.sm.active.Set(1)
+	}
 	for i, r := range cfg.Routes.Routes {
 		for _, n := range r.Integrations {
 			if d.byName[n] == nil {
@@ -88,6 +109,16 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 		}
 	}
 	return d, nil
+}
+
+// SetRoutes replaces the routing table (hot reload); events already queued
+// keep their integrations.
+func (d *Dispatcher) SetRoutes(routes RouteConfig) error {
+	if err := routes.Validate(); err != nil {
+		return fmt.Errorf("routes: %w", err)
+	}
+	d.routes.Store(&routes)
+	return nil
 }
 
 // Integrations returns the configured integration names, "log" first.
@@ -106,7 +137,7 @@ func (d *Dispatcher) Queue(name string) *Queue { return d.byName[name] }
 // and those that already know the incident (so a resolve or de-escalation
 // reaches PagerDuty even when the route no longer selects it).
 func (d *Dispatcher) Targets(ev Event) []*Queue {
-	names := d.routes.Match(ev.Severity, ev.Class)
+	names := d.routes.Load().Match(ev.Severity, ev.Class)
 	var out []*Queue
 	for _, q := range d.queues {
 		if q.name == IntegrationLog || slices.Contains(names, q.name) || q.Tracks(ev.Fingerprint) {
@@ -117,8 +148,16 @@ func (d *Dispatcher) Targets(ev Event) []*Queue {
 }
 
 // Send routes ev and persists it in the outbox of every target. It does not
-// wait for delivery.
+// wait for delivery. In standby (a follower) ev is neither delivered nor
+// persisted: the leader, fed the same findings, sends the same incident,
+// and SetActive(true) catches up on what the leader never sent.
 func (d *Dispatcher) Send(ev Event) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if !d.active {
+		d.remember(ev)
+		return
+	}
 	if ev.Fingerprint == "" {
 		d.log.Error("notification without fingerprint; sent to the log only", zap.String("class", ev.Class), zap.String("replica", ev.Replica))
 		d.byName[IntegrationLog].Enqueue(ev)
@@ -156,6 +195,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // and resolves those that ended while the daemon was down. Delivery-failure
 // notices are not alert incidents and are left out.
 func (d *Dispatcher) OpenIncidents() []Event {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.openIncidents()
+}
+
+func (d *Dispatcher) openIncidents() []Event {
 	newest := map[string]Event{}
 	for _, q := range d.queues {
 		for fp, ev := range q.incidents() {

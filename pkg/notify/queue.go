@@ -215,6 +215,13 @@ type Queue struct {
 	inflight  uint64
 	lastErr   map[string]string // per fingerprint, to log a repeated failure once
 	lastSaveE string
+	// standby: a follower's queue. It delivers nothing, accepts nothing and
+	// writes nothing; state is what was last loaded, for OpenIncidents.
+	standby bool
+	// gen changes whenever state is replaced or standby toggled, so that
+	// an attempt that was in flight across the change does not apply its
+	// result to state it no longer belongs to.
+	gen uint64
 }
 
 // NewQueue builds the queue of one integration and loads its persisted
@@ -222,6 +229,11 @@ type Queue struct {
 // unreadable document is reported and the queue starts empty. It starts no
 // goroutine.
 func NewQueue(name string, n Notifier, opts QueueOptions, store Store, logger *zap.Logger, m *Metrics, now time.Time) (*Queue, error) {
+	return newQueue(name, n, opts, store, logger, m, now, false)
+}
+
+// newQueue is NewQueue, optionally in standby (see Dispatcher.SetActive).
+func newQueue(name string, n Notifier, opts QueueOptions, store Store, logger *zap.Logger, m *Metrics, now time.Time, standby bool) (*Queue, error) {
 	if !validIntegrationName.MatchString(name) {
 		return nil, fmt.Errorf("integration name %q: want lower-case letters, digits, _ or -", name)
 	}
@@ -249,46 +261,113 @@ func NewQueue(name string, n Notifier, opts QueueOptions, store Store, logger *z
 		rand:     rand.Float64,
 		wake:     make(chan struct{}, 1),
 		lastErr:  map[string]string{},
-		state:    queueDoc{Version: 1, NextID: 1, Incidents: map[string]*Incident{}},
+		standby:  standby,
 	}
-	if store != nil {
-		var d queueDoc
-		if err := store.Load(q.doc, &d, now); err != nil {
-			q.log.Error("notification state unreadable; starting with an empty outbox", zap.Error(err))
-		} else if d.Version != 0 {
-			q.state = d
-			if q.state.Incidents == nil {
-				q.state.Incidents = map[string]*Incident{}
-			}
-			for _, p := range q.state.Outbox {
-				if p.ID >= q.state.NextID {
-					q.state.NextID = p.ID + 1
-				}
-			}
-		}
+	var err error
+	q.state, err = q.load(now)
+	if err != nil {
+		q.log.Error("notification state unreadable; starting with an empty outbox", zap.Error(err))
 	}
-	if len(q.state.Outbox) > 0 {
+	if len(q.state.Outbox) > 0 && !standby {
 		q.log.Info("undelivered notifications restored", zap.Int("pending", len(q.state.Outbox)))
 	}
 	m.initFor(name, q.oldestAge)
-	m.queueLen.WithLabelValues(name).Set(float64(len(q.state.Outbox)))
+	m.queueLen.WithLabelValues(name).Set(float64(q.Len()))
 	return q, nil
+}
+
+// load reads the persisted outbox and incident records; on error (already
+// reported by the store as moved aside, or the store is unreachable) it
+// returns empty state with the error.
+func (q *Queue) load(now time.Time) (queueDoc, error) {
+	empty := queueDoc{Version: 1, NextID: 1, Incidents: map[string]*Incident{}}
+	if q.store == nil {
+		return empty, nil
+	}
+	var d queueDoc
+	if err := q.store.Load(q.doc, &d, now); err != nil {
+		return empty, err
+	}
+	if d.Version == 0 {
+		return empty, nil
+	}
+	if d.Incidents == nil {
+		d.Incidents = map[string]*Incident{}
+	}
+	if d.NextID == 0 {
+		d.NextID = 1
+	}
+	for _, p := range d.Outbox {
+		if p.ID >= d.NextID {
+			d.NextID = p.ID + 1
+		}
+	}
+	return d, nil
+}
+
+// activate reloads the persisted state (the previous leader's outbox,
+// incident records and Retry-After hold) and starts delivering. When the
+// state cannot be read the queue starts empty, as at start-up, and the
+// error is returned.
+func (q *Queue) activate(now time.Time) error {
+	d, err := q.load(now) // no lock: the worker is idle in standby
+	q.mu.Lock()
+	q.state = d
+	q.gen++
+	q.inflight = 0
+	clear(q.lastErr)
+	q.lastSaveE = ""
+	q.standby = false
+	n := len(q.state.Outbox)
+	q.m.queueLen.WithLabelValues(q.name).Set(float64(n))
+	q.mu.Unlock()
+	if n > 0 {
+		q.log.Info("taking over undelivered notifications", zap.Int("pending", n))
+	}
+	if g := q.group.Load(); g != nil {
+		g.setBusy(q)
+	}
+	q.poke()
+	return err
+}
+
+// deactivate stops delivering and persisting. An attempt in flight runs to
+// its end, but its result is not applied or saved: the new leader owns the
+// shared state.
+func (q *Queue) deactivate() {
+	q.mu.Lock()
+	q.standby = true
+	q.gen++
+	q.m.queueLen.WithLabelValues(q.name).Set(0)
+	q.mu.Unlock()
+	q.poke()
+}
+
+func (q *Queue) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Name is the integration's name.
 func (q *Queue) Name() string { return q.name }
 
-// Len is the number of undelivered events.
+// Len is the number of undelivered events; 0 in standby, where the
+// outbox is the leader's.
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.standby {
+		return 0
+	}
 	return len(q.state.Outbox)
 }
 
 func (q *Queue) oldestAge() float64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.state.Outbox) == 0 {
+	if len(q.state.Outbox) == 0 || q.standby {
 		return 0
 	}
 	oldest := q.state.Outbox[0].EnqueuedAt
@@ -325,13 +404,18 @@ func (q *Queue) Tracks(fingerprint string) bool {
 // superseded by a newer update of the same incident and dropped by its
 // resolve; triggers and resolves are never merged away, so the order
 // trigger → resolve always reaches the integration. enqueuedAt is ev.At, or
-// the current time when ev.At is zero.
+// the current time when ev.At is zero. In standby ev is dropped: the
+// leader delivers it (see Dispatcher.SetActive).
 func (q *Queue) Enqueue(ev Event) {
 	at := ev.At
 	if at.IsZero() {
 		at = q.now()
 	}
 	q.mu.Lock()
+	if q.standby {
+		q.mu.Unlock()
+		return
+	}
 	q.enqueueLocked(ev, at)
 	q.saveLocked(at)
 	q.m.queueLen.WithLabelValues(q.name).Set(float64(len(q.state.Outbox)))
@@ -339,10 +423,7 @@ func (q *Queue) Enqueue(ev Event) {
 	if g := q.group.Load(); g != nil {
 		g.setBusy(q)
 	}
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.poke()
 }
 
 // drainGroup lets the queues of one dispatcher finish their drains
@@ -460,7 +541,7 @@ func (q *Queue) evictLocked(box []*pending) []*pending {
 // returns the delay until something may become due, or empty.
 func (q *Queue) pickLocked(now time.Time, resolvesFirst bool) (p *pending, wait time.Duration, empty bool) {
 	box := q.state.Outbox
-	if len(box) == 0 {
+	if len(box) == 0 || q.standby {
 		return nil, 0, true
 	}
 	if q.state.HoldUntil.After(now) {
@@ -527,9 +608,10 @@ func (q *Queue) loop(ctx context.Context, drain bool) {
 		if p != nil {
 			ev = p.Event
 		}
+		gen := q.gen
 		q.mu.Unlock()
 		if p != nil {
-			q.attempt(attemptCtx, p.ID, ev)
+			q.attempt(attemptCtx, p.ID, ev, gen)
 			continue
 		}
 		if empty && drain {
@@ -563,8 +645,12 @@ func (q *Queue) loop(ctx context.Context, drain bool) {
 	}
 }
 
-func (q *Queue) attempt(ctx context.Context, id uint64, ev Event) {
+func (q *Queue) attempt(ctx context.Context, id uint64, ev Event, gen uint64) {
 	q.mu.Lock()
+	if q.gen != gen {
+		q.mu.Unlock()
+		return
+	}
 	rec := q.state.Incidents[ev.Fingerprint]
 	send, ok := plan(ev, rec)
 	var inc Incident
@@ -591,6 +677,15 @@ func (q *Queue) attempt(ctx context.Context, id uint64, ev Event) {
 
 	q.mu.Lock()
 	q.inflight = 0
+	if q.gen != gen {
+		// Leadership changed during the attempt: the shared state is no
+		// longer ours to write. The event stays in the store's outbox and
+		// the leader delivers it again (at least once across failover).
+		q.mu.Unlock()
+		q.log.Warn("leadership changed during a delivery attempt; its result is not recorded",
+			zap.String("fingerprint", ev.Fingerprint), zap.String("kind", string(send.Kind)), zap.Error(err))
+		return
+	}
 	idx := -1
 	for i, p := range q.state.Outbox {
 		if p.ID == id {
@@ -691,7 +786,7 @@ func (q *Queue) saveLocked(now time.Time) {
 			delete(q.state.Incidents, fp)
 		}
 	}
-	if q.store == nil {
+	if q.store == nil || q.standby {
 		return
 	}
 	if err := q.store.Save(q.doc, &q.state); err != nil {

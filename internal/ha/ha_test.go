@@ -1,0 +1,500 @@
+package ha_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore/kubetest"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	namespace   = "watchdog"
+	alertsDoc   = "alerts" // eval.AlertsDocument
+	replicaName = "llama-70b-0"
+)
+
+// The lease is real time. lease_duration must exceed renew_deadline by a
+// second, the resolution at which followers see renewals.
+var haCfg = leader.Config{
+	Enabled:       true,
+	Namespace:     namespace,
+	LeaseDuration: 2 * time.Second,
+	RenewDeadline: 500 * time.Millisecond,
+	RetryPeriod:   200 * time.Millisecond,
+}
+
+var queueOpts = notify.QueueOptions{
+	InitialBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	MaxRetryDuration: 5 * time.Second, AttemptTimeout: 2 * time.Second, DrainTimeout: 2 * time.Second,
+}
+
+// world is what the copies share.
+type world struct {
+	api       *kubetest.API
+	slack     *notifytest.SlackServer
+	pd        *notifytest.PagerDutyServer
+	slackReqs chan notifytest.Request
+	pdReqs    chan notifytest.Request
+	base      time.Time // evaluation times are base + n·5s
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{
+		api: kubetest.NewAPI(), slack: notifytest.NewSlackServer(), pd: notifytest.NewPagerDutyServer(),
+		slackReqs: make(chan notifytest.Request, 100), pdReqs: make(chan notifytest.Request, 100),
+		base: time.Now().Truncate(time.Second),
+	}
+	t.Cleanup(w.slack.Close)
+	t.Cleanup(w.pd.Close)
+	w.slack.Respond(func(_ int, r notifytest.Request) notifytest.Response { w.slackReqs <- r; return notifytest.Response{} })
+	w.pd.Respond(func(_ int, r notifytest.Request) notifytest.Response { w.pdReqs <- r; return notifytest.Response{} })
+	return w
+}
+
+func (w *world) at(n int) time.Time { return w.base.Add(time.Duration(n) * 5 * time.Second) }
+
+// daemon is one watchdog copy, wired as cmd/watchdog wires HA mode.
+type daemon struct {
+	name     string
+	store    *kubestore.Store
+	d        *notify.Dispatcher
+	elector  *leader.Elector
+	changes  chan change
+	requests atomic.Int64 // HTTP requests this copy made to Slack and PagerDuty
+	logs     *observer.ObservedLogs
+
+	mu      sync.Mutex // the evaluation loop's lock: the tracker is not concurrency-safe
+	tracker *alert.Tracker
+
+	stopNotify, stopElector context.CancelFunc
+	notifyDone, electorDone chan struct{}
+}
+
+type countingTransport struct {
+	n  *atomic.Int64
+	rt http.RoundTripper
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(r)
+}
+
+func (w *world) start(t *testing.T, name string) *daemon {
+	t.Helper()
+	core, logs := observer.New(zapcore.InfoLevel)
+	logger := zap.New(core).With(zap.String("copy", name))
+	reg := prometheus.NewRegistry()
+	client := w.api.Client(name)
+	dm := &daemon{name: name, changes: make(chan change, 16), logs: logs}
+	httpClient := &http.Client{Transport: countingTransport{&dm.requests, http.DefaultTransport}}
+
+	store, err := kubestore.New(client, kubestore.Options{Namespace: namespace, ReadOnly: true, Logger: logger}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := slack.New(slack.Config{BotToken: "xoxb-test", Channel: "#llm-oncall", APIURL: w.slack.APIURL()}, httpClient, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := pagerduty.New(pagerduty.Config{RoutingKey: "PDROUTINGKEY0123456789abcdef0123", EventsURL: w.pd.EventsURL()}, httpClient, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	d, err := notify.NewDispatcher(notify.DispatcherConfig{
+		Integrations: []notify.Integration{
+			{Name: notify.IntegrationSlack, Notifier: sl, Options: queueOpts},
+			{Name: notify.IntegrationPagerDuty, Notifier: pd, Options: queueOpts},
+		},
+		Routes: notify.DefaultRoutes(), Store: store, Logger: logger, Registerer: reg, Standby: true,
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracker := alert.NewTracker(alert.Config{ResolvedRetention: time.Hour}, alert.Links{ExternalURL: "https://watchdog.example"})
+	var saved []alert.Alert
+	if err := store.Load(alertsDoc, &saved, now); err != nil {
+		t.Errorf("%s: loading alerts: %v", name, err)
+	}
+	tracker.Restore(saved, now)
+	tracker.RestoreIncidents(d.OpenIncidents(), now)
+
+	e, err := leader.New(haCfg, client, name, reg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.OnChange(func(leading bool) {
+		now := time.Now()
+		store.SetWritable(leading)
+		if err := d.SetActive(leading, now); err != nil {
+			t.Errorf("%s: SetActive(%v): %v", name, leading, err)
+		}
+		if leading {
+			// Under the evaluation loop's lock: incidents the old leader
+			// opened that this tracker does not know, then this copy's
+			// alerts replace the old leader's document.
+			dm.mu.Lock()
+			dm.tracker.RestoreIncidents(d.OpenIncidents(), now)
+			if err := store.Save(alertsDoc, dm.tracker.Snapshot()); err != nil {
+				t.Errorf("%s: saving alerts at takeover: %v", name, err)
+			}
+			dm.mu.Unlock()
+		}
+		dm.changes <- change{leading, now, time.Since(now)}
+	})
+	dm.store, dm.d, dm.elector, dm.tracker = store, d, e, tracker
+
+	nctx, stopNotify := context.WithCancel(context.Background())
+	ectx, stopElector := context.WithCancel(context.Background())
+	dm.stopNotify, dm.stopElector = stopNotify, stopElector
+	dm.notifyDone, dm.electorDone = make(chan struct{}), make(chan struct{})
+	go func() { _ = d.Run(nctx); close(dm.notifyDone) }()
+	go func() { _ = e.Run(ectx); close(dm.electorDone) }()
+	t.Cleanup(dm.stop)
+	return dm
+}
+
+// stop is the daemon's clean shutdown order: the dispatcher drains while
+// this copy still leads, then the lease is released.
+func (dm *daemon) stop() {
+	dm.stopNotify()
+	<-dm.notifyDone
+	dm.stopElector()
+	<-dm.electorDone
+}
+
+// evaluate is one evaluation round: findings in, events to the dispatcher,
+// firing alerts persisted (a follower's store skips the write).
+func (dm *daemon) evaluate(t *testing.T, findings []detect.Finding, now time.Time) []notify.Event {
+	t.Helper()
+	dm.mu.Lock()
+	defer dm.mu.Unlock()
+	evs := dm.tracker.Update(findings, now)
+	for _, ev := range evs {
+		dm.d.Send(ev)
+	}
+	if err := dm.store.Save(alertsDoc, dm.tracker.Snapshot()); err != nil {
+		t.Errorf("%s: saving alerts: %v", dm.name, err)
+	}
+	return evs
+}
+
+// change is one leadership change as the daemon saw it: when it was told,
+// and how long switching the store, the dispatcher and the tracker took.
+type change struct {
+	leader bool
+	at     time.Time
+	took   time.Duration
+}
+
+func (dm *daemon) next(t *testing.T, d time.Duration) (bool, time.Time) {
+	t.Helper()
+	select {
+	case c := <-dm.changes:
+		if c.took > 100*time.Millisecond {
+			t.Logf("%s: switching to leader=%v took %s", dm.name, c.leader, c.took)
+		}
+		return c.leader, c.at
+	case <-time.After(d):
+		t.Fatalf("%s: no leadership change within %s", dm.name, d)
+		return false, time.Time{}
+	}
+}
+
+func storm(sev detect.Severity) []detect.Finding {
+	return []detect.Finding{{
+		Class: detect.PreemptStorm, Severity: sev, Replica: replicaName, Model: "meta-llama/Llama-3.1-70B-Instruct",
+		Layer: "kv_memory", Summary: "Requests are being retracted at 4.2/s with the KV cache 97% full",
+		Diagnosis: "The KV cache is exhausted, so the scheduler evicts running requests.",
+		Evidence:  []detect.Evidence{{Name: "retractions", Value: 4.2, Baseline: 0.05, HasBaseline: true, Unit: "/s"}},
+		Emergency: []string{"Shift traffic away from llama-70b-0."},
+		Runbook:   detect.RunbookPath(detect.PreemptStorm),
+	}}
+}
+
+var fingerprint = alert.Fingerprint(replicaName, detect.PreemptStorm)
+
+// waitFor returns the first request on ch that pred accepts.
+func waitFor(t *testing.T, ch <-chan notifytest.Request, what string, pred func(notifytest.Request) bool) notifytest.Request {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case r := <-ch:
+			if pred(r) {
+				return r
+			}
+		case <-deadline:
+			t.Fatalf("no %s within 5s", what)
+			return notifytest.Request{}
+		}
+	}
+}
+
+func slackMethod(m string) func(notifytest.Request) bool {
+	return func(r notifytest.Request) bool { return r.Method == m }
+}
+
+func pdAction(action string) func(notifytest.Request) bool {
+	return func(r notifytest.Request) bool {
+		var ev notifytest.PagerDutyEvent
+		_ = json.Unmarshal(r.Body, &ev)
+		return ev.Action == action
+	}
+}
+
+// persisted waits until the ConfigMap holds the record of the incident of
+// every integration given, open and with nothing pending, and returns the
+// Slack message's ts as recorded there (which is also when the fake Slack
+// has stored the message: the record is written after its answer).
+func (w *world) persisted(t *testing.T, integrations ...string) string {
+	t.Helper()
+	type doc struct {
+		Outbox    []json.RawMessage `json:"outbox"`
+		Incidents map[string]struct {
+			Open bool              `json:"open"`
+			Ref  map[string]string `json:"ref"`
+		} `json:"incidents"`
+	}
+	var ts string
+	ok := w.api.Await(5*time.Second, func() bool {
+		cm, err := w.api.Client("check").CoreV1().ConfigMaps(namespace).Get(context.Background(), kubestore.DefaultName, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, in := range integrations {
+			var d doc
+			if json.Unmarshal([]byte(cm.Data["notify-"+in]), &d) != nil || len(d.Outbox) > 0 || !d.Incidents[fingerprint].Open {
+				return false
+			}
+			if in == notify.IntegrationSlack {
+				if ts = d.Incidents[fingerprint].Ref[slack.RefTS]; ts == "" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if !ok {
+		t.Fatalf("the leader's records (%v) never reached the ConfigMap", integrations)
+	}
+	return ts
+}
+
+// checkPages asserts what the providers saw of the incident in total: one
+// Slack parent, every edit of it on its ts, and PagerDuty exactly the
+// actions given, all with the incident's dedup key.
+func (w *world) checkPages(t *testing.T, parentTS string, pdActions ...string) {
+	t.Helper()
+	parents := w.slack.Parents()
+	if len(parents) != 1 || parents[0].TS != parentTS {
+		t.Errorf("slack parents = %+v, want exactly the one posted first (%s)", parents, parentTS)
+	}
+	updates := 0
+	for _, r := range w.slack.Requests() {
+		switch r.Method {
+		case "chat.update":
+			updates++
+			if r.Form.Get("ts") != parentTS {
+				t.Errorf("chat.update of ts %s, want the original message %s", r.Form.Get("ts"), parentTS)
+			}
+		case "chat.postMessage":
+			if ts := r.Form.Get("thread_ts"); ts != "" && ts != parentTS {
+				t.Errorf("thread reply to %s, want %s", ts, parentTS)
+			}
+		}
+	}
+	if updates == 0 {
+		t.Error("the Slack message was never updated")
+	}
+	got := w.pd.Accepted()
+	var actions []string
+	for _, ev := range got {
+		actions = append(actions, ev.Action)
+		if ev.DedupKey != fingerprint {
+			t.Errorf("pagerduty %s with dedup_key %q, want %q", ev.Action, ev.DedupKey, fingerprint)
+		}
+	}
+	if len(actions) != len(pdActions) {
+		t.Fatalf("pagerduty actions %v, want %v", actions, pdActions)
+	}
+	for i := range actions {
+		if actions[i] != pdActions[i] {
+			t.Errorf("pagerduty actions %v, want %v", actions, pdActions)
+		}
+	}
+}
+
+// The leader pages; it is stopped cleanly mid-incident (drains, releases
+// the lease); the other copy takes over at once and resolves the same
+// Slack message and PagerDuty incident.
+func TestHACleanHandover(t *testing.T) {
+	w := newWorld(t)
+	a := w.start(t, "watchdog-a")
+	if l, _ := a.next(t, 3*time.Second); !l {
+		t.Fatal("a did not lead")
+	}
+	b := w.start(t, "watchdog-b")
+
+	// Both copies see the incident start as a warning: Slack only.
+	for _, dm := range []*daemon{a, b} {
+		if evs := dm.evaluate(t, storm(detect.Warning), w.at(1)); len(evs) != 1 || evs[0].Kind != notify.KindTrigger {
+			t.Fatalf("%s: events %v", dm.name, evs)
+		}
+	}
+	waitFor(t, w.slackReqs, "Slack parent", slackMethod("chat.postMessage"))
+	// It escalates: the message is edited, PagerDuty paged.
+	for _, dm := range []*daemon{a, b} {
+		dm.evaluate(t, storm(detect.Critical), w.at(2))
+	}
+	waitFor(t, w.pdReqs, "PagerDuty trigger", pdAction("trigger"))
+	parentTS := w.persisted(t, "slack", "pagerduty")
+	if b.requests.Load() != 0 {
+		t.Fatalf("the follower made %d requests to Slack/PagerDuty", b.requests.Load())
+	}
+
+	stopped := time.Now()
+	a.stop()
+	if l, at := b.next(t, 3*time.Second); !l {
+		t.Fatal("b did not take over")
+	} else {
+		t.Logf("takeover %s after a clean stop (lease_duration %s)", at.Sub(stopped), haCfg.LeaseDuration)
+		if at.Sub(stopped) >= haCfg.LeaseDuration {
+			t.Errorf("takeover took %s although the lease was released", at.Sub(stopped))
+		}
+	}
+
+	// The incident ends: b resolves what a opened.
+	if evs := b.evaluate(t, nil, w.at(3)); len(evs) != 1 || evs[0].Kind != notify.KindResolve {
+		t.Fatalf("b's events: %v", evs)
+	}
+	waitFor(t, w.pdReqs, "PagerDuty resolve", pdAction("resolve"))
+	b.stop()
+	w.checkPages(t, parentTS, "trigger", "resolve")
+	if got := w.slack.Messages()[0]; got.Updates < 2 {
+		t.Errorf("parent updated %d times, want the escalation (by a) and the resolve (by b)", got.Updates)
+	}
+}
+
+// The leader is cut off from the API server (it cannot renew or release)
+// but keeps running: it stops paging by itself within renew_deadline; the
+// other copy takes over once the lease expires, escalates and resolves the
+// same incident, and the cut-off copy never pages again.
+func TestHAHardStop(t *testing.T) {
+	w := newWorld(t)
+	a := w.start(t, "watchdog-a")
+	a.next(t, 3*time.Second)
+	b := w.start(t, "watchdog-b")
+	for _, dm := range []*daemon{a, b} {
+		dm.evaluate(t, storm(detect.Warning), w.at(1))
+	}
+	waitFor(t, w.slackReqs, "Slack parent", slackMethod("chat.postMessage"))
+	parentTS := w.persisted(t, "slack")
+
+	cut := time.Now()
+	w.api.Partition("watchdog-a", true)
+	aReqs := a.requests.Load()
+	lostLeader, lostAt := a.next(t, 3*time.Second)
+	gotLeader, gotAt := b.next(t, 5*time.Second)
+	if lostLeader || !gotLeader {
+		t.Fatalf("a leader=%v, b leader=%v", lostLeader, gotLeader)
+	}
+	t.Logf("after the cut: a stopped paging in %s, b took over in %s (lease_duration %s, retry_period %s)",
+		lostAt.Sub(cut), gotAt.Sub(cut), haCfg.LeaseDuration, haCfg.RetryPeriod)
+	if !lostAt.Before(gotAt) {
+		t.Error("both copies led at once")
+	}
+	// Typically 2.0-2.3s: lease_duration after b last saw a renewal, plus up
+	// to two polls (retry_period with 120% jitter); the bound allows for a
+	// loaded CI machine running every package under -race.
+	if limit := haCfg.LeaseDuration + 2*time.Duration(2.2*float64(haCfg.RetryPeriod)) + 2*time.Second; gotAt.Sub(cut) > limit {
+		t.Errorf("takeover took %s, want within %s (lease_duration + 2 polls + 2s for a busy machine)", gotAt.Sub(cut), limit)
+	}
+
+	// Escalation after the takeover, seen by both copies.
+	for _, dm := range []*daemon{a, b} {
+		dm.evaluate(t, storm(detect.Critical), w.at(2))
+	}
+	waitFor(t, w.pdReqs, "PagerDuty trigger", pdAction("trigger"))
+	waitFor(t, w.slackReqs, "Slack update", slackMethod("chat.update"))
+	for _, dm := range []*daemon{a, b} {
+		dm.evaluate(t, nil, w.at(3))
+	}
+	waitFor(t, w.pdReqs, "PagerDuty resolve", pdAction("resolve"))
+	b.stop()
+	a.stop()
+	if n := a.requests.Load() - aReqs; n != 0 {
+		t.Errorf("the cut-off copy made %d requests after the cut", n)
+	}
+	w.checkPages(t, parentTS, "trigger", "resolve")
+}
+
+// The leader dies mid-incident and the incident ends before anyone else
+// leads: the new leader's tracker saw the end while it was a follower, and
+// on takeover it resolves the incident the old leader opened (the old
+// leader never will).
+func TestHALeaderlessGapIsCaughtUp(t *testing.T) {
+	w := newWorld(t)
+	a := w.start(t, "watchdog-a")
+	a.next(t, 3*time.Second)
+	b := w.start(t, "watchdog-b")
+	for _, dm := range []*daemon{a, b} {
+		dm.evaluate(t, storm(detect.Critical), w.at(1))
+	}
+	waitFor(t, w.pdReqs, "PagerDuty trigger", pdAction("trigger"))
+	waitFor(t, w.slackReqs, "Slack parent", slackMethod("chat.postMessage"))
+	parentTS := w.persisted(t, "slack", "pagerduty")
+
+	// Hold b off the API for a moment so that the gap is certain.
+	w.api.Partition("watchdog-b", true)
+	w.api.Partition("watchdog-a", true)
+	a.stopNotify() // a "dies": no more deliveries
+	<-a.notifyDone
+	if l, _ := a.next(t, 3*time.Second); l {
+		t.Fatal("a still leads")
+	}
+	// No copy leads; the incident ends.
+	for _, dm := range []*daemon{a, b} {
+		if evs := dm.evaluate(t, nil, w.at(2)); len(evs) != 1 || evs[0].Kind != notify.KindResolve {
+			t.Fatalf("%s: %v", dm.name, evs)
+		}
+	}
+	w.api.Partition("watchdog-b", false)
+	if l, _ := b.next(t, 5*time.Second); !l {
+		t.Fatal("b did not take over")
+	}
+	waitFor(t, w.pdReqs, "PagerDuty resolve", pdAction("resolve"))
+	b.stop()
+	w.checkPages(t, parentTS, "trigger", "resolve")
+	cm, err := w.api.Client("check").CoreV1().ConfigMaps(namespace).Get(context.Background(), kubestore.DefaultName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved []alert.Alert
+	if err := json.Unmarshal([]byte(cm.Data[alertsDoc]), &saved); err != nil || len(saved) != 0 {
+		t.Errorf("alerts document after the resolve = %s (%v), want no firing alert", cm.Data[alertsDoc], err)
+	}
+}
