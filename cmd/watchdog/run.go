@@ -25,6 +25,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/diagnose"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/heartbeat"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/reload"
@@ -359,6 +360,17 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		<-notifyDone
 		stopHTTP()
 	})
+	// The heartbeat pings only while evaluation runs and, in HA mode, only
+	// from the leader: its silence must mean "nobody is watching".
+	hb, err := heartbeat.New(cfg.Heartbeat, &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}, func() bool {
+		last := loop.LastEvaluation()
+		fresh := !last.IsZero() && time.Since(last) < 3*cfg.Evaluation.Interval+time.Minute
+		return fresh && (elector == nil || elector.IsLeader())
+	}, reg, logger.Named("heartbeat"))
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	g.Add(func() error { return hb.Run(pipeCtx) }, func(error) { stopPipe() })
 	if elector != nil {
 		elector.OnChange(func(leading bool) {
 			now := time.Now()
@@ -495,6 +507,7 @@ func restartOnly(old, next config.Config) []string {
 	check("scrape", old.Scrape != next.Scrape)
 	check("evaluation", old.Evaluation != next.Evaluation)
 	check("ha", old.HA != next.HA)
+	check("heartbeat", old.Heartbeat != next.Heartbeat)
 	check("notify", !notifyEqual(old.Notify, next.Notify))
 	return out
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/heartbeat"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -50,8 +51,11 @@ type Config struct {
 	Correlation correlate.Config `yaml:"correlation"`
 	// HA runs several copies with Kubernetes leader election: only the
 	// leader pages; incident records live in a ConfigMap.
-	HA     leader.Config `yaml:"ha"`
-	Notify Notify        `yaml:"notify"`
+	HA leader.Config `yaml:"ha"`
+	// Heartbeat is a dead man's switch: a periodic ping to an external
+	// monitor so the watchdog's own death is noticed.
+	Heartbeat heartbeat.Config `yaml:"heartbeat"`
+	Notify    Notify           `yaml:"notify"`
 	// Runbooks overrides the runbook link of a class (a team's own wiki).
 	Runbooks map[string]string `yaml:"runbooks"`
 }
@@ -130,6 +134,7 @@ func Default() Config {
 		Alerts:      alert.DefaultConfig(),
 		Correlation: correlate.DefaultConfig(),
 		HA:          leader.DefaultConfig(),
+		Heartbeat:   heartbeat.DefaultConfig(),
 		Notify: Notify{
 			Routes:    notify.DefaultRoutes().Routes,
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
@@ -377,6 +382,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Detectors.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Heartbeat.Validate("heartbeat"); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.HA.Validate("ha"); err != nil {
