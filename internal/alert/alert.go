@@ -349,6 +349,7 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, now time.Time) notify.Event 
 		Layer:       string(f.Layer),
 		Summary:     f.Summary,
 		Diagnosis:   f.Diagnosis,
+		Triage:      f.Triage,
 		Emergency:   f.Emergency,
 		RootCause:   f.RootCause,
 		RunbookURL:  t.links.runbook(runbookClass(a)),

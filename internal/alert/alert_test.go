@@ -288,3 +288,18 @@ func TestRestoreIncidentsFromNotifierRecords(t *testing.T) {
 		t.Fatalf("want the original incident resolved, got %+v", evs)
 	}
 }
+
+func TestLayerTriageReachesThePage(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg, Links{})
+	f := finding("r1", "queue_latency", detect.Warning)
+	f.Layer, f.Triage = detect.LayerQueue, "admission bottleneck: 8 running, 47 waiting. Next step: raise --max-running-requests"
+	evs := tr.Update([]detect.Finding{f}, t0)
+	if len(evs) != 1 || evs[0].Triage != f.Triage || evs[0].Layer != "queue" {
+		t.Fatalf("event %+v", evs)
+	}
+	if text := notify.FormatText(evs[0]); !strings.Contains(text, "Next step: raise --max-running-requests") {
+		t.Errorf("log page lacks the triage:\n%s", text)
+	}
+}

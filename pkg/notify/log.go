@@ -69,6 +69,9 @@ func FormatText(ev Event) string {
 	if ev.Diagnosis != "" {
 		fmt.Fprintf(&b, "diagnosis:   %s\n", clean(ev.Diagnosis))
 	}
+	if ev.Triage != "" {
+		fmt.Fprintf(&b, "triage:      %s\n", clean(ev.Triage))
+	}
 	if !ev.StartsAt.IsZero() {
 		fmt.Fprintf(&b, "since:       %s\n", ev.StartsAt.UTC().Format("2006-01-02 15:04:05Z"))
 	}

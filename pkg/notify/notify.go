@@ -56,6 +56,7 @@ type Event struct {
 	Layer       string    `json:"layer,omitempty"`
 	Summary     string    `json:"summary"`
 	Diagnosis   string    `json:"diagnosis"`
+	Triage      string    `json:"triage,omitempty"` // layer triage: verdict, numbers and the next step
 	Evidence    []Field   `json:"evidence,omitempty"`
 	Emergency   []string  `json:"emergency_steps,omitempty"`
 	RootCause   []string  `json:"root_cause_steps,omitempty"`

@@ -223,6 +223,7 @@ type customDetails struct {
 	Status      string     `json:"status"`
 	Kind        string     `json:"kind"`
 	Diagnosis   string     `json:"diagnosis,omitempty"`
+	Triage      string     `json:"triage,omitempty"`
 	Replica     string     `json:"replica"`
 	Model       string     `json:"model,omitempty"`
 	Layer       string     `json:"layer,omitempty"`
@@ -246,6 +247,7 @@ func details(ev notify.Event) customDetails {
 		Status:      string(ev.Status),
 		Kind:        string(ev.Kind),
 		Diagnosis:   truncate(ev.Diagnosis, maxDetailString),
+		Triage:      truncate(ev.Triage, maxDetailString),
 		Replica:     truncate(ev.Replica, maxDetailString),
 		Model:       truncate(ev.Model, maxDetailString),
 		Layer:       truncate(ev.Layer, maxDetailString),

@@ -201,6 +201,9 @@ func Blocks(ev notify.Event) []slackapi.Block {
 	if ev.Diagnosis == "" {
 		diag = "*Diagnosis*\n(none)"
 	}
+	if ev.Triage != "" {
+		diag += "\n*Layer triage*: " + Escape(ev.Triage)
+	}
 	blocks = append(blocks, slackapi.NewSectionBlock(mrkdwn(Truncate(diag, MaxSectionText)), facts, nil))
 
 	if len(ev.Evidence) > 0 {
