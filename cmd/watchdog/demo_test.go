@@ -19,8 +19,14 @@ func TestDemoStartsAndStopsCleanly(t *testing.T) {
 		outW.Close()
 		done <- err
 	}()
-	out.waitFor(t, "listening line", func(s string) bool { return strings.Contains(s, "watchdog listening on http://127.0.0.1:") })
-	out.waitFor(t, "first scenario phase", func(s string) bool { return strings.Contains(s, "scenario: healthy") })
+	// The narrator and the daemon start concurrently: their first lines
+	// come in either order.
+	seen := map[string]bool{}
+	out.waitFor(t, "listening line and first scenario phase", func(s string) bool {
+		seen["listening"] = seen["listening"] || strings.Contains(s, "watchdog listening on http://127.0.0.1:")
+		seen["phase"] = seen["phase"] || strings.Contains(s, "scenario: healthy")
+		return seen["listening"] && seen["phase"]
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("demo returned %v", err)
