@@ -3,9 +3,9 @@ package diagnose
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -239,18 +239,7 @@ func finitePtr(v float64) *float64 {
 
 // num formats for humans: 3 significant digits, no exponent for everyday
 // magnitudes.
-func num(v float64) string {
-	switch {
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		return "n/a"
-	case v == math.Trunc(v) && math.Abs(v) < 1e9:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	case math.Abs(v) >= 1000:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	default:
-		return strconv.FormatFloat(v, 'g', 3, 64)
-	}
-}
+func num(v float64) string { return detect.FormatNumber(v) }
 
 // secs formats seconds: "850ms", "2.3s", "1m30s".
 func secs(v float64) string {

@@ -122,9 +122,12 @@ func atLeastTimes(now, base, k float64) bool {
 	return now > 0 && now >= k*base
 }
 
-// num formats a number for humans: 3 significant digits, no exponent for
-// everyday magnitudes.
-func num(v float64) string {
+func num(v float64) string { return FormatNumber(v) }
+
+// FormatNumber formats a number for humans: 3 significant digits, no
+// exponent for everyday magnitudes. Pages and the diagnose report share it,
+// so the same value reads the same everywhere.
+func FormatNumber(v float64) string {
 	switch {
 	case math.IsNaN(v) || math.IsInf(v, 0):
 		return "n/a"
