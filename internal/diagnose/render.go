@@ -3,12 +3,13 @@ package diagnose
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"io"
 	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 // WriteJSON writes the report as one indented JSON document.
