@@ -46,6 +46,14 @@ type rig struct {
 
 func newRig(t *testing.T, store *notifytest.MemStore, pd, sl *notifytest.Recorder) *rig {
 	t.Helper()
+	return newCopy(t, store, pd, sl, false)
+}
+
+// newCopy is one watchdog copy (of a highly available pair, when standby
+// starts it as a follower): a dispatcher on the store, delivering through
+// the recorders.
+func newCopy(t *testing.T, store *notifytest.MemStore, pd, sl *notifytest.Recorder, standby bool) *rig {
+	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	r := &rig{pd: pd, sl: sl, store: store, reg: prometheus.NewRegistry(), logs: logs, logOut: &bytes.Buffer{}}
 	d, err := notify.NewDispatcher(notify.DispatcherConfig{
@@ -58,6 +66,7 @@ func newRig(t *testing.T, store *notifytest.MemStore, pd, sl *notifytest.Recorde
 		Logger:     zap.New(core),
 		Registerer: r.reg,
 		LogWriter:  r.logOut,
+		Standby:    standby,
 	}, time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package notify_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"maps"
@@ -10,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -18,31 +16,6 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 )
-
-// newCopy is one watchdog copy of a highly available pair: a dispatcher on
-// the shared store, delivering through the shared recorders.
-func newCopy(t *testing.T, store *notifytest.MemStore, pd, sl *notifytest.Recorder, standby bool) *rig {
-	t.Helper()
-	core, logs := observer.New(zapcore.DebugLevel)
-	r := &rig{pd: pd, sl: sl, store: store, reg: prometheus.NewRegistry(), logs: logs, logOut: &bytes.Buffer{}}
-	d, err := notify.NewDispatcher(notify.DispatcherConfig{
-		Integrations: []notify.Integration{
-			{Name: "pagerduty", Notifier: pd, Options: testOpts},
-			{Name: "slack", Notifier: sl, Options: testOpts},
-		},
-		Routes:     notify.DefaultRoutes(),
-		Store:      store,
-		Logger:     zap.New(core),
-		Registerer: r.reg,
-		LogWriter:  r.logOut,
-		Standby:    standby,
-	}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.d = d
-	return r
-}
 
 func snapshot(s *notifytest.MemStore) map[string]string {
 	out := map[string]string{}
