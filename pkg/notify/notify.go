@@ -45,19 +45,28 @@ type Field struct {
 // names, label values, error texts) are untrusted and must be escaped by
 // each integration for its own markup.
 type Event struct {
-	Fingerprint string    `json:"fingerprint"` // stable per (replica, class); PagerDuty dedup_key, Slack thread key
-	Seq         uint64    `json:"seq"`         // increases per fingerprint; orders events of one incident
-	Kind        Kind      `json:"kind"`
-	Status      Status    `json:"status"`
-	Class       string    `json:"class"`
-	Severity    string    `json:"severity"` // critical, warning, info
-	Replica     string    `json:"replica"`
-	Model       string    `json:"model,omitempty"`
-	Layer       string    `json:"layer,omitempty"`
-	Summary     string    `json:"summary"`
-	Diagnosis   string    `json:"diagnosis"`
-	Triage      string    `json:"triage,omitempty"` // layer triage: verdict, numbers and the next step
-	Evidence    []Field   `json:"evidence,omitempty"`
+	Fingerprint string `json:"fingerprint"` // stable per (replica, class); PagerDuty dedup_key, Slack thread key
+	Seq         uint64 `json:"seq"`         // increases per fingerprint; orders events of one incident
+	Kind        Kind   `json:"kind"`
+	Status      Status `json:"status"`
+	Class       string `json:"class"`
+	Severity    string `json:"severity"` // critical, warning, info
+	Replica     string `json:"replica"`
+	Model       string `json:"model,omitempty"`
+	Fleet       bool   `json:"fleet,omitempty"` // the incident spans most replicas of Model; Replica is "fleet/<model>"
+	Layer       string `json:"layer,omitempty"`
+	// Headline is the page's title: where, what is happening, and what
+	// users feel (queue, time to first token) when known.
+	Headline  string `json:"headline,omitempty"`
+	Summary   string `json:"summary"`
+	Diagnosis string `json:"diagnosis"`
+	Triage    string `json:"triage,omitempty"` // layer triage: verdict, numbers and the next step
+	// Evidence are the numbers the verdict rests on; on a resolve, their
+	// values at the incident's worst round (the peak).
+	Evidence []Field `json:"evidence,omitempty"`
+	// Recovered are the replica's values as the incident resolves, shown
+	// beside the peak.
+	Recovered   []Field   `json:"recovered,omitempty"`
 	Emergency   []string  `json:"emergency_steps,omitempty"`
 	RootCause   []string  `json:"root_cause_steps,omitempty"`
 	ExplainedBy []string  `json:"explained_by,omitempty"` // classes on the same replica that cause this one
