@@ -3,7 +3,9 @@
 // the undelivered outbox. Writes are atomic (temp file, fsync, rename, fsync
 // of the directory), so a crash leaves either the old or the new document.
 // A document that cannot be decoded is moved aside, reported, and treated as
-// absent: corrupt state must never stop the daemon from paging.
+// absent: corrupt state must never stop the daemon from paging. A document
+// that cannot be read at all (permission, I/O) is left where it is and the
+// error returned: it may be intact, and the next start may read it.
 package state
 
 import (
@@ -30,6 +32,9 @@ type Dir struct {
 	path string
 	mu   sync.Mutex
 	mem  map[string][]byte
+	// readFile is os.ReadFile; tests replace it to fail the way a root
+	// process cannot be made to fail (permission denied, EIO).
+	readFile func(name string) ([]byte, error)
 }
 
 // Open prepares the directory (creating it) and returns a Dir for it.
@@ -46,7 +51,7 @@ func Open(path string) (*Dir, error) {
 	}
 	probe.Close()
 	os.Remove(probe.Name())
-	return &Dir{path: path}, nil
+	return &Dir{path: path, readFile: os.ReadFile}, nil
 }
 
 // Path is the directory, "" for an in-memory Dir.
@@ -54,7 +59,9 @@ func (d *Dir) Path() string { return d.path }
 
 // Load decodes document name into v. A missing document leaves v untouched
 // and returns nil. An undecodable one is renamed to name.corrupt-<unix> and
-// Load returns an error wrapping ErrCorrupt; v is left untouched.
+// Load returns an error wrapping ErrCorrupt; v is left untouched. One that
+// cannot be read is not touched: Load returns the read error (errors.Is
+// finds fs.ErrPermission and the like in it), not ErrCorrupt.
 func (d *Dir) Load(name string, v any, now time.Time) error {
 	if !validName.MatchString(name) {
 		return fmt.Errorf("state document name %q is invalid", name)
@@ -69,12 +76,12 @@ func (d *Dir) Load(name string, v any, now time.Time) error {
 		}
 		data = b
 	} else {
-		b, err := os.ReadFile(filepath.Join(d.path, name+".json"))
+		b, err := d.readFile(filepath.Join(d.path, name+".json"))
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
 		if err != nil {
-			return d.moveAside(name, now, err)
+			return fmt.Errorf("state %s: read: %w", name, err)
 		}
 		data = b
 	}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,4 +108,69 @@ func TestRejectsBadNamesAndUnwritableDir(t *testing.T) {
 	if _, err := Open(filepath.Join(f, "sub")); err == nil {
 		t.Error("a path under a regular file was accepted as state dir")
 	}
+}
+
+// A document that exists but cannot be read is an error for the caller,
+// not corruption: it stays where it is, so that a later start (after the
+// permission or disk is fixed) still finds it.
+func TestUnreadableDocumentIsAnErrorAndLeftInPlace(t *testing.T) {
+	t.Run("path is a directory", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "outbox.json"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := doc{N: 7}
+		err = d.Load("outbox", &got, time.Unix(1700000000, 0))
+		if err == nil {
+			t.Fatal("Load of an unreadable document returned nil")
+		}
+		if errors.Is(err, ErrCorrupt) {
+			t.Fatalf("unreadable document reported as corrupt: %v", err)
+		}
+		if got.N != 7 {
+			t.Errorf("v changed: %+v", got)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "outbox.json")); err != nil || !fi.IsDir() {
+			t.Errorf("unreadable document was moved: %v", err)
+		}
+		if matches, _ := filepath.Glob(filepath.Join(dir, "*.corrupt-*")); len(matches) != 0 {
+			t.Errorf("moved aside as corrupt: %v", matches)
+		}
+	})
+	t.Run("permission denied", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "outbox.json")
+		if err := os.WriteFile(path, []byte(`{"n":3}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Tests run as root, which no file mode stops: fail the read the
+		// way the kernel does for anyone else.
+		d.readFile = func(name string) ([]byte, error) {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrPermission}
+		}
+		var got doc
+		err = d.Load("outbox", &got, time.Unix(1700000000, 0))
+		if !errors.Is(err, fs.ErrPermission) {
+			t.Fatalf("want an error wrapping fs.ErrPermission, got %v", err)
+		}
+		if errors.Is(err, ErrCorrupt) {
+			t.Fatalf("permission error reported as corrupt: %v", err)
+		}
+		if b, err := os.ReadFile(path); err != nil || string(b) != `{"n":3}` {
+			t.Errorf("document touched: %q, %v", b, err)
+		}
+		// Once readable again, the same document loads.
+		d.readFile = os.ReadFile
+		if err := d.Load("outbox", &got, time.Unix(1700000001, 0)); err != nil || got.N != 3 {
+			t.Errorf("after the fix: %+v, %v", got, err)
+		}
+	})
 }
