@@ -75,6 +75,33 @@ var fixtureWants = map[string]fixtureWant{
 		{name: series.GenThroughput, want: 0},
 		{name: series.E2ERequestLatency + "_bucket", labels: `le="350.0"`, want: 1},
 	}},
+	// Priority scheduling: the totals (priority "") alone, not totals plus
+	// the per-priority breakdown.
+	"sglang-priority-scheduling.prom": {model: qwen, engineType: "unified", checks: []check{
+		{name: series.NumRunningReqs, want: 24},
+		{name: series.NumQueueReqs, want: 10},
+		{name: series.NumQueueReqs, labels: `priority="10"`, absent: true},
+		{name: "sglang:num_decode_transfer_queue_reqs", want: 0},
+		{name: series.TokenUsage, want: 0.41},
+		{name: series.RetractedRequestsTotal, want: 37},
+	}},
+	"smg-gateway-current.prom": {checks: []check{
+		{name: series.GatewayHTTPRequestsTotal, labels: `method="POST",path="/v1/chat/completions"`, want: 20000},
+		{name: series.GatewayUpstreamResponses, labels: `error_code="service_unavailable",router_type="http",status_code="503"`, want: 83500},
+		{name: series.GatewayRetriesTotal, labels: `endpoint="chat",worker_type="regular"`, want: 80000},
+	}},
+	// The legacy gateway: arrivals are sgl_router_http_requests_total (no
+	// labels); the route-labelled counters keep their route as endpoint.
+	"sgl-router-legacy-2025-12.prom": {checks: []check{
+		{name: series.GatewayHTTPRequestsTotal, want: 20310},
+		{name: series.GatewayHTTPResponsesTotal, labels: `error_code="service_unavailable",status_code="503"`, want: 3400},
+		{name: "smg_router_requests_total", labels: `endpoint="/v1/chat/completions"`, want: 16500},
+		{name: series.GatewayUpstreamResponses, labels: `endpoint="/v1/chat/completions",error_code="service_unavailable",status_code="503"`, want: 83500},
+		{name: series.GatewayRetriesTotal, labels: `endpoint="/v1/chat/completions"`, want: 80000},
+		{name: series.GatewayRetriesExhaustedTotal, labels: `endpoint="/v1/chat/completions"`, want: 3400},
+		{name: series.GatewayCircuitBreakerState, labels: `worker="http://127.0.0.1:46571"`, want: 1},
+		{name: "smg_worker_requests_active", labels: `worker="http://127.0.0.1:46572"`, want: 64},
+	}},
 	"pr7944-2025-07-pd-kv-transfer.prom": {model: deepseek, engineType: "unified", checks: []check{
 		{name: series.NumRequestsTotal, want: 217},
 		{name: series.CachedTokensTotal, want: 2688},

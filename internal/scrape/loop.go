@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,10 @@ type Manager struct {
 	// loops share a handful of warm scrapers instead of each pinning
 	// hundreds of KiB.
 	scrapers sync.Pool
+	// engines maps the readable address of every engine target to its
+	// name (engineWorkers), so a gateway's copy of a scraped engine is
+	// dropped. Atomic: loops read it while SetTargets holds mu.
+	engines atomic.Pointer[map[string]string]
 
 	mu      sync.Mutex
 	targets []Target         // desired set, in the order given
@@ -71,6 +76,7 @@ func New(targets []Target, opts Options, app Appender, reg prometheus.Registerer
 		targets: slices.Clone(targets),
 		loops:   make(map[string]*loop, len(targets)),
 	}
+	m.setEngines(targets)
 	client := opts.Client
 	if client == nil {
 		client = newDefaultClient(opts.Timeout)
@@ -136,6 +142,7 @@ func (m *Manager) SetTargets(targets []Target) error {
 		want[t.Name] = t
 	}
 
+	m.setEngines(targets)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.targets = slices.Clone(targets)
@@ -169,6 +176,11 @@ func (m *Manager) SetTargets(targets []Target) error {
 		}
 	}
 	return nil
+}
+
+func (m *Manager) setEngines(targets []Target) {
+	engines := engineWorkers(targets)
+	m.engines.Store(&engines)
 }
 
 // start launches the loop of t. m.mu must be held.
@@ -205,6 +217,9 @@ func (m *Manager) runLoop(ctx context.Context, t Target) {
 		s := m.scrapers.Get().(*scraper)
 		sc := s.scrape(ctx, t)
 		m.scrapers.Put(s)
+		if t.Kind == KindGateway {
+			sc.Groups = withoutScrapedEngines(sc.Groups, *m.engines.Load())
+		}
 		if ctx.Err() != nil {
 			return // stopping: a scrape cut short by shutdown is not data
 		}

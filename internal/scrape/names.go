@@ -20,6 +20,13 @@ const (
 	labelLegacyName = "name"        // served model in the first 2024 release
 	labelEngineType = "engine_type"
 	labelDPRank     = "dp_rank"
+	// priority is "" on the totals and "<int>" on the per-priority parts
+	// of a queue count under --enable-priority-scheduling.
+	labelPriority = "priority"
+	// The legacy gateway labelled its router counters "route"; their
+	// successors say "endpoint".
+	labelLegacyRoute = "route"
+	labelEndpoint    = "endpoint"
 	// Process/rank identities whose series are copies of one another:
 	// prometheus_client's multiprocess "all" mode adds pid; with
 	// --enable-metrics-for-all-schedulers every TP/PP/EP rank of a DP group
@@ -51,9 +58,15 @@ func legacyAliases() map[string]string {
 		"sglang:dp_cooperation_gpu_execution_seconds_total": "sglang:dp_cooperation_forward_execution_seconds_total",
 		"sglang:total_retracted_reqs":                       series.RetractedRequestsTotal,
 
-		// Gateway, legacy sgl_router_* names (≤ 2025-12-13).
-		"sgl_router_requests_total":                 series.GatewayHTTPRequestsTotal,
+		// Gateway, legacy sgl_router_* names (≤ 2025-12-13). The client-facing
+		// pair is sgl_router_http_requests_total (bumped on arrival, no
+		// labels) and sgl_router_http_responses_total (status_code,
+		// error_code); sgl_router_requests_total{route} counts requests the
+		// router finished handling (since 2025-08: successful ones only), the
+		// predecessor of smg_router_requests_total, not arrivals.
+		"sgl_router_http_requests_total":            series.GatewayHTTPRequestsTotal,
 		"sgl_router_http_responses_total":           series.GatewayHTTPResponsesTotal,
+		"sgl_router_requests_total":                 "smg_router_requests_total",
 		"sgl_router_request_duration_seconds":       "smg_http_request_duration_seconds",
 		"sgl_router_request_errors_total":           "smg_router_request_errors_total",
 		"sgl_router_attempt_http_responses_total":   series.GatewayUpstreamResponses,
@@ -86,6 +99,9 @@ type nameInfo struct {
 	percentHitRate bool
 	// nameIsModel: the "name" label carries the served model.
 	nameIsModel bool
+	// queueCount: a scheduler queue count that priority scheduling splits
+	// into a total and per-priority parts.
+	queueCount bool
 }
 
 var histogramSuffixes = [...]string{"_bucket", "_sum", "_count"}
@@ -115,6 +131,12 @@ func resolveName(raw string, aliases map[string]string) nameInfo {
 	info.percentHitRate = info.canonical == series.CacheHitRateGauge
 	info.nameIsModel = strings.HasPrefix(info.canonical, enginePrefix) &&
 		!strings.HasPrefix(info.canonical, funcLatency)
+	switch info.canonical {
+	case series.NumRunningReqs, series.NumQueueReqs, "sglang:num_prefill_bootstrap_queue_reqs",
+		"sglang:num_prefill_inflight_queue_reqs", "sglang:num_decode_prealloc_queue_reqs",
+		"sglang:num_decode_transfer_queue_reqs":
+		info.queueCount = true
+	}
 	return info
 }
 

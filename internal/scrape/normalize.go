@@ -5,7 +5,10 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
+	"net"
+	"net/url"
 	"slices"
+	"strings"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
@@ -39,14 +42,15 @@ type normalizer struct {
 
 // entry is one output series while its contributions are being combined.
 type entry struct {
-	group         int32
-	start, end    int32 // labels in normalizer.labels
-	parts         int32 // head of this series' per-DP-rank list in normalizer.parts; -1 while one rank
-	name          string
-	info          *nameInfo
-	dp            string  // dp_rank of the first contribution
-	value         float64 // value of the first DP rank (max over its duplicates)
-	legacyDropped bool
+	group      int32
+	start, end int32 // labels in normalizer.labels
+	parts      int32 // head of this series' per-DP-rank list in normalizer.parts; -1 while one rank
+	name       string
+	info       *nameInfo
+	dp         string  // dp_rank of the first contribution
+	value      float64 // value of the first DP rank (max over its duplicates)
+	dropped    bool    // shadowed by a legacy twin's current name or by a priority total
+	priority   bool    // a per-priority part of a queue count
 }
 
 // dpPart is the value of one DP rank of a series, once it has several. The
@@ -86,18 +90,25 @@ func newNormalizer() *normalizer {
 //     group; pid, tp_rank, pp_rank, moe_ep_rank and empty labels go;
 //   - series equal after that within one dp_rank are copies (TP ranks, pids):
 //     max, never sum; then DP ranks combine by sum, or by max for ratios;
-//   - percent-valued cache_hit_rate becomes a fraction.
+//   - percent-valued cache_hit_rate becomes a fraction;
+//   - a legacy gateway family's "route" label becomes its successor's
+//     "endpoint";
+//   - with priority scheduling, a queue count keeps its total (priority "")
+//     and drops the per-priority breakdown, which would count every request
+//     twice; a breakdown without a total is kept (it sums to the total);
+//   - a worker address becomes a readable replica name (readableWorker).
 //
 // maxSeries > 0 bounds the number of output series (errTooManySeries).
 func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, error) {
 	n.reset(len(raw))
-	legacy := false
+	legacy, priorities := false, false
 
 	for i := range raw {
 		rs := &raw[i]
 		info := n.resolve(rs.Name)
 
 		var worker, model, engineType, dp string
+		priority := false
 		kept := n.kept[:0]
 		for _, l := range rs.Labels {
 			if l.Value == "" {
@@ -115,6 +126,14 @@ func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, 
 			case labelDPRank:
 				dp = l.Value
 			case labelPID, labelTPRank, labelPPRank, labelMoEEPRank:
+			case labelLegacyRoute:
+				if info.legacy {
+					l.Name = labelEndpoint
+				}
+				kept = append(kept, l)
+			case labelPriority:
+				priority = priority || info.queueCount
+				kept = append(kept, l)
 			case labelLegacyName:
 				if info.nameIsModel {
 					if model == "" {
@@ -144,6 +163,7 @@ func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, 
 			v /= 100
 		}
 		legacy = legacy || info.legacy
+		priorities = priorities || priority
 
 		h := n.hash(g, info.canonical, kept)
 		idx, ok := n.lookup(h, g, info.canonical, kept)
@@ -152,6 +172,7 @@ func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, 
 				return nil, errTooManySeries
 			}
 			n.add(h, g, info, kept, dp, v)
+			n.entries[len(n.entries)-1].priority = priority
 			continue
 		}
 		n.merge(&n.entries[idx], dp, v)
@@ -159,6 +180,9 @@ func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, 
 
 	if legacy {
 		n.dropShadowedLegacy()
+	}
+	if priorities {
+		n.dropPriorityBreakdowns()
 	}
 	return n.output(), nil
 }
@@ -325,8 +349,47 @@ func (n *normalizer) dropShadowedLegacy() {
 	}
 	for i := range n.entries {
 		e := &n.entries[i]
-		if e.info.legacy && current[key{e.group, e.name}] {
-			e.legacyDropped = true
+		if e.info.legacy && current[key{e.group, e.name}] && !e.dropped {
+			e.dropped = true
+			n.groups[e.group].n--
+		}
+	}
+}
+
+// dropPriorityBreakdowns removes the per-priority parts of a queue count
+// whose total (priority "", dropped as empty, so no priority label here) is
+// exposed with the same other labels. SGLang writes both under one family
+// (SchedulerMetricsCollector._log_gauge_queue_count): summing them, as
+// every reader of a count does, would double the queue and the batch.
+func (n *normalizer) dropPriorityBreakdowns() {
+	type key struct {
+		group int32
+		name  string
+		rest  string // the labels other than priority
+	}
+	rest := func(e *entry) string {
+		var b []byte
+		for _, l := range n.labels[e.start:e.end] {
+			if l.Name == labelPriority {
+				continue
+			}
+			b = append(b, l.Name...)
+			b = append(b, 0xfe)
+			b = append(b, l.Value...)
+			b = append(b, 0xff)
+		}
+		return string(b)
+	}
+	totals := make(map[key]bool)
+	for i := range n.entries {
+		if e := &n.entries[i]; e.info.queueCount && !e.priority && !e.dropped {
+			totals[key{e.group, e.name, rest(e)}] = true
+		}
+	}
+	for i := range n.entries {
+		e := &n.entries[i]
+		if e.priority && !e.dropped && totals[key{e.group, e.name, rest(e)}] {
+			e.dropped = true
 			n.groups[e.group].n--
 		}
 	}
@@ -337,7 +400,7 @@ func (n *normalizer) dropShadowedLegacy() {
 func (n *normalizer) output() []series.Group {
 	total, nLabels := 0, 0
 	for i := range n.entries {
-		if e := &n.entries[i]; !e.legacyDropped {
+		if e := &n.entries[i]; !e.dropped {
 			total++
 			nLabels += int(e.end - e.start)
 		}
@@ -352,7 +415,7 @@ func (n *normalizer) output() []series.Group {
 	for i := range n.groups {
 		acc := &n.groups[i]
 		groups[i] = series.Group{
-			Worker:     acc.worker,
+			Worker:     readableWorker(acc.worker),
 			Model:      mostFrequent(acc.models),
 			EngineType: mostFrequent(acc.engineTypes),
 			Samples:    samples[offset : offset : offset+acc.n],
@@ -361,7 +424,7 @@ func (n *normalizer) output() []series.Group {
 	}
 	for i := range n.entries {
 		e := &n.entries[i]
-		if e.legacyDropped {
+		if e.dropped {
 			continue
 		}
 		start := len(labels)
@@ -373,7 +436,7 @@ func (n *normalizer) output() []series.Group {
 		g := &groups[e.group]
 		g.Samples = append(g.Samples, series.Sample{Name: e.name, Labels: ls, Value: n.final(e)})
 	}
-	// Drop groups left empty by legacy shadowing, and order the rest by
+	// Drop groups left empty by shadowing, and order the rest by
 	// worker so consumers see a stable order.
 	groups = slices.DeleteFunc(groups, func(g series.Group) bool { return len(g.Samples) == 0 })
 	if len(groups) > 1 {
@@ -401,4 +464,57 @@ func sortLabels(ls []series.Label) {
 			ls[j], ls[j-1] = ls[j-1], ls[j]
 		}
 	}
+}
+
+// readableWorker is the name a gateway worker's replica goes by: the
+// worker_addr without scheme, credentials or default port, so that
+// "http://10.0.0.1:30000" becomes "10.0.0.1:30000" and the replica
+// "gateway/10.0.0.1:30000". An address that is not a URL is kept as it is.
+func readableWorker(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" {
+		return addr
+	}
+	host := strings.ToLower(u.Hostname())
+	if port := u.Port(); port != "" && !(u.Scheme == "http" && port == "80") && !(u.Scheme == "https" && port == "443") {
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]" // IPv6 without a port keeps its brackets
+	}
+	return host + strings.TrimRight(u.EscapedPath(), "/")
+}
+
+// engineWorkers maps the readable worker name of every engine target's
+// address (its metrics URL without the path) to the target's name.
+func engineWorkers(targets []Target) map[string]string {
+	m := make(map[string]string)
+	for _, t := range targets {
+		if t.Kind != KindEngine {
+			continue
+		}
+		u, err := url.Parse(t.URL)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		m[readableWorker(u.Scheme+"://"+u.Host)] = t.Name
+	}
+	return m
+}
+
+// withoutScrapedEngines drops the groups of a gateway's /engine_metrics whose
+// worker is also scraped directly as an engine target: both are one replica,
+// and it goes by the engine target's name. Feeding the gateway's copy too
+// would make two replicas of one server (two pages for one incident) from
+// the same numbers a few seconds apart.
+func withoutScrapedEngines(groups []series.Group, engines map[string]string) []series.Group {
+	if len(engines) == 0 {
+		return groups
+	}
+	return slices.DeleteFunc(groups, func(g series.Group) bool {
+		_, scraped := engines[g.Worker]
+		return g.Worker != "" && scraped
+	})
 }

@@ -3,7 +3,13 @@ package scrape
 import (
 	"errors"
 	"math"
+	"slices"
+	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
@@ -159,6 +165,33 @@ sglang:token_usage{dp_rank="0",model_name="m",tp_rank="0"} NaN
 sglang:token_usage{dp_rank="0",model_name="m",tp_rank="1"} 0.5
 `
 
+// --enable-priority-scheduling with DP=2: each rank writes its total under
+// priority="" and its breakdown under priority="<int>" in the same family.
+// The PD queue has a breakdown on one rank only, with no total: the parts
+// are all there is. Counters carry the priority of each request.
+const priorityScheduling = `# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{dp_rank="0",engine_type="unified",model_name="m",priority="",tp_rank="0"} 10.0
+sglang:num_running_reqs{dp_rank="0",engine_type="unified",model_name="m",priority="0",tp_rank="0"} 6.0
+sglang:num_running_reqs{dp_rank="0",engine_type="unified",model_name="m",priority="1",tp_rank="0"} 4.0
+sglang:num_running_reqs{dp_rank="1",engine_type="unified",model_name="m",priority="",tp_rank="0"} 8.0
+sglang:num_running_reqs{dp_rank="1",engine_type="unified",model_name="m",priority="0",tp_rank="0"} 8.0
+sglang:num_running_reqs{dp_rank="1",engine_type="unified",model_name="m",priority="1",tp_rank="0"} 0.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{dp_rank="0",engine_type="unified",model_name="m",priority="",tp_rank="0"} 5.0
+sglang:num_queue_reqs{dp_rank="0",engine_type="unified",model_name="m",priority="None",tp_rank="0"} 5.0
+sglang:num_queue_reqs{dp_rank="1",engine_type="unified",model_name="m",priority="",tp_rank="0"} 2.0
+sglang:num_queue_reqs{dp_rank="1",engine_type="unified",model_name="m",priority="None",tp_rank="0"} 2.0
+# TYPE sglang:num_decode_prealloc_queue_reqs gauge
+sglang:num_decode_prealloc_queue_reqs{engine_type="decode",model_name="m",priority="0"} 3.0
+sglang:num_decode_prealloc_queue_reqs{engine_type="decode",model_name="m",priority="1"} 2.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{dp_rank="0",engine_type="unified",model_name="m",priority="",tp_rank="0"} 0.5
+sglang:token_usage{dp_rank="1",engine_type="unified",model_name="m",priority="",tp_rank="0"} 0.7
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{engine_type="unified",is_streaming="true",model_name="m",priority="0"} 70.0
+sglang:num_requests_total{engine_type="unified",is_streaming="true",model_name="m",priority="1"} 30.0
+`
+
 // Several models: the most frequent one names the group.
 const twoModels = `# TYPE sglang:num_running_reqs gauge
 sglang:num_running_reqs{model_name="big"} 1.0
@@ -199,26 +232,28 @@ func TestNormalize(t *testing.T) {
 				{name: "sglang:num_paused_reqs", want: 1},
 			}}}},
 		{"gateway engine_metrics: one group per worker_addr, names mapped back", gatewayEngineMetrics, []wantGroup{
-			{worker: "http://10.0.0.1:30000", model: "llama", engineType: "unified", samples: 7, checks: []check{
+			{worker: "10.0.0.1:30000", model: "llama", engineType: "unified", samples: 7, checks: []check{
 				{name: series.NumRunningReqs, want: 4},
 				{name: series.TokenUsage, want: 0.25},
 				{name: series.RealtimeTokensTotal, labels: `mode="decode"`, want: 311},
 				{name: series.TTFTSeconds + "_bucket", labels: `le="0.1"`, want: 2},
 				{name: series.TTFTSeconds + "_count", want: 3},
 			}},
-			{worker: "http://10.0.0.2:30000", model: "llama", engineType: "unified", samples: 7, checks: []check{
+			{worker: "10.0.0.2:30000", model: "llama", engineType: "unified", samples: 7, checks: []check{
 				{name: series.NumRunningReqs, want: 9},
 				{name: series.TokenUsage, want: 0.75},
 				{name: series.RealtimeTokensTotal, labels: `mode="decode"`, want: 55},
 				{name: series.TTFTSeconds + "_sum", want: 4.2},
 			}},
 		}},
-		{"legacy sgl_router names map to smg", legacyRouter, []wantGroup{{
+		{"legacy sgl_router names map to smg, route becomes endpoint", legacyRouter, []wantGroup{{
 			samples: 8, checks: []check{
-				{name: series.GatewayRetriesTotal, labels: `route="/generate"`, want: 12},
-				{name: series.GatewayRetriesExhaustedTotal, labels: `route="/generate"`, want: 2},
+				{name: series.GatewayRetriesTotal, labels: `endpoint="/generate"`, want: 12},
+				{name: series.GatewayRetriesExhaustedTotal, labels: `endpoint="/generate"`, want: 2},
 				{name: series.GatewayCircuitBreakerState, labels: `worker="http://w1:8000"`, want: 1},
-				{name: series.GatewayHTTPRequestsTotal, labels: `route="/generate"`, want: 1000},
+				// Requests the router finished handling, not arrivals.
+				{name: "smg_router_requests_total", labels: `endpoint="/generate"`, want: 1000},
+				{name: series.GatewayHTTPRequestsTotal, labels: `endpoint="/generate"`, absent: true},
 				{name: "smg_worker_retry_backoff_seconds_bucket", labels: `attempt="1",le="0.05"`, want: 4},
 				{name: "smg_worker_retry_backoff_seconds_count", labels: `attempt="1"`, want: 5},
 				{name: "sgl_router_retries_total", labels: `route="/generate"`, absent: true},
@@ -226,7 +261,7 @@ func TestNormalize(t *testing.T) {
 		{"current name shadows its legacy twin", transitionRouter, []wantGroup{{
 			samples: 1, checks: []check{
 				{name: series.GatewayRetriesTotal, labels: `endpoint="/generate",worker_type="regular"`, want: 12},
-				{name: series.GatewayRetriesTotal, labels: `route="/generate"`, absent: true},
+				{name: series.GatewayRetriesTotal, labels: `endpoint="/generate"`, absent: true},
 			}}}},
 		{"prototype: percent hit rate, name label, old names", prototype, []wantGroup{{
 			model: "google/gemma-2-9b-it", samples: 7, checks: []check{
@@ -249,6 +284,20 @@ func TestNormalize(t *testing.T) {
 				{name: series.GenThroughput, want: math.Inf(1)},
 				{name: series.NewTokenRatio, want: math.Inf(-1)},
 				{name: series.TokenUsage, want: 0.5},
+			}}}},
+		{"priority scheduling: queue counts are totals, not totals plus parts", priorityScheduling, []wantGroup{{
+			model: "m", engineType: "unified", samples: 7, checks: []check{
+				{name: series.NumRunningReqs, want: 18}, // 10 + 8, not 36
+				{name: series.NumRunningReqs, labels: `priority="0"`, absent: true},
+				{name: series.NumQueueReqs, want: 7},
+				{name: series.NumQueueReqs, labels: `priority="None"`, absent: true},
+				// No total exposed: the parts stay and add up to it.
+				{name: "sglang:num_decode_prealloc_queue_reqs", labels: `priority="0"`, want: 3},
+				{name: "sglang:num_decode_prealloc_queue_reqs", labels: `priority="1"`, want: 2},
+				{name: series.TokenUsage, want: 0.7},
+				// A counter per request priority is a partition, kept whole.
+				{name: series.NumRequestsTotal, labels: `is_streaming="true",priority="0"`, want: 70},
+				{name: series.NumRequestsTotal, labels: `is_streaming="true",priority="1"`, want: 30},
 			}}}},
 		{"most frequent model names the group", twoModels, []wantGroup{{model: "big", samples: -1}}},
 		{"empty exposition", "# nothing here\n", nil},
@@ -344,4 +393,65 @@ func TestCombineByMax(t *testing.T) {
 			t.Errorf("combineByMax(%s) = %v, want %v", name, got, want)
 		}
 	}
+}
+
+func TestReadableWorker(t *testing.T) {
+	for addr, want := range map[string]string{
+		"http://127.0.0.1:46571":            "127.0.0.1:46571",
+		"http://127.0.0.1:46571/":           "127.0.0.1:46571",
+		"https://user:secret@Engine-0:443/": "engine-0",
+		"http://engine-0:80":                "engine-0",
+		"http://[fd00::1]:30000":            "[fd00::1]:30000",
+		"http://[fd00::1]":                  "[fd00::1]",
+		"grpc://10.0.0.3:30001/v1":          "10.0.0.3:30001/v1",
+		"10.0.0.4:30000":                    "10.0.0.4:30000",
+		"":                                  "",
+	} {
+		if got := readableWorker(addr); got != want {
+			t.Errorf("readableWorker(%q) = %q, want %q", addr, got, want)
+		}
+		if strings.Contains(readableWorker(addr), "secret") {
+			t.Errorf("readableWorker(%q) keeps the credentials", addr)
+		}
+	}
+}
+
+// A gateway's /engine_metrics worker that is also scraped as an engine
+// target is that target's replica: the gateway's copy of it is dropped, the
+// other workers keep readable names. Driven through the real Manager.
+func TestGatewayWorkerScrapedAsEngineIsOneReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 5 * time.Second
+		rec := newRecorder(t)
+		targets := []Target{
+			{Name: "gw", URL: "http://router:30000/engine_metrics", Kind: KindGateway},
+			{Name: "sgl-a", URL: "http://10.0.0.1:30000/metrics", Kind: KindEngine},
+		}
+		m, err := New(targets, Options{Interval: interval}, rec, prometheus.NewRegistry(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.fetch = fakeFetch([]byte(gatewayEngineMetrics))
+		stop := startManager(t, m)
+		defer stop()
+
+		workers := func(sc series.Scrape) []string {
+			var ws []string
+			for _, g := range sc.Groups {
+				ws = append(ws, g.Worker)
+			}
+			return ws
+		}
+		others := map[string][]series.Scrape{}
+		if got := workers(next(t, rec, "gw", others)); !slices.Equal(got, []string{"10.0.0.2:30000"}) {
+			t.Errorf("gateway groups = %q, want only the worker no engine target scrapes", got)
+		}
+		// The engine target goes away: the gateway's copy is all there is.
+		if err := m.SetTargets(targets[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if got := workers(next(t, rec, "gw", others)); !slices.Equal(got, []string{"10.0.0.1:30000", "10.0.0.2:30000"}) {
+			t.Errorf("gateway groups = %q, want both workers", got)
+		}
+	})
 }
