@@ -62,8 +62,30 @@ func New(addr string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, ln: ln, stopping: make(chan struct{})}
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	s.srv = newHTTPServer(s.Handler())
 	return s, nil
+}
+
+// Timeouts of the server. Every request it serves is small (GETs and an
+// empty POST), so a client slower than these is stuck or hostile and must
+// not hold a connection and its goroutine. The write timeout runs from the
+// end of the request headers to the end of the response: /metrics of a
+// large fleet (a few MB) must finish within it on a slow link.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 60 * time.Second
+	idleTimeout       = 2 * time.Minute
+)
+
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+	}
 }
 
 // Addr is the bound address.
