@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/diagnose"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
@@ -267,14 +268,13 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	}
 
 	loop := eval.New(eval.Options{
-		Interval:    cfg.Evaluation.Interval,
-		Detectors:   detectors,
-		Correlation: cfg.Correlation,
-		Tracker:     tracker,
-		Windows:     store,
-		Sender:      dispatcher,
-		Persister:   stateStore,
-		Logger:      logger.Named("eval"),
+		Interval:  cfg.Evaluation.Interval,
+		Assessor:  assess.New(detectors, assess.Config{Triage: cfg.Detectors.Triage, Correlation: cfg.Correlation}),
+		Tracker:   tracker,
+		Windows:   store,
+		Sender:    dispatcher,
+		Persister: stateStore,
+		Logger:    logger.Named("eval"),
 	}, reg)
 
 	book, err := runbook.New()
@@ -453,7 +453,7 @@ func (p *pipeline) apply(old, next config.Config) error {
 		}
 		p.retire(removedNames(old.Targets, next.Targets), time.Now())
 	}
-	p.loop.Reconfigure(detectors, next.Correlation, next.Alerts, alert.Links{ExternalURL: next.ExternalURL, Runbooks: next.Runbooks})
+	p.loop.Reconfigure(assess.New(detectors, assess.Config{Triage: next.Detectors.Triage, Correlation: next.Correlation}), next.Alerts, alert.Links{ExternalURL: next.ExternalURL, Runbooks: next.Runbooks})
 	p.dispatcher.SetRoutes(routes) // validated above
 
 	if restart := restartOnly(old, next); len(restart) > 0 {

@@ -17,11 +17,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -101,24 +104,51 @@ const (
 	StateResolved State = "resolved"
 )
 
-// Alert is one (replica, class) incident.
+// Alert is one incident: a cause on one replica (or across a model's fleet)
+// and the consequences it explains, over its whole life. Its identity, the
+// fingerprint, is fixed when it opens, so a consequence paged before its
+// cause is re-titled in place when the cause appears, and consequences that
+// outlive their cause stay in the incident until they clear.
 type Alert struct {
-	Fingerprint  string         `json:"fingerprint"`
-	Class        detect.Class   `json:"class"`
-	Replica      string         `json:"replica"`
-	State        State          `json:"state"`
-	Severity     string         `json:"severity"`
-	ActiveAt     time.Time      `json:"active_at"`
-	FiredAt      time.Time      `json:"fired_at,omitzero"`
-	ResolvedAt   time.Time      `json:"resolved_at,omitzero"`
-	LastSeen     time.Time      `json:"last_seen"`
-	HoldUntil    time.Time      `json:"hold_until,omitzero"` // restored alerts do not resolve before this
+	Fingerprint string       `json:"fingerprint"`
+	Class       detect.Class `json:"class"` // the cause the incident is named after
+	Replica     string       `json:"replica"`
+	Model       string       `json:"model,omitempty"`
+	Fleet       bool         `json:"fleet,omitempty"`
+	State       State        `json:"state"`
+	Severity    string       `json:"severity"`
+	ActiveAt    time.Time    `json:"active_at"`
+	FiredAt     time.Time    `json:"fired_at,omitzero"`
+	ResolvedAt  time.Time    `json:"resolved_at,omitzero"`
+	LastSeen    time.Time    `json:"last_seen"`
+	HoldUntil   time.Time    `json:"hold_until,omitzero"` // restored alerts do not resolve before this
+	// LastNotified is the time of the last event sent for the alert.
 	LastNotified time.Time      `json:"last_notified,omitzero"`
 	Seq          uint64         `json:"seq"`
 	Finding      detect.Finding `json:"finding"`
-	ExplainedBy  []detect.Class `json:"explained_by,omitempty"`
-	Explains     []detect.Class `json:"explains,omitempty"`
+	// Members are every class seen as part of the incident during its life.
+	Members []detect.Class `json:"members,omitempty"`
+	// Explains are the consequences the cause explains in the last round.
+	Explains []detect.Class `json:"explains,omitempty"`
+	// ExplainedBy is set while the alert is absorbed: the cause explaining it.
+	ExplainedBy []detect.Class `json:"explained_by,omitempty"`
+	// AbsorbedBy is the fingerprint of the incident that explains this alert
+	// (its cause, or the fleet incident it joined). An absorbed alert sends
+	// nothing until it ends: with that incident, or when its own condition
+	// clears.
+	AbsorbedBy string `json:"absorbed_by,omitempty"`
+	// Draining says the cause has cleared while consequences it explains
+	// are still seen (a backlog draining): the incident stays open.
+	Draining bool `json:"draining,omitempty"`
+	// Peak is the evidence at the incident's worst round, shown beside the
+	// recovered values when it resolves.
+	Peak      []detect.Evidence `json:"peak,omitempty"`
+	PeakAt    time.Time         `json:"peak_at,omitzero"`
+	PeakScore float64           `json:"peak_score,omitempty"`
 }
+
+// open reports whether the alert is pending or firing.
+func (a *Alert) open() bool { return a.State == StatePending || a.State == StateFiring }
 
 // Fingerprint is the stable identity of a (replica, class) alert. It is the
 // PagerDuty dedup_key and the Slack thread key, so it must not change across
@@ -130,8 +160,7 @@ func Fingerprint(replica string, class detect.Class) string {
 
 // Links builds the URLs put in events.
 type Links struct {
-	// ExternalURL is the daemon's externally reachable base URL ("" gives
-	// daemon-relative links).
+	// ExternalURL is the daemon's externally reachable base URL.
 	ExternalURL string
 	// Runbooks overrides the runbook link per class (a team's own wiki).
 	Runbooks map[string]string
@@ -164,64 +193,253 @@ func NewTracker(cfg Config, links Links) *Tracker {
 // SetConfig changes timing and links (hot reload) keeping every alert.
 func (t *Tracker) SetConfig(cfg Config, links Links) { t.cfg, t.links = cfg, links }
 
-// Update applies one evaluation round's findings at now and returns the
-// events to deliver, ordered by fingerprint then sequence.
-func (t *Tracker) Update(findings []detect.Finding, now time.Time) []notify.Event {
-	current := strongest(findings)
-	explain(current)
+type seenKey struct {
+	replica string
+	class   detect.Class
+}
+
+// Update applies one assessment round and returns the events to deliver,
+// ordered by fingerprint then sequence.
+func (t *Tracker) Update(round assess.Round) []notify.Event {
+	now := round.At
+	incidents := slices.Clone(round.Incidents)
+	// Fleet incidents first, so the replica incidents of a model they cover
+	// join them; then by replica and cause for determinism.
+	sort.SliceStable(incidents, func(i, j int) bool {
+		a, b := incidents[i], incidents[j]
+		if a.Fleet != b.Fleet {
+			return a.Fleet
+		}
+		if a.Finding.Replica != b.Finding.Replica {
+			return a.Finding.Replica < b.Finding.Replica
+		}
+		return a.Finding.Class < b.Finding.Class
+	})
+	seen := map[seenKey]bool{}
+	for _, inc := range incidents {
+		for _, m := range inc.Members {
+			seen[seenKey{m.Replica, m.Class}] = true
+		}
+	}
 
 	var events []notify.Event
-	for fp, f := range current {
-		a, ok := t.alerts[fp]
-		if !ok || a.State == StateResolved {
-			a = &Alert{Fingerprint: fp, Class: f.Finding.Class, Replica: f.Finding.Replica, State: StatePending, ActiveAt: now}
+	touched := map[string]bool{}
+	for _, inc := range incidents {
+		a := t.match(inc)
+		if a != nil && a.Fleet && !inc.Fleet {
+			// A replica of a model with an open fleet incident of this cause:
+			// the fleet incident goes on while any replica shows it.
+			a.LastSeen = now
+			touched[a.Fingerprint] = true
+			t.absorb(a, inc, now)
+			continue
+		}
+		if a == nil {
+			fp := Fingerprint(inc.Finding.Replica, inc.Cause())
+			a = &Alert{Fingerprint: fp, Class: inc.Cause(), Replica: inc.Finding.Replica, Model: inc.Finding.Model,
+				Fleet: inc.Fleet, State: StatePending, ActiveAt: now, Finding: inc.Finding, Severity: inc.Finding.Severity.String()}
 			t.alerts[fp] = a
 		}
-		prevSeverity, prevExplained := a.Severity, a.ExplainedBy
-		a.Finding, a.LastSeen = f.Finding, now
-		a.Severity = f.Finding.Severity.String()
-		a.ExplainedBy, a.Explains = f.explainedBy, f.explains
-		switch a.State {
-		case StatePending:
-			if now.Sub(a.ActiveAt) >= t.cfg.timing(a.Class).For {
-				a.State, a.FiredAt = StateFiring, now
-				events = append(events, t.event(a, notify.KindTrigger, now))
-			}
-		case StateFiring:
-			switch {
-			case severityRank(a.Severity) > severityRank(prevSeverity) || !slices.Equal(prevExplained, a.ExplainedBy):
-				events = append(events, t.event(a, notify.KindUpdate, now))
-			case t.cfg.RepeatInterval > 0 && now.Sub(a.LastNotified) >= t.cfg.RepeatInterval:
-				events = append(events, t.event(a, notify.KindRepeat, now))
-			}
+		touched[a.Fingerprint] = true
+		t.absorb(a, inc, now)
+		if ev, ok := t.continueWith(a, inc, round); ok {
+			events = append(events, ev)
 		}
 	}
 	for fp, a := range t.alerts {
-		if _, seen := current[fp]; seen {
+		if touched[fp] {
 			continue
 		}
-		switch a.State {
-		case StatePending:
+		switch {
+		case a.AbsorbedBy != "" && a.open():
+			if seen[seenKey{a.Replica, a.Class}] {
+				a.LastSeen = now
+			}
+			parent, ok := t.alerts[a.AbsorbedBy]
+			parentEnded := !ok || !parent.open()
+			if parentEnded || now.Sub(a.LastSeen) >= t.cfg.timing(a.Class).KeepFiringFor {
+				a.State, a.ResolvedAt = StateResolved, now
+				events = append(events, t.event(a, notify.KindResolve, round))
+			}
+		case a.State == StatePending:
 			delete(t.alerts, fp)
-		case StateFiring:
+		case a.State == StateFiring:
 			if now.Sub(a.LastSeen) >= t.cfg.timing(a.Class).KeepFiringFor && !now.Before(a.HoldUntil) {
 				a.State, a.ResolvedAt = StateResolved, now
-				events = append(events, t.event(a, notify.KindResolve, now))
+				events = append(events, t.event(a, notify.KindResolve, round))
 			}
-		case StateResolved:
+		case a.State == StateResolved:
 			if now.Sub(a.ResolvedAt) >= t.cfg.ResolvedRetention {
 				delete(t.alerts, fp)
 			}
 		}
 	}
-	sort.Slice(events, func(i, j int) bool { return events[i].Fingerprint < events[j].Fingerprint })
+	sort.SliceStable(events, func(i, j int) bool {
+		if events[i].Fingerprint != events[j].Fingerprint {
+			return events[i].Fingerprint < events[j].Fingerprint
+		}
+		return events[i].Seq < events[j].Seq
+	})
 	return events
+}
+
+// match finds the open incident inc continues: the same fleet incident; an
+// open fleet incident of the replica's model and cause; or, on the same
+// replica, an incident sharing a class with inc or related to it as cause
+// and effect. The oldest candidate wins (firing before pending).
+func (t *Tracker) match(inc correlate.Incident) *Alert {
+	var best *Alert
+	better := func(a *Alert) bool {
+		if best == nil {
+			return true
+		}
+		if (a.State == StateFiring) != (best.State == StateFiring) {
+			return a.State == StateFiring
+		}
+		if !a.ActiveAt.Equal(best.ActiveAt) {
+			return a.ActiveAt.Before(best.ActiveAt)
+		}
+		return a.Fingerprint < best.Fingerprint
+	}
+	classes := inc.Classes()
+	for _, a := range t.alerts {
+		if !a.open() || a.AbsorbedBy != "" {
+			continue
+		}
+		var ok bool
+		switch {
+		case inc.Fleet:
+			ok = a.Fleet && a.Model == inc.Finding.Model && (a.Class == inc.Cause() || slices.Contains(a.Members, inc.Cause()))
+		case a.Fleet:
+			ok = a.Model == inc.Finding.Model && (a.Class == inc.Cause() || slices.Contains(a.Members, inc.Cause()))
+		default:
+			ok = a.Replica == inc.Finding.Replica && (overlaps(a.Members, classes) || a.Class == inc.Cause() ||
+				detect.Explains(a.Finding, inc.Finding) || detect.Explains(inc.Finding, a.Finding))
+		}
+		if !ok {
+			continue
+		}
+		if inc.Fleet || !a.Fleet {
+			if better(a) {
+				best = a
+			}
+			continue
+		}
+		// A fleet incident covering this replica's cause takes precedence
+		// over the replica's own incidents.
+		return a
+	}
+	return best
+}
+
+// absorb links into a the other open alerts inc's findings belong to: a
+// replica's alerts joined by a fleet incident, or a cause and a consequence
+// paged separately. Pending ones never paged and are dropped; firing ones
+// stay firing, silent, until they end.
+func (t *Tracker) absorb(a *Alert, inc correlate.Incident, now time.Time) {
+	for fp, b := range t.alerts {
+		if b == a || !b.open() || b.AbsorbedBy != "" || b.Fleet {
+			continue
+		}
+		joined := false
+		for _, m := range inc.Members {
+			if m.Replica == b.Replica && (m.Class == b.Class || slices.Contains(b.Members, m.Class)) {
+				joined = true
+				break
+			}
+		}
+		if !joined {
+			continue
+		}
+		if b.State == StatePending {
+			delete(t.alerts, fp)
+			continue
+		}
+		b.AbsorbedBy, b.ExplainedBy, b.LastSeen = a.Fingerprint, []detect.Class{a.Class}, now
+		if b.ActiveAt.Before(a.ActiveAt) {
+			a.ActiveAt = b.ActiveAt // the incident began with its first symptom
+		}
+	}
+}
+
+// continueWith applies this round's incident to alert a and returns the
+// event it calls for, if any.
+func (t *Tracker) continueWith(a *Alert, inc correlate.Incident, round assess.Round) (notify.Event, bool) {
+	now := round.At
+	prevClass, prevSeverity := a.Class, a.Severity
+	a.LastSeen = now
+	a.Members = union(a.Members, inc.Classes())
+	a.Explains = slices.Clone(inc.Finding.Consequences)
+	// While the cause has cleared and only what it explains remains, the
+	// incident keeps its cause's name: the backlog draining is this
+	// incident, not a new one.
+	a.Draining = a.State == StateFiring && inc.Cause() != a.Class && detect.Explains(a.Finding, inc.Finding)
+	if !a.Draining {
+		a.Finding, a.Class = inc.Finding, inc.Cause()
+		a.Severity = inc.Finding.Severity.String()
+	}
+	t.notePeak(a, inc.Finding, now)
+	switch a.State {
+	case StatePending:
+		if now.Sub(a.ActiveAt) >= t.cfg.timing(a.Class).For {
+			a.State, a.FiredAt = StateFiring, now
+			return t.event(a, notify.KindTrigger, round), true
+		}
+	case StateFiring:
+		switch {
+		case a.Class != prevClass || severityRank(a.Severity) > severityRank(prevSeverity):
+			return t.event(a, notify.KindUpdate, round), true
+		case t.cfg.RepeatInterval > 0 && now.Sub(a.LastNotified) >= t.cfg.RepeatInterval:
+			return t.event(a, notify.KindRepeat, round), true
+		}
+	}
+	return notify.Event{}, false
+}
+
+// notePeak keeps the evidence of the incident's worst round: the highest
+// severity, then the largest departure of its first number from baseline.
+func (t *Tracker) notePeak(a *Alert, f detect.Finding, now time.Time) {
+	score := float64(f.Severity) * 1e6
+	if len(f.Evidence) > 0 {
+		e := f.Evidence[0]
+		d := math.Abs(e.Value)
+		if e.HasBaseline && e.Baseline != 0 && e.Value > 0 {
+			d = math.Abs(math.Log(e.Value / e.Baseline))
+		}
+		if !math.IsNaN(d) && !math.IsInf(d, 0) {
+			score += min(d, 1e5)
+		}
+	}
+	if a.Peak == nil || score > a.PeakScore {
+		a.Peak, a.PeakAt, a.PeakScore = slices.Clone(f.Evidence), now, score
+	}
+}
+
+func overlaps(a, b []detect.Class) bool {
+	for _, c := range a {
+		if slices.Contains(b, c) {
+			return true
+		}
+	}
+	return false
+}
+
+func union(a, b []detect.Class) []detect.Class {
+	out := slices.Clone(a)
+	for _, c := range b {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Retire resolves every firing alert of the replicas for which gone returns
 // true (a target that was removed) with reason, and forgets pending ones.
 func (t *Tracker) Retire(gone func(replica string) bool, reason string, now time.Time) []notify.Event {
 	var events []notify.Event
+	round := assess.Round{At: now}
 	for fp, a := range t.alerts {
 		if !gone(a.Replica) {
 			continue
@@ -231,7 +449,8 @@ func (t *Tracker) Retire(gone func(replica string) bool, reason string, now time
 			delete(t.alerts, fp)
 		case StateFiring:
 			a.State, a.ResolvedAt = StateResolved, now
-			ev := t.event(a, notify.KindResolve, now)
+			ev := t.event(a, notify.KindResolve, round)
+			ev.Headline = reason + ": " + ev.Headline
 			ev.Summary = reason + ": " + ev.Summary
 			events = append(events, ev)
 		}
@@ -281,6 +500,9 @@ func (t *Tracker) Restore(saved []Alert, now time.Time) {
 			continue
 		}
 		a := a
+		if len(a.Members) == 0 {
+			a.Members = []detect.Class{a.Class}
+		}
 		a.HoldUntil = now.Add(t.cfg.RestoreGrace)
 		t.alerts[a.Fingerprint] = &a
 	}
@@ -309,10 +531,15 @@ func (t *Tracker) RestoreIncidents(open []notify.Event, now time.Time) int {
 		for _, e := range ev.Evidence {
 			f.Evidence = append(f.Evidence, detect.Evidence{Name: e.Name, Value: e.Value, Baseline: e.Baseline, HasBaseline: e.HasBase, Unit: e.Unit, Threshold: e.Threshold})
 		}
+		members := []detect.Class{f.Class}
+		for _, c := range ev.Explains {
+			members = union(members, []detect.Class{detect.Class(c)})
+		}
 		t.alerts[ev.Fingerprint] = &Alert{
-			Fingerprint: ev.Fingerprint, Class: f.Class, Replica: ev.Replica, State: StateFiring, Severity: ev.Severity,
+			Fingerprint: ev.Fingerprint, Class: f.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet,
+			State: StateFiring, Severity: ev.Severity,
 			ActiveAt: ev.StartsAt, FiredAt: ev.StartsAt, LastSeen: now, LastNotified: ev.At, HoldUntil: now.Add(t.cfg.RestoreGrace),
-			Seq: ev.Seq, Finding: f,
+			Seq: ev.Seq, Finding: f, Members: members,
 		}
 		n++
 	}
@@ -322,7 +549,7 @@ func (t *Tracker) RestoreIncidents(open []notify.Event, now time.Time) int {
 // runbookClass picks the runbook: a fleet-wide incident links the fleet
 // page, whose first step is finding the shared change.
 func runbookClass(a *Alert) detect.Class {
-	if strings.HasPrefix(a.Replica, "fleet/") {
+	if a.Fleet {
 		return "fleet"
 	}
 	return a.Class
@@ -333,7 +560,8 @@ func severityRank(s string) int {
 	return int(sev)
 }
 
-func (t *Tracker) event(a *Alert, kind notify.Kind, now time.Time) notify.Event {
+func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.Event {
+	now := round.At
 	a.Seq++
 	a.LastNotified = now
 	f := a.Finding
@@ -346,6 +574,7 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, now time.Time) notify.Event 
 		Severity:    a.Severity,
 		Replica:     a.Replica,
 		Model:       f.Model,
+		Fleet:       a.Fleet,
 		Layer:       string(f.Layer),
 		Summary:     f.Summary,
 		Diagnosis:   f.Diagnosis,
@@ -357,8 +586,17 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, now time.Time) notify.Event 
 		StartsAt:    a.FiredAt,
 		At:          now,
 	}
-	for _, e := range f.Evidence {
-		ev.Evidence = append(ev.Evidence, notify.Field{Name: e.Name, Value: e.Value, Baseline: e.Baseline, HasBase: e.HasBaseline, Unit: e.Unit, Threshold: e.Threshold})
+	snap, haveSnap := round.Replica(a.Replica)
+	ev.Headline = headline(a, snap.Snapshot, haveSnap && kind != notify.KindResolve)
+	evidence := f.Evidence
+	if kind == notify.KindResolve && a.Peak != nil {
+		evidence = a.Peak
+	}
+	for _, e := range evidence {
+		ev.Evidence = append(ev.Evidence, field(e))
+	}
+	if a.Draining {
+		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " The cause has cleared; what it caused is still draining, so the incident stays open.")
 	}
 	for _, c := range a.ExplainedBy {
 		ev.ExplainedBy = append(ev.ExplainedBy, string(c))
@@ -366,57 +604,67 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, now time.Time) notify.Event 
 	for _, c := range a.Explains {
 		ev.Explains = append(ev.Explains, string(c))
 	}
-	for _, c := range f.Consequences {
-		if !slices.Contains(a.Explains, c) {
-			ev.Explains = append(ev.Explains, string(c))
-		}
+	if a.AbsorbedBy != "" {
+		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " This alert became part of another incident (" +
+			t.links.alert(a.AbsorbedBy) + "), which explains it; it ends with that incident or when its own condition clears.")
 	}
 	if kind == notify.KindResolve {
 		ev.Status = notify.StatusResolved
 		ev.EndsAt = now
+		if haveSnap {
+			ev.Recovered = recovered(snap.Snapshot)
+		}
 	}
 	return ev
 }
 
-type annotated struct {
-	Finding     detect.Finding
-	explainedBy []detect.Class
-	explains    []detect.Class
+func field(e detect.Evidence) notify.Field {
+	return notify.Field{Name: e.Name, Value: e.Value, Baseline: e.Baseline, HasBase: e.HasBaseline, Unit: e.Unit, Threshold: e.Threshold}
 }
 
-// strongest keeps, per fingerprint, the most severe finding (a detector may
-// report a replica twice, e.g. down and restarted).
-func strongest(findings []detect.Finding) map[string]*annotated {
-	out := make(map[string]*annotated, len(findings))
-	for _, f := range findings {
-		fp := Fingerprint(f.Replica, f.Class)
-		if prev, ok := out[fp]; ok && prev.Finding.Severity >= f.Severity {
-			continue
-		}
-		out[fp] = &annotated{Finding: f}
+// headline is the page's one line: where, what is happening (the cause),
+// and what users feel now (queue and time to first token) when known.
+func headline(a *Alert, s assess.Snapshot, withImpact bool) string {
+	where := a.Replica
+	if a.Fleet {
+		where = "fleet " + a.Model
 	}
+	h := where + ": " + a.Finding.Summary
+	if !withImpact {
+		return h
+	}
+	var impact []string
+	if s.QueuedRequests != nil {
+		impact = append(impact, "queue "+detect.FormatNumber(*s.QueuedRequests))
+	}
+	if s.TTFTP99 != nil {
+		impact = append(impact, "p99 TTFT "+detect.FormatNumber(*s.TTFTP99)+" s")
+	}
+	if s.AbortsPerSecond != nil && *s.AbortsPerSecond > 0 {
+		impact = append(impact, "aborted "+detect.FormatNumber(*s.AbortsPerSecond)+"/s")
+	}
+	if len(impact) > 0 {
+		h += "; " + strings.Join(impact, ", ")
+	}
+	return h
+}
+
+// recovered are the replica's values as the incident resolves, shown next
+// to the peak evidence.
+func recovered(s assess.Snapshot) []notify.Field {
+	var out []notify.Field
+	add := func(name string, p *float64, unit string) {
+		if p != nil {
+			out = append(out, notify.Field{Name: name, Value: *p, Unit: unit})
+		}
+	}
+	add("queued requests", s.QueuedRequests, "")
+	add("running requests", s.RunningRequests, "")
+	add("KV cache usage", s.KVUsage, "ratio")
+	add("prefix hit rate", s.PrefixHitRate, "ratio")
+	add("retracted requests", s.RetractionsPerSecond, "/s")
+	add("aborted requests", s.AbortsPerSecond, "/s")
+	add("time to first token p99", s.TTFTP99, "s")
+	add("inter-token latency p99", s.ITLP99, "s")
 	return out
-}
-
-// explain links findings on the same replica that are cause and effect
-// (detect.Explains), so a preempt storm driven by a cache collapse says so.
-func explain(current map[string]*annotated) {
-	byReplica := map[string][]*annotated{}
-	for _, a := range current {
-		byReplica[a.Finding.Replica] = append(byReplica[a.Finding.Replica], a)
-	}
-	for _, group := range byReplica {
-		for _, effect := range group {
-			for _, cause := range group {
-				if detect.Explains(cause.Finding, effect.Finding) {
-					effect.explainedBy = append(effect.explainedBy, cause.Finding.Class)
-					cause.explains = append(cause.explains, effect.Finding.Class)
-				}
-			}
-		}
-	}
-	for _, a := range current {
-		slices.Sort(a.explainedBy)
-		slices.Sort(a.explains)
-	}
 }

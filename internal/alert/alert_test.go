@@ -1,10 +1,13 @@
 package alert
 
 import (
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -14,6 +17,24 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 func finding(replica string, class detect.Class, sev detect.Severity) detect.Finding {
 	return detect.Finding{Class: class, Severity: sev, Replica: replica, Model: "m", Summary: string(class) + " on " + replica,
 		Evidence: []detect.Evidence{{Name: "x", Value: 2, Baseline: 1, HasBaseline: true}}}
+}
+
+// update runs one round of findings through the correlation, as the
+// assessment does, then the tracker.
+func update(tr *Tracker, findings []detect.Finding, now time.Time) []notify.Event {
+	return tr.Update(roundOf(now, findings...))
+}
+
+func roundOf(now time.Time, findings ...detect.Finding) assess.Round {
+	var reps []detect.Replica
+	seen := map[string]bool{}
+	for _, f := range findings {
+		if !seen[f.Replica] {
+			seen[f.Replica] = true
+			reps = append(reps, detect.Replica{Name: f.Replica, Model: f.Model})
+		}
+	}
+	return assess.Round{At: now, Incidents: correlate.Correlate(correlate.DefaultConfig(), findings, reps)}
 }
 
 func testConfig() Config {
@@ -38,7 +59,7 @@ func kinds(evs []notify.Event) []string {
 func step(tr *Tracker, start time.Time, n int, fn func(i int) []detect.Finding) []notify.Event {
 	var all []notify.Event
 	for i := 0; i < n; i++ {
-		all = append(all, tr.Update(fn(i), start.Add(time.Duration(i)*10*time.Second))...)
+		all = append(all, update(tr, fn(i), start.Add(time.Duration(i)*10*time.Second))...)
 	}
 	return all
 }
@@ -55,7 +76,7 @@ func TestLifecyclePendingFiringResolved(t *testing.T) {
 		t.Fatalf("want one pending alert, got %+v", a)
 	}
 	// At t0+30s it fires once.
-	evs := tr.Update([]detect.Finding{storm}, t0.Add(30*time.Second))
+	evs := update(tr, []detect.Finding{storm}, t0.Add(30*time.Second))
 	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Status != notify.StatusFiring {
 		t.Fatalf("want one trigger, got %v", kinds(evs))
 	}
@@ -70,15 +91,15 @@ func TestLifecyclePendingFiringResolved(t *testing.T) {
 		t.Errorf("evidence not carried: %+v", trig.Evidence)
 	}
 	// Still present: no repeat before the repeat interval.
-	if evs := tr.Update([]detect.Finding{storm}, t0.Add(40*time.Second)); len(evs) != 0 {
+	if evs := update(tr, []detect.Finding{storm}, t0.Add(40*time.Second)); len(evs) != 0 {
 		t.Fatalf("unexpected %v", kinds(evs))
 	}
 	// Gone for less than keep_firing_for: still firing, no event.
-	if evs := tr.Update(nil, t0.Add(90*time.Second)); len(evs) != 0 {
+	if evs := update(tr, nil, t0.Add(90*time.Second)); len(evs) != 0 {
 		t.Fatalf("resolved inside hysteresis: %v", kinds(evs))
 	}
 	// Gone for keep_firing_for since last seen (t0+40s): resolves.
-	evs = tr.Update(nil, t0.Add(100*time.Second))
+	evs = update(tr, nil, t0.Add(100*time.Second))
 	if len(evs) != 1 || evs[0].Kind != notify.KindResolve || evs[0].Status != notify.StatusResolved || evs[0].Seq != 2 {
 		t.Fatalf("want resolve seq 2, got %+v", evs)
 	}
@@ -89,7 +110,7 @@ func TestLifecyclePendingFiringResolved(t *testing.T) {
 	if a := tr.Alerts(); len(a) != 1 || a[0].State != StateResolved {
 		t.Fatalf("resolved alert not retained: %+v", a)
 	}
-	tr.Update(nil, t0.Add(100*time.Second+10*time.Minute))
+	update(tr, nil, t0.Add(100*time.Second+10*time.Minute))
 	if a := tr.Alerts(); len(a) != 0 {
 		t.Fatalf("resolved alert not dropped after retention: %+v", a)
 	}
@@ -143,38 +164,149 @@ func TestEscalationAndRepeat(t *testing.T) {
 		t.Errorf("escalation event severity %q", evs[1].Severity)
 	}
 	// A severity drop does not re-page.
-	if e := tr.Update([]detect.Finding{finding("r1", detect.ReplicaDown, detect.Warning)}, t0.Add(125*time.Second)); len(e) != 0 {
+	if e := update(tr, []detect.Finding{finding("r1", detect.ReplicaDown, detect.Warning)}, t0.Add(125*time.Second)); len(e) != 0 {
 		t.Errorf("de-escalation paged: %v", kinds(e))
 	}
 }
 
-func TestCauseAndEffectOnOneReplicaSaySo(t *testing.T) {
+func TestCauseAndEffectOnOneReplicaPageOnce(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
 	tr := NewTracker(cfg, Links{})
-	evs := tr.Update([]detect.Finding{
+	evs := update(tr, []detect.Finding{
 		finding("r1", detect.PreemptStorm, detect.Critical),
 		finding("r1", detect.CacheCollapse, detect.Warning),
-		finding("r2", detect.PreemptStorm, detect.Critical), // other replica: unexplained
+		finding("r2", detect.PreemptStorm, detect.Critical), // other replica: its own incident
 	}, t0)
-	if len(evs) != 3 {
-		t.Fatalf("want 3 triggers, got %v", kinds(evs))
+	if got := strings.Join(kinds(evs), ","); got != sortedKinds("trigger:cache_collapse@r1", "trigger:preempt_storm@r2") {
+		t.Fatalf("got %s", got)
 	}
 	for _, e := range evs {
-		switch {
-		case e.Replica == "r1" && e.Class == "preempt_storm":
-			if len(e.ExplainedBy) != 1 || e.ExplainedBy[0] != "cache_collapse" {
-				t.Errorf("r1 storm not explained by the collapse: %+v", e.ExplainedBy)
-			}
-		case e.Replica == "r1" && e.Class == "cache_collapse":
-			if len(e.Explains) != 1 || e.Explains[0] != "preempt_storm" {
-				t.Errorf("r1 collapse does not name its effect: %+v", e.Explains)
-			}
-		case e.Replica == "r2":
-			if len(e.ExplainedBy) != 0 {
-				t.Errorf("r2 explained by another replica's cause: %+v", e.ExplainedBy)
-			}
+		if e.Replica == "r1" && (len(e.Explains) != 1 || e.Explains[0] != "preempt_storm" || e.Severity != "critical") {
+			t.Errorf("r1 collapse: explains %v, severity %s; want the storm it causes, critical", e.Explains, e.Severity)
 		}
+		if e.Replica == "r2" && len(e.Explains) != 0 {
+			t.Errorf("r2 explains another replica's findings: %v", e.Explains)
+		}
+	}
+}
+
+// sortedKinds orders expected kinds as Update orders events: by fingerprint.
+func sortedKinds(ks ...string) string {
+	fp := func(k string) string {
+		class, replica, _ := strings.Cut(k[strings.Index(k, ":")+1:], "@")
+		return Fingerprint(replica, detect.Class(class))
+	}
+	sort.Slice(ks, func(i, j int) bool { return fp(ks[i]) < fp(ks[j]) })
+	return strings.Join(ks, ",")
+}
+
+func TestConsequenceFiredFirstIsRetitledInPlaceWhenItsCauseAppears(t *testing.T) {
+	cfg := testConfig()
+	tr := NewTracker(cfg, Links{})
+	queue := finding("r1", detect.QueueLatency, detect.Critical)
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	var evs []notify.Event
+	// The queue grows before retractions cross their threshold: queue
+	// latency pages first.
+	evs = append(evs, step(tr, t0, 4, func(int) []detect.Finding { return []detect.Finding{queue} })...)
+	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Class != "queue_latency" {
+		t.Fatalf("want the queue latency trigger, got %v", kinds(evs))
+	}
+	fp := evs[0].Fingerprint
+	// Then the storm: one update of the same incident, named after it.
+	evs = step(tr, t0.Add(40*time.Second), 6, func(int) []detect.Finding { return []detect.Finding{queue, storm} })
+	if len(evs) != 1 || evs[0].Kind != notify.KindUpdate || evs[0].Class != "preempt_storm" || evs[0].Fingerprint != fp {
+		t.Fatalf("want one update re-titling incident %s as preempt_storm, got %v", fp, kinds(evs))
+	}
+	if len(evs[0].Explains) != 1 || evs[0].Explains[0] != "queue_latency" {
+		t.Errorf("re-titled incident does not list the queue latency it explains: %v", evs[0].Explains)
+	}
+	// The storm ends while the backlog drains: no resolve, no new page.
+	evs = step(tr, t0.Add(100*time.Second), 20, func(int) []detect.Finding { return []detect.Finding{queue} })
+	if len(evs) != 0 {
+		t.Fatalf("the drain paged: %v", kinds(evs))
+	}
+	if a := tr.Alerts(); len(a) != 1 || a[0].State != StateFiring || a[0].Class != detect.PreemptStorm || !a[0].Draining {
+		t.Fatalf("want the storm incident open and draining, got %+v", a)
+	}
+	// The backlog is gone: one resolve after keep_firing_for.
+	evs = step(tr, t0.Add(300*time.Second), 10, func(int) []detect.Finding { return nil })
+	if len(evs) != 1 || evs[0].Kind != notify.KindResolve || evs[0].Fingerprint != fp {
+		t.Fatalf("want one resolve of %s, got %v", fp, kinds(evs))
+	}
+}
+
+func TestPendingConsequenceAndLaterCauseFireOnce(t *testing.T) {
+	tr := NewTracker(testConfig(), Links{})
+	queue := finding("r1", detect.QueueLatency, detect.Warning)
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	evs := step(tr, t0, 2, func(int) []detect.Finding { return []detect.Finding{queue} })
+	evs = append(evs, step(tr, t0.Add(20*time.Second), 6, func(int) []detect.Finding { return []detect.Finding{queue, storm} })...)
+	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Class != "preempt_storm" || evs[0].Severity != "critical" {
+		t.Fatalf("want one critical storm trigger, got %v", kinds(evs))
+	}
+	if !evs[0].StartsAt.Equal(t0.Add(30 * time.Second)) {
+		t.Errorf("the incident's for began at its first symptom: fired at %s", evs[0].StartsAt.Sub(t0))
+	}
+}
+
+func TestFleetIncidentAbsorbsReplicaAlertsWithoutResolvingThem(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg, Links{})
+	reps := []detect.Replica{{Name: "m-0", Model: "m"}, {Name: "m-1", Model: "m"}, {Name: "m-2", Model: "m"}, {Name: "m-3", Model: "m"}}
+	round := func(now time.Time, on ...int) assess.Round {
+		var fs []detect.Finding
+		for _, i := range on {
+			fs = append(fs, finding(reps[i].Name, detect.CacheCollapse, detect.Warning))
+		}
+		return assess.Round{At: now, Incidents: correlate.Correlate(correlate.DefaultConfig(), fs, reps)}
+	}
+	var evs []notify.Event
+	// One replica degrades, then a second, a round apart: a replica page,
+	// then the fleet page once three of the four show it.
+	evs = append(evs, tr.Update(round(t0, 0))...)
+	evs = append(evs, tr.Update(round(t0.Add(10*time.Second), 0, 1))...)
+	evs = append(evs, tr.Update(round(t0.Add(20*time.Second), 0, 1, 2))...)
+	// The share hovers around the threshold for minutes.
+	for i := 3; i < 30; i++ {
+		on := []int{0, 1, 2}
+		if i%2 == 0 {
+			on = []int{0, 1}
+		}
+		evs = append(evs, tr.Update(round(t0.Add(time.Duration(i)*10*time.Second), on...))...)
+	}
+	var triggers, resolves []string
+	for _, e := range evs {
+		switch e.Kind {
+		case notify.KindTrigger:
+			triggers = append(triggers, e.Replica)
+		case notify.KindResolve:
+			resolves = append(resolves, e.Replica)
+		}
+	}
+	if strings.Join(triggers, ",") != "m-0,m-1,fleet/m" {
+		t.Errorf("triggers %v: want the two replica pages before the fleet formed, then one fleet page", triggers)
+	}
+	if len(resolves) != 0 {
+		t.Fatalf("resolved while nothing recovered: %v", resolves)
+	}
+	// Everything recovers: the fleet incident and the absorbed replica
+	// alerts resolve, once each.
+	evs = nil
+	for i := 30; i < 40; i++ {
+		evs = append(evs, tr.Update(round(t0.Add(time.Duration(i)*10*time.Second)))...)
+	}
+	for _, e := range evs {
+		if e.Kind != notify.KindResolve {
+			t.Errorf("unexpected %s for %s", e.Kind, e.Replica)
+		}
+		resolves = append(resolves, e.Replica)
+	}
+	sort.Strings(resolves)
+	if strings.Join(resolves, ",") != "fleet/m,m-0,m-1" {
+		t.Fatalf("resolves %v", resolves)
 	}
 }
 
@@ -206,10 +338,10 @@ func TestRestoreContinuesIncidentAndResolvesIfGone(t *testing.T) {
 	// with the original fingerprint and the next sequence number.
 	tr3 := NewTracker(cfg, Links{})
 	tr3.Restore(saved, restart)
-	if e := tr3.Update(nil, restart.Add(time.Minute)); len(e) != 0 {
+	if e := update(tr3, nil, restart.Add(time.Minute)); len(e) != 0 {
 		t.Fatalf("resolved inside restore grace: %v", kinds(e))
 	}
-	evs = tr3.Update(nil, restart.Add(cfg.RestoreGrace))
+	evs = update(tr3, nil, restart.Add(cfg.RestoreGrace))
 	if len(evs) != 1 || evs[0].Kind != notify.KindResolve || evs[0].Fingerprint != saved[0].Fingerprint || evs[0].Seq != saved[0].Seq+1 {
 		t.Fatalf("want resolve of the restored incident, got %+v", evs)
 	}
@@ -219,7 +351,7 @@ func TestRetireResolvesRemovedTargets(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
 	tr := NewTracker(cfg, Links{})
-	tr.Update([]detect.Finding{finding("a", detect.ReplicaDown, detect.Critical), finding("b", detect.ReplicaDown, detect.Critical)}, t0)
+	update(tr, []detect.Finding{finding("a", detect.ReplicaDown, detect.Critical), finding("b", detect.ReplicaDown, detect.Critical)}, t0)
 	evs := tr.Retire(func(r string) bool { return r == "a" }, "target removed", t0.Add(time.Second))
 	if len(evs) != 1 || evs[0].Replica != "a" || evs[0].Status != notify.StatusResolved || !strings.HasPrefix(evs[0].Summary, "target removed") {
 		t.Fatalf("retire: %+v", evs)
@@ -256,18 +388,9 @@ func TestEvictionCollapseIsExplainedByTheStormNotTheReverse(t *testing.T) {
 	tr := NewTracker(cfg, Links{})
 	collapse := finding("r1", detect.CacheCollapse, detect.Warning)
 	collapse.Layer = detect.LayerMemory // hit rate fell because KV pressure evicts prefixes
-	evs := tr.Update([]detect.Finding{finding("r1", detect.PreemptStorm, detect.Critical), collapse}, t0)
-	for _, e := range evs {
-		switch e.Class {
-		case "preempt_storm":
-			if len(e.ExplainedBy) != 0 || len(e.Explains) != 1 || e.Explains[0] != "cache_collapse" {
-				t.Errorf("storm: explained by %v, explains %v", e.ExplainedBy, e.Explains)
-			}
-		case "cache_collapse":
-			if len(e.ExplainedBy) != 1 || e.ExplainedBy[0] != "preempt_storm" {
-				t.Errorf("eviction collapse: explained by %v", e.ExplainedBy)
-			}
-		}
+	evs := update(tr, []detect.Finding{finding("r1", detect.PreemptStorm, detect.Critical), collapse}, t0)
+	if len(evs) != 1 || evs[0].Class != "preempt_storm" || len(evs[0].Explains) != 1 || evs[0].Explains[0] != "cache_collapse" {
+		t.Fatalf("want one storm page explaining the eviction collapse, got %v %+v", kinds(evs), evs)
 	}
 }
 
@@ -283,7 +406,7 @@ func TestRestoreIncidentsFromNotifierRecords(t *testing.T) {
 	if n := tr.RestoreIncidents(open, restart); n != 0 {
 		t.Fatalf("restored a known incident twice")
 	}
-	evs := tr.Update(nil, restart.Add(cfg.RestoreGrace))
+	evs := update(tr, nil, restart.Add(cfg.RestoreGrace))
 	if len(evs) != 1 || evs[0].Kind != notify.KindResolve || evs[0].Seq != 5 || evs[0].Fingerprint != open[0].Fingerprint || !evs[0].StartsAt.Equal(t0) {
 		t.Fatalf("want the original incident resolved, got %+v", evs)
 	}
@@ -295,7 +418,7 @@ func TestLayerTriageReachesThePage(t *testing.T) {
 	tr := NewTracker(cfg, Links{})
 	f := finding("r1", "queue_latency", detect.Warning)
 	f.Layer, f.Triage = detect.LayerQueue, "admission bottleneck: 8 running, 47 waiting. Next step: raise --max-running-requests"
-	evs := tr.Update([]detect.Finding{f}, t0)
+	evs := update(tr, []detect.Finding{f}, t0)
 	if len(evs) != 1 || evs[0].Triage != f.Triage || evs[0].Layer != "queue" {
 		t.Fatalf("event %+v", evs)
 	}

@@ -3,17 +3,22 @@
 //
 //   - On one replica, findings that are cause and effect (detect.Explains:
 //     cache collapse -> KV pressure -> retractions -> queueing -> client
-//     retries) become one incident named after the earliest cause, listing
-//     the consequences it explains.
-//   - The same class on most replicas of one model at once becomes one fleet
-//     incident (likely a router, deploy or client change) instead of N pages.
+//     retries -> failed requests) become one incident named after the
+//     earliest cause, listing the consequences it explains.
+//   - The same cause on most replicas of one model at once becomes one
+//     fleet incident (likely a router, deploy or client change) instead of N
+//     pages.
 //
-// It is pure: findings in, findings out.
+// It is pure and stateless: findings in, incidents out. Continuity across
+// rounds (a cause found a round after its effect, a fleet share hovering at
+// the threshold) is the alert tracker's, which matches these incidents to
+// the ones it already holds.
 package correlate
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -28,8 +33,9 @@ type Config struct {
 	// FleetMinReplicas is the smallest fleet (replicas of one model) for
 	// which fleet-wide grouping applies.
 	FleetMinReplicas int `yaml:"fleet_min_replicas"`
-	// FleetFraction of a model's replicas showing the same class makes a
-	// fleet incident.
+	// FleetFraction of a model's replicas showing the same cause makes a
+	// fleet incident. Once open, the tracker keeps it until no replica of
+	// the model shows the cause (hysteresis).
 	FleetFraction float64 `yaml:"fleet_fraction"`
 }
 
@@ -50,7 +56,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// FleetReplica is the replica name of a fleet incident of a model.
+// FleetReplica is the replica name a fleet incident of a model is shown
+// under.
 func FleetReplica(model string) string {
 	if model == "" {
 		model = "unknown-model"
@@ -58,20 +65,89 @@ func FleetReplica(model string) string {
 	return "fleet/" + model
 }
 
+// Incident is one cause and what it explains.
+type Incident struct {
+	// Finding is what the page shows: the root cause with its consequences
+	// folded in (their classes, evidence and a sentence in the diagnosis),
+	// as severe as its worst member. For a fleet incident, the fleet-wide
+	// finding.
+	Finding detect.Finding
+	// Fleet marks an incident over most replicas of Finding.Model.
+	Fleet bool
+	// Members are the detectors' findings the incident groups, the root
+	// first. For a fleet incident: every member replica's root and
+	// consequences.
+	Members []detect.Finding
+}
+
+// Cause is the class the incident is named after.
+func (i Incident) Cause() detect.Class { return i.Finding.Class }
+
+// Shows reports whether replica shows class as part of this incident.
+func (i Incident) Shows(replica string, class detect.Class) bool {
+	for _, m := range i.Members {
+		if m.Replica == replica && m.Class == class {
+			return true
+		}
+	}
+	return false
+}
+
+// Classes are the distinct member classes, sorted.
+func (i Incident) Classes() []detect.Class {
+	var out []detect.Class
+	for _, m := range i.Members {
+		if !slices.Contains(out, m.Class) {
+			out = append(out, m.Class)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Correlate groups the findings of one round. replicas is every replica
 // being watched (the denominator of "most of the fleet").
-func Correlate(cfg Config, findings []detect.Finding, replicas []detect.Replica) []detect.Finding {
-	out := findings
+func Correlate(cfg Config, findings []detect.Finding, replicas []detect.Replica) []Incident {
+	findings = strongest(findings)
+	var out []Incident
 	if cfg.FoldConsequences {
-		out = fold(out)
+		out = fold(findings)
+	} else {
+		for _, f := range findings {
+			out = append(out, Incident{Finding: f, Members: []detect.Finding{f}})
+		}
 	}
 	return fleet(cfg, out, replicas)
+}
+
+// strongest keeps, per replica and class, the most severe finding (a
+// detector may report a replica twice, e.g. down and restarted), in input
+// order.
+func strongest(findings []detect.Finding) []detect.Finding {
+	type key struct {
+		replica string
+		class   detect.Class
+	}
+	at := map[key]int{}
+	out := make([]detect.Finding, 0, len(findings))
+	for _, f := range findings {
+		k := key{f.Replica, f.Class}
+		if i, ok := at[k]; ok {
+			if f.Severity > out[i].Severity {
+				out[i] = f
+			}
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, f)
+	}
+	return out
 }
 
 // fold merges, per replica, every finding explained by another into its
 // root cause. A finding explained by several roots goes to the first root in
 // class order, so the output is deterministic.
-func fold(findings []detect.Finding) []detect.Finding {
+func fold(findings []detect.Finding) []Incident {
 	byReplica := map[string][]int{}
 	for i, f := range findings {
 		byReplica[f.Replica] = append(byReplica[f.Replica], i)
@@ -79,30 +155,30 @@ func fold(findings []detect.Finding) []detect.Finding {
 	absorbed := make([]bool, len(findings))
 	consequences := map[int][]int{}
 	for _, idx := range byReplica {
-		sort.Slice(idx, func(a, b int) bool { return findings[idx[a]].Class < findings[idx[b]].Class })
+		sort.SliceStable(idx, func(a, b int) bool { return findings[idx[a]].Class < findings[idx[b]].Class })
 		for _, e := range idx {
-			root := -1
 			for _, c := range idx {
 				if c != e && detect.Explains(findings[c], findings[e]) && !explainedWithin(findings, idx, c) {
-					root = c
+					absorbed[e] = true
+					consequences[c] = append(consequences[c], e)
 					break
 				}
 			}
-			if root >= 0 {
-				absorbed[e] = true
-				consequences[root] = append(consequences[root], e)
-			}
 		}
 	}
-	out := make([]detect.Finding, 0, len(findings))
+	out := make([]Incident, 0, len(findings))
 	for i, f := range findings {
 		if absorbed[i] {
 			continue
 		}
-		if cs := consequences[i]; len(cs) > 0 {
-			f = withConsequences(f, findings, cs)
+		inc := Incident{Finding: f, Members: []detect.Finding{f}}
+		for _, c := range consequences[i] {
+			inc.Members = append(inc.Members, findings[c])
 		}
-		out = append(out, f)
+		if len(inc.Members) > 1 {
+			inc.Finding = withConsequences(f, inc.Members[1:])
+		}
+		out = append(out, inc)
 	}
 	return out
 }
@@ -119,29 +195,40 @@ func explainedWithin(findings []detect.Finding, idx []int, c int) bool {
 	return false
 }
 
-func withConsequences(root detect.Finding, all []detect.Finding, cs []int) detect.Finding {
-	root.Evidence = append([]detect.Evidence(nil), root.Evidence...)
-	var lines []string
-	for _, i := range cs {
-		c := all[i]
+func withConsequences(root detect.Finding, cs []detect.Finding) detect.Finding {
+	root.Evidence = slices.Clone(root.Evidence)
+	root.Consequences = nil
+	var names []string
+	for _, c := range cs {
 		root.Consequences = append(root.Consequences, c.Class)
 		if c.Severity > root.Severity {
 			root.Severity = c.Severity // the incident is as bad as its worst symptom
 		}
-		lines = append(lines, fmt.Sprintf("%s (%s)", c.Class, c.Summary))
+		names = append(names, c.Summary)
 		for _, e := range c.Evidence {
-			e.Name = string(c.Class) + ": " + e.Name
+			if hasEvidence(root.Evidence, e.Name) {
+				continue // the triage and shared signals appear once
+			}
 			root.Evidence = append(root.Evidence, e)
 		}
 	}
-	root.Diagnosis += " Root cause of this incident; it also explains, on the same replica: " + strings.Join(lines, "; ") +
-		". Fix the cause first: the consequences should clear with it."
+	root.Diagnosis = strings.TrimSpace(root.Diagnosis + " Consequences on this replica, explained by this cause: " +
+		strings.Join(names, "; ") + ". Fix the cause first: they should clear with it.")
 	return root
 }
 
-// fleet replaces, per model and class, the findings of most of the model's
-// replicas by one fleet finding.
-func fleet(cfg Config, findings []detect.Finding, replicas []detect.Replica) []detect.Finding {
+func hasEvidence(es []detect.Evidence, name string) bool {
+	for _, e := range es {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// fleet replaces, per model and cause, the incidents of most of the model's
+// replicas by one fleet incident.
+func fleet(cfg Config, incidents []Incident, replicas []detect.Replica) []Incident {
 	size := map[string]int{}
 	for _, r := range replicas {
 		size[r.Model]++
@@ -151,11 +238,10 @@ func fleet(cfg Config, findings []detect.Finding, replicas []detect.Replica) []d
 		class detect.Class
 	}
 	groups := map[key][]int{}
-	for i, f := range findings {
-		groups[key{f.Model, f.Class}] = append(groups[key{f.Model, f.Class}], i)
+	for i, inc := range incidents {
+		k := key{inc.Finding.Model, inc.Finding.Class}
+		groups[k] = append(groups[k], i)
 	}
-	drop := make([]bool, len(findings))
-	var fleetFindings []detect.Finding
 	keys := make([]key, 0, len(groups))
 	for k := range groups {
 		keys = append(keys, k)
@@ -166,6 +252,8 @@ func fleet(cfg Config, findings []detect.Finding, replicas []detect.Replica) []d
 		}
 		return keys[a].class < keys[b].class
 	})
+	drop := make([]bool, len(incidents))
+	var fleets []Incident
 	for _, k := range keys {
 		idx := groups[k]
 		n := size[k.model]
@@ -175,22 +263,32 @@ func fleet(cfg Config, findings []detect.Finding, replicas []detect.Replica) []d
 		for _, i := range idx {
 			drop[i] = true
 		}
-		fleetFindings = append(fleetFindings, fleetFinding(k.model, k.class, n, findings, idx))
+		fleets = append(fleets, FleetIncident(k.model, k.class, n, pick(incidents, idx)))
 	}
-	if len(fleetFindings) == 0 {
-		return findings
+	if len(fleets) == 0 {
+		return incidents
 	}
-	out := make([]detect.Finding, 0, len(findings))
-	for i, f := range findings {
+	out := make([]Incident, 0, len(incidents))
+	for i, inc := range incidents {
 		if !drop[i] {
-			out = append(out, f)
+			out = append(out, inc)
 		}
 	}
-	return append(out, fleetFindings...)
+	return append(out, fleets...)
 }
 
-func fleetFinding(model string, class detect.Class, fleetSize int, all []detect.Finding, idx []int) detect.Finding {
-	first := all[idx[0]]
+func pick(incidents []Incident, idx []int) []Incident {
+	out := make([]Incident, 0, len(idx))
+	for _, i := range idx {
+		out = append(out, incidents[i])
+	}
+	return out
+}
+
+// FleetIncident is the incident of class across members, replica incidents
+// of one model (fleetSize replicas).
+func FleetIncident(model string, class detect.Class, fleetSize int, members []Incident) Incident {
+	first := members[0].Finding
 	f := detect.Finding{
 		Class:     class,
 		Severity:  first.Severity,
@@ -199,32 +297,32 @@ func fleetFinding(model string, class detect.Class, fleetSize int, all []detect.
 		Layer:     first.Layer,
 		Emergency: first.Emergency,
 		RootCause: first.RootCause,
-		Runbook:   first.Runbook,
+		Runbook:   "/runbooks/fleet",
 	}
+	inc := Incident{Fleet: true}
 	var names []string
-	for _, i := range idx {
-		r := all[i]
-		names = append(names, r.Replica)
-		if r.Severity > f.Severity {
-			f.Severity = r.Severity
-		}
+	for _, m := range members {
+		names = append(names, m.Finding.Replica)
+		f.Severity = max(f.Severity, m.Finding.Severity)
+		inc.Members = append(inc.Members, m.Members...)
 	}
 	sort.Strings(names)
-	f.Summary = fmt.Sprintf("Fleet-wide %s: %d of %d replicas of %s at once", class, len(idx), fleetSize, displayModel(model))
-	f.Diagnosis = fmt.Sprintf("The same incident appeared on %d of %d replicas of this model in the same evaluation round, "+
+	f.Summary = fmt.Sprintf("%s on %d of %d replicas of %s at once", first.Summary, len(members), fleetSize, displayModel(model))
+	f.Diagnosis = fmt.Sprintf("The same incident appeared on %d of %d replicas of this model together, "+
 		"so the cause is most likely shared, not in one replica: a router or gateway policy change (e.g. cache-aware routing "+
 		"switched to round robin), a deploy or configuration rollout, a client release or a global prompt change. "+
-		"Check what changed fleet-wide in the last hour before touching individual replicas. One replica's view: %s",
-		len(idx), fleetSize, first.Diagnosis)
+		"Check what changed fleet-wide in the last hour before touching individual replicas. One replica's view (%s): %s",
+		len(members), fleetSize, first.Replica, first.Diagnosis)
 	f.Evidence = append(f.Evidence,
-		detect.Evidence{Name: "replicas affected", Value: float64(len(idx))},
+		detect.Evidence{Name: "replicas affected", Value: float64(len(members))},
 		detect.Evidence{Name: "replicas of the model", Value: float64(fleetSize)})
 	for _, e := range first.Evidence {
 		e.Name = first.Replica + ": " + e.Name
 		f.Evidence = append(f.Evidence, e)
 	}
 	f.AffectedReplicas = names
-	return f
+	inc.Finding = f
+	return inc
 }
 
 func displayModel(m string) string {

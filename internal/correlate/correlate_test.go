@@ -22,10 +22,10 @@ func replicas(model string, n int) []detect.Replica {
 	return out
 }
 
-func classes(fs []detect.Finding) []string {
+func classes(is []Incident) []string {
 	var out []string
-	for _, x := range fs {
-		out = append(out, string(x.Class)+"@"+x.Replica)
+	for _, x := range is {
+		out = append(out, string(x.Finding.Class)+"@"+x.Finding.Replica)
 	}
 	return out
 }
@@ -36,10 +36,10 @@ func TestCacheCollapseDrivingAStormIsOneIncidentNamedAfterTheCollapse(t *testing
 		f("r1", "m", detect.CacheCollapse, detect.LayerPrefill, detect.Warning), // prompts changed: the cause
 	}
 	out := Correlate(DefaultConfig(), in, replicas("m", 1))
-	if len(out) != 1 || out[0].Class != detect.CacheCollapse {
+	if len(out) != 1 || out[0].Finding.Class != detect.CacheCollapse {
 		t.Fatalf("want one cache_collapse incident, got %v", classes(out))
 	}
-	root := out[0]
+	root := out[0].Finding
 	if len(root.Consequences) != 1 || root.Consequences[0] != detect.PreemptStorm {
 		t.Errorf("consequences %v", root.Consequences)
 	}
@@ -63,7 +63,7 @@ func TestWholeChainFoldsIntoItsEarliestCause(t *testing.T) {
 	if got != "cache_collapse@r1,retry_avalanche@r2" {
 		t.Fatalf("got %s", got)
 	}
-	if c := out[0].Consequences; len(c) != 2 {
+	if c := out[0].Finding.Consequences; len(c) != 2 {
 		t.Errorf("root consequences %v, want storm and avalanche", c)
 	}
 }
@@ -74,7 +74,7 @@ func TestEvictionDrivenCollapseFoldsIntoTheStorm(t *testing.T) {
 		f("r1", "m", detect.PreemptStorm, detect.LayerMemory, detect.Critical),
 	}
 	out := Correlate(DefaultConfig(), in, replicas("m", 1))
-	if len(out) != 1 || out[0].Class != detect.PreemptStorm || out[0].Consequences[0] != detect.CacheCollapse {
+	if len(out) != 1 || out[0].Finding.Class != detect.PreemptStorm || out[0].Finding.Consequences[0] != detect.CacheCollapse {
 		t.Fatalf("got %v", classes(out))
 	}
 }
@@ -108,8 +108,11 @@ func TestTenReplicasCollapsingTogetherAreOneFleetIncident(t *testing.T) {
 	}
 	var fl detect.Finding
 	for _, x := range out {
-		if x.Replica == FleetReplica("llama") {
-			fl = x
+		if x.Finding.Replica == FleetReplica("llama") {
+			fl = x.Finding
+			if !x.Fleet || len(x.Members) != 10 {
+				t.Errorf("fleet incident: fleet=%v members=%d", x.Fleet, len(x.Members))
+			}
 		}
 	}
 	if fl.Class != detect.CacheCollapse || len(fl.AffectedReplicas) != 10 || !strings.Contains(fl.Summary, "10 of 10") {
@@ -139,7 +142,7 @@ func TestFleetNeedsMostOfAFleetOfMinimumSize(t *testing.T) {
 				in = append(in, f(fmt.Sprintf("m-%d", i), "m", detect.PreemptStorm, detect.LayerMemory, detect.Critical))
 			}
 			out := Correlate(DefaultConfig(), in, replicas("m", c.fleet))
-			grouped := len(out) == 1 && out[0].Replica == FleetReplica("m")
+			grouped := len(out) == 1 && out[0].Fleet && out[0].Finding.Replica == FleetReplica("m")
 			if grouped != c.grouped {
 				t.Fatalf("grouped=%v, want %v: %v", grouped, c.grouped, classes(out))
 			}

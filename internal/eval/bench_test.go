@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
@@ -100,7 +101,7 @@ func benchPipeline(b *testing.B, next func(at time.Time) []byte) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop := New(Options{Detectors: ds, Correlation: correlate.DefaultConfig(), Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}),
+	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()}), Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}),
 		Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
 	dec := scrape.NewDecoder()
 	at := time.Unix(1_800_000_000, 0)

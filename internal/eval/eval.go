@@ -1,7 +1,8 @@
-// Package eval is the evaluation loop: every interval it runs the detectors
-// over each replica's window, feeds the findings to the alert tracker, hands
-// the resulting events to the notifier, persists firing alerts, and
-// publishes a copy of the alert state for the API.
+// Package eval is the evaluation loop: every interval it assesses every
+// replica's window (internal/assess: snapshot, triage, findings,
+// incidents), feeds the round to the alert tracker, hands the resulting
+// events to the notifier, persists firing alerts, and publishes the round
+// and the alert state for the API.
 package eval
 
 import (
@@ -16,16 +17,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
-	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
-
-// Windows is what the loop reads: the window store.
-type Windows interface {
-	Replicas() []detect.Replica
-	View(replica string, fn func(w detect.Window)) bool
-}
 
 // Sender takes events for delivery (the notify dispatcher).
 type Sender interface {
@@ -42,14 +37,13 @@ const AlertsDocument = "alerts"
 
 // Options of the loop.
 type Options struct {
-	Interval    time.Duration
-	Detectors   []detect.Detector
-	Correlation correlate.Config
-	Tracker     *alert.Tracker
-	Windows     Windows
-	Sender      Sender
-	Persister   Persister // nil: nothing persisted
-	Logger      *zap.Logger
+	Interval  time.Duration
+	Assessor  *assess.Assessor
+	Tracker   *alert.Tracker
+	Windows   assess.Windows
+	Sender    Sender
+	Persister Persister // nil: nothing persisted
+	Logger    *zap.Logger
 }
 
 // Loop is the evaluation loop.
@@ -57,9 +51,9 @@ type Loop struct {
 	opts    Options
 	metrics *metrics
 
-	mu        sync.RWMutex // guards everything below and opts.Detectors/Tracker swaps
+	mu        sync.RWMutex // guards everything below and opts.Assessor/Tracker swaps
 	alerts    []alert.Alert
-	findings  []detect.Finding
+	round     assess.Round
 	lastEval  time.Time
 	rounds    uint64
 	persisted []string // fingerprint:seq of the last saved snapshot
@@ -97,7 +91,7 @@ func New(opts Options, reg prometheus.Registerer) *Loop {
 }
 
 func (l *Loop) initMetrics() {
-	for _, d := range l.opts.Detectors {
+	for _, d := range l.opts.Assessor.Detectors() {
 		c := string(d.Class())
 		l.metrics.detectorRuns.WithLabelValues(c)
 		for _, st := range []alert.State{alert.StatePending, alert.StateFiring, alert.StateResolved} {
@@ -106,11 +100,11 @@ func (l *Loop) initMetrics() {
 	}
 }
 
-// Reconfigure swaps detectors, correlation and alert timing (hot reload);
-// windows and alert state are kept.
-func (l *Loop) Reconfigure(ds []detect.Detector, corr correlate.Config, alerts alert.Config, links alert.Links) {
+// Reconfigure swaps the assessment (detectors, triage, correlation) and
+// alert timing (hot reload); windows and alert state are kept.
+func (l *Loop) Reconfigure(a *assess.Assessor, alerts alert.Config, links alert.Links) {
 	l.mu.Lock()
-	l.opts.Detectors, l.opts.Correlation = ds, corr
+	l.opts.Assessor = a
 	l.opts.Tracker.SetConfig(alerts, links)
 	l.mu.Unlock()
 	l.initMetrics()
@@ -121,26 +115,19 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
-	var findings []detect.Finding
-	replicas := l.opts.Windows.Replicas()
-	for _, r := range replicas {
-		l.opts.Windows.View(r.Name, func(w detect.Window) {
-			for _, d := range l.opts.Detectors {
-				l.metrics.detectorRuns.WithLabelValues(string(d.Class())).Inc()
-				findings = append(findings, d.Detect(w, now)...)
-			}
-		})
+	round := l.opts.Assessor.Assess(l.opts.Windows, now)
+	for _, d := range l.opts.Assessor.Detectors() {
+		l.metrics.detectorRuns.WithLabelValues(string(d.Class())).Add(float64(len(round.Replicas)))
 	}
-	for _, f := range findings {
+	for _, f := range round.Findings() {
 		l.metrics.findings.WithLabelValues(string(f.Class), f.Severity.String()).Inc()
 	}
-	findings = correlate.Correlate(l.opts.Correlation, findings, replicas)
-	events := l.opts.Tracker.Update(findings, now)
+	events := l.opts.Tracker.Update(round)
 	for _, ev := range events {
 		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
 		l.opts.Sender.Send(ev)
 	}
-	l.publish(findings, now)
+	l.publish(round)
 	l.persist()
 	return events
 }
@@ -153,15 +140,19 @@ func (l *Loop) Retire(gone func(replica string) bool, reason string, now time.Ti
 		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
 		l.opts.Sender.Send(ev)
 	}
-	l.publish(l.findings, now)
+	l.publishAlerts()
 	l.persist()
 }
 
-func (l *Loop) publish(findings []detect.Finding, now time.Time) {
-	l.alerts = l.opts.Tracker.Alerts()
-	l.findings = findings
-	l.lastEval = now
+func (l *Loop) publish(round assess.Round) {
+	l.round = round
+	l.lastEval = round.At
 	l.rounds++
+	l.publishAlerts()
+}
+
+func (l *Loop) publishAlerts() {
+	l.alerts = l.opts.Tracker.Alerts()
 	l.metrics.alerts.Reset()
 	l.initMetricsLocked()
 	for _, a := range l.alerts {
@@ -170,7 +161,7 @@ func (l *Loop) publish(findings []detect.Finding, now time.Time) {
 }
 
 func (l *Loop) initMetricsLocked() {
-	for _, d := range l.opts.Detectors {
+	for _, d := range l.opts.Assessor.Detectors() {
 		for _, st := range []alert.State{alert.StatePending, alert.StateFiring, alert.StateResolved} {
 			l.metrics.alerts.WithLabelValues(string(d.Class()), string(st))
 		}
@@ -221,7 +212,15 @@ func (l *Loop) Alerts() []alert.Alert {
 func (l *Loop) Findings() []detect.Finding {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return slices.Clone(l.findings)
+	return l.round.Findings()
+}
+
+// Round returns the last assessment round (zero before the first). Its
+// slices are shared: callers must not modify them.
+func (l *Loop) Round() assess.Round {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.round
 }
 
 // LastEvaluation is the time of the last round, zero before the first.

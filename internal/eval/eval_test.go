@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -24,14 +25,27 @@ func (f fakeWindows) View(name string, fn func(detect.Window)) bool {
 	return true
 }
 
-// replicaOnly is a window that only knows its replica; the fake detectors
-// need nothing else.
-type replicaOnly struct {
-	detect.Window
-	name string
-}
+// replicaOnly is a window that only knows its replica and holds no data;
+// the fake detectors need nothing else.
+type replicaOnly struct{ name string }
 
-func (r replicaOnly) Replica() detect.Replica { return detect.Replica{Name: r.name, Model: "m"} }
+func (r replicaOnly) Replica() detect.Replica                                      { return detect.Replica{Name: r.name, Model: "m"} }
+func (replicaOnly) Scrape() detect.ScrapeState                                     { return detect.ScrapeState{} }
+func (replicaOnly) Last(detect.Selector) (float64, bool)                           { return 0, false }
+func (replicaOnly) Has(string) bool                                                { return false }
+func (replicaOnly) Increase(detect.Selector, time.Time, time.Time) (float64, bool) { return 0, false }
+func (replicaOnly) Rate(detect.Selector, time.Time, time.Time) (float64, bool)     { return 0, false }
+func (replicaOnly) Avg(detect.Selector, time.Time, time.Time) (float64, bool)      { return 0, false }
+func (replicaOnly) Max(detect.Selector, time.Time, time.Time) (float64, bool)      { return 0, false }
+func (replicaOnly) Min(detect.Selector, time.Time, time.Time) (float64, bool)      { return 0, false }
+func (replicaOnly) Quantile(float64, string, []detect.Match, time.Time, time.Time) (float64, bool) {
+	return 0, false
+}
+func (replicaOnly) Observations(string, []detect.Match, time.Time, time.Time) (float64, bool) {
+	return 0, false
+}
+func (replicaOnly) Restarts(time.Time, time.Time) int { return 0 }
+func (replicaOnly) LastRestart() time.Time            { return time.Time{} }
 
 // detectorFunc finds one class on the replicas listed in on.
 type detectorFunc struct {
@@ -70,7 +84,8 @@ func newLoop(t *testing.T, ds []detect.Detector, reps []detect.Replica, p Persis
 	rec := &recorder{}
 	cfg := alert.DefaultConfig()
 	cfg.For = 0
-	l := New(Options{Interval: time.Second, Detectors: ds, Correlation: correlate.DefaultConfig(),
+	a := assess.New(ds, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()})
+	l := New(Options{Interval: time.Second, Assessor: a,
 		Tracker: alert.NewTracker(cfg, alert.Links{}), Windows: fakeWindows{reps}, Sender: rec, Persister: p, Logger: zap.NewNop()}, reg)
 	return l, rec, reg
 }
