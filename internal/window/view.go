@@ -101,12 +101,21 @@ func (v view) Has(name string) bool {
 	return false
 }
 
-// counterIncrease is the reset-aware increase of one series over the seqs
-// [lo, hi), skipping absent and non-finite points. A drop between two
-// consecutive finite points is a counter reset: the post-reset value is the
-// increase since the reset. It also returns the seqs of the first and last
-// finite points and how many there were.
-func counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first, last uint64, n int) {
+// counterIncrease is the reset-aware increase of one series of the replica
+// over the seqs [lo, hi), skipping absent and non-finite points. It also
+// returns the seqs of the first and last finite points and how many there
+// were.
+//
+// A drop between two consecutive finite points is a reset. When the replica
+// restarted at that scrape, its counters began again from zero and the
+// post-reset value is the increase since the restart, as Prometheus takes
+// it. A drop without a restart is one of several sources summed into the
+// series starting over (the scraper adds the data-parallel ranks of a
+// family up before the window sees it) or a glitch: the post-reset value is
+// then mostly the other sources' lifetime totals, not an increase, so the
+// step counts what the series grew per second over its steps without a
+// reset, for the step's duration, and at most the post-reset value.
+func (r *replica) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first, last uint64, n int) {
 	if lo < rec.vals.first {
 		lo = rec.vals.first
 	}
@@ -114,24 +123,83 @@ func counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first, last ui
 		hi = end
 	}
 	prev := 0.0
+	partial := 0 // drops without a restart
 	for seq := lo; seq < hi; seq++ {
 		x, _ := rec.vals.at(seq)
 		if !finite(x) {
 			continue
 		}
-		if n > 0 {
-			if x >= prev {
-				inc += x - prev
-			} else {
-				inc += x
-			}
-		} else {
+		switch {
+		case n == 0:
 			first = seq
+		case x >= prev:
+			inc += x - prev
+		case r.restartedAt(seq):
+			inc += x
+		default:
+			partial++
 		}
 		prev, last = x, seq
 		n++
 	}
+	if partial == 0 {
+		return inc, first, last, n
+	}
+	// Rare path: the time covered by the steps without a reset, then the
+	// estimate for each drop without a restart.
+	steady, steadyInc := r.timeAt(last)-r.timeAt(first), 0.0
+	var prevSeq uint64
+	started := false
+	for seq := first; seq <= last; seq++ {
+		x, _ := rec.vals.at(seq)
+		if !finite(x) {
+			continue
+		}
+		switch {
+		case !started:
+		case x >= prev:
+			steadyInc += x - prev
+		default:
+			steady -= r.timeAt(seq) - r.timeAt(prevSeq)
+		}
+		prev, prevSeq, started = x, seq, true
+	}
+	perNano := 0.0
+	if steady > 0 {
+		perNano = steadyInc / float64(steady)
+	}
+	started = false
+	for seq := first; seq <= last; seq++ {
+		x, _ := rec.vals.at(seq)
+		if !finite(x) {
+			continue
+		}
+		if started && x < prev && !r.restartedAt(seq) {
+			inc += math.Min(x, perNano*float64(r.timeAt(seq)-r.timeAt(prevSeq)))
+		}
+		prev, prevSeq, started = x, seq, true
+	}
 	return inc, first, last, n
+}
+
+// timeAt is the time (unix nanos) of the scrape seq.
+func (r *replica) timeAt(seq uint64) int64 {
+	t, _ := r.times.at(seq)
+	return t
+}
+
+// restartedAt reports whether the replica restarted at the scrape seq.
+func (r *replica) restartedAt(seq uint64) bool {
+	t := r.timeAt(seq)
+	for i := len(r.restarts) - 1; i >= 0; i-- { // a handful, newest last
+		switch rt := r.restarts[i].UnixNano(); {
+		case rt == t:
+			return true
+		case rt < t:
+			return false
+		}
+	}
+	return false
 }
 
 // increase sums counterIncrease over the selected series that have at least
@@ -143,7 +211,7 @@ func (v view) increase(name string, ms []detect.Match, from, to time.Time) (inc 
 	}
 	var minSeq, maxSeq uint64
 	for _, rec := range v.selected(name, ms) {
-		d, first, last, n := counterIncrease(rec, lo, hi)
+		d, first, last, n := v.r.counterIncrease(rec, lo, hi)
 		if n < 2 {
 			continue
 		}
@@ -265,7 +333,7 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 		if !rec.hasLE {
 			continue
 		}
-		inc, _, _, n := counterIncrease(rec, lo, hi)
+		inc, _, _, n := v.r.counterIncrease(rec, lo, hi)
 		if n < 2 {
 			continue
 		}
