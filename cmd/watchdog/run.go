@@ -301,7 +301,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		reloadFn = func() error { return reloader.Reload(time.Now()) }
 	}
 	srv, err := server.New(cfg.ListenAddress, server.Options{
-		Gatherer: reg, Alerts: loop, Windows: store, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: reloadFn,
+		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: reloadFn,
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)

@@ -1,6 +1,7 @@
 package assess
 
 import (
+	"math"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
@@ -51,7 +52,7 @@ type Snapshot struct {
 }
 
 func ptr(v float64, ok bool) *float64 {
-	if !ok {
+	if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
 		return nil
 	}
 	return &v

@@ -374,7 +374,7 @@ func Diagnose(obs Observation, base detect.Config, opts Options) (*Report, error
 			}
 			if sc.Reason != "" {
 				base.Failed++
-				base.Errors = append(base.Errors, ScrapeError{At: sc.At, Reason: sc.Reason, Error: sc.Error, Hint: hint(sc.Reason, sc.Error)})
+				base.Errors = append(base.Errors, ScrapeError{At: sc.At, Reason: string(sc.Reason), Error: sc.Error, Hint: hint(sc.Reason, sc.Status)})
 			}
 		}
 		base.Errors = append(base.Errors, appendErrs[to.Target.Name]...)
@@ -486,24 +486,30 @@ func healthResult(p *scrape.HealthProbe) *HealthResult {
 		return nil
 	}
 	return &HealthResult{Up: p.Up, Supported: p.Supported(), Status: p.Status,
-		Duration: p.Duration.Seconds(), Reason: p.Reason, Error: p.Error}
+		Duration: p.Duration.Seconds(), Reason: string(p.Reason), Error: p.Error}
 }
 
 // hint adds what a failure reason usually means on an SGLang server.
-func hint(reason, msg string) string {
+func hint(reason series.ScrapeFailure, status int) string {
 	switch reason {
-	case scrape.ReasonRefused:
+	case series.FailureRefused:
 		return "nothing answers there: the server process is down or restarting, or the port is wrong (SGLang's default is 30000)"
-	case scrape.ReasonTimeout:
+	case series.FailureTimeout:
 		return "the server accepted the connection but did not answer in time: hung or badly overloaded; /health_generate tells which"
-	case scrape.ReasonHTTPStatus:
-		if strings.Contains(msg, "404") {
+	case series.FailureDNS:
+		return "the host name does not resolve: the pod or Service is gone, or the name is wrong"
+	case series.FailureHTTPStatus:
+		if status == http.StatusNotFound {
 			return "/metrics answers 404: start the server with --enable-metrics (metrics are off by default), or fix the port/path"
 		}
 		return "the server or a proxy in front of it answers with an error; curl /metrics on the pod directly"
-	case scrape.ReasonParseError:
-		return "the answer is not Prometheus text: wrong port or path, or a proxy error page"
-	case scrape.ReasonTooLarge, scrape.ReasonTooManySeries:
+	case series.FailureNotMetrics:
+		return "an HTML page answers instead of metrics: a login or proxy page in front of the server; scrape the pod directly"
+	case series.FailureParse:
+		return "the answer is not Prometheus text or is truncated: wrong port or path, or a proxy cutting the body"
+	case series.FailureRedirect:
+		return "the endpoint redirects to another host (not followed): a login or proxy in front of the server"
+	case series.FailureTooLarge, series.FailureTooManySeries:
 		return "the exposition exceeds the scrape limits: label fan-out (per-rank export, custom labels)"
 	}
 	return ""

@@ -170,11 +170,11 @@ func TestDiagnoseStuck(t *testing.T) {
 	}
 }
 
-func failedScrapes(name, reason, msg string, n int, step time.Duration) TargetObservation {
+func failedScrapes(name string, reason series.ScrapeFailure, status int, msg string, n int, step time.Duration) TargetObservation {
 	to := TargetObservation{Target: scrape.Target{Name: name, URL: "http://user:pw@" + name + "/metrics?token=s3cret", Kind: scrape.KindEngine}}
 	for i := range n {
 		to.Scrapes = append(to.Scrapes, series.Scrape{Target: name, Kind: scrape.KindEngine,
-			At: t0.Add(time.Duration(i) * step), Reason: reason, Error: msg})
+			At: t0.Add(time.Duration(i) * step), Reason: reason, Status: status, Error: msg})
 	}
 	return to
 }
@@ -182,7 +182,7 @@ func failedScrapes(name, reason, msg string, n int, step time.Duration) TargetOb
 func TestDiagnoseMetricsDisabled(t *testing.T) {
 	a, b := healthyPair()
 	rep := diagnoseOne(t, 10*time.Second,
-		failedScrapes("off:30000", scrape.ReasonHTTPStatus, "HTTP 404: is --enable-metrics on?", 2, 10*time.Second),
+		failedScrapes("off:30000", series.FailureHTTPStatus, http.StatusNotFound, "HTTP 404 Not Found", 2, 10*time.Second),
 		observe(t, "ok", 10*time.Second, expo(a), expo(b)))
 	if len(rep.Targets) != 2 {
 		t.Fatalf("%d targets, want 2", len(rep.Targets))
@@ -229,7 +229,7 @@ func TestDiagnoseRestartBetweenScrapes(t *testing.T) {
 func TestDiagnoseHealthProbeFailure(t *testing.T) {
 	a, b := healthyPair()
 	to := observe(t, "e", 10*time.Second, expo(a), expo(b))
-	to.Health = &scrape.HealthProbe{Status: http.StatusServiceUnavailable, Reason: scrape.ReasonHTTPStatus,
+	to.Health = &scrape.HealthProbe{Status: http.StatusServiceUnavailable, Reason: series.FailureHTTPStatus,
 		Error: "HTTP 503 Service Unavailable", Duration: 20 * time.Second}
 	rep := diagnoseOne(t, 10*time.Second, to)
 	if !rep.Targets[0].Health.Failed() || !errors.Is(rep.Err(), ErrIncident) || !strings.Contains(rep.Summary, "/health_generate") {
@@ -237,7 +237,7 @@ func TestDiagnoseHealthProbeFailure(t *testing.T) {
 	}
 
 	// A target without the endpoint says nothing about the engine.
-	to.Health = &scrape.HealthProbe{Status: http.StatusNotFound, Reason: scrape.ReasonHTTPStatus, Error: "HTTP 404"}
+	to.Health = &scrape.HealthProbe{Status: http.StatusNotFound, Reason: series.FailureHTTPStatus, Error: "HTTP 404"}
 	if rep := diagnoseOne(t, 10*time.Second, to); rep.Incident {
 		t.Errorf("404 on /health_generate made an incident: %s", rep.Summary)
 	}
@@ -282,7 +282,7 @@ func TestReportRendering(t *testing.T) {
 	to := observe(t, "storm", 10*time.Second, expo(a), expo(b))
 	to.Health = &scrape.HealthProbe{Up: true, Status: 200, Duration: 30 * time.Millisecond}
 	rep, err := Diagnose(Observation{Interval: 10 * time.Second, Samples: 2, Targets: []TargetObservation{
-		to, failedScrapes("gone:30000", scrape.ReasonRefused, "dial tcp: connection refused", 2, 10*time.Second),
+		to, failedScrapes("gone:30000", series.FailureRefused, 0, "dial tcp: connection refused", 2, 10*time.Second),
 	}}, detect.DefaultConfig(), Options{Interval: 10 * time.Second, RunbookBase: "https://watchdog.example/"})
 	if err != nil {
 		t.Fatal(err)
@@ -382,7 +382,7 @@ func TestObserve(t *testing.T) {
 			t.Errorf("scrape of a healthy server failed: %s %s", sc.Reason, sc.Error)
 		}
 	}
-	if down.Scrapes[2].Reason != scrape.ReasonRefused {
+	if down.Scrapes[2].Reason != series.FailureRefused {
 		t.Errorf("closed server: reason %q, want refused", down.Scrapes[2].Reason)
 	}
 	if up.Health == nil || !up.Health.Up || f.hitsOf("/health_generate") != 1 {
@@ -401,7 +401,7 @@ func TestWithHealth(t *testing.T) {
 	in := []series.Scrape{
 		{Target: "e", At: t0, Groups: []series.Group{own}},
 		{Target: "e", At: t0.Add(time.Second), Groups: []series.Group{own}},
-		{Target: "e", At: t0.Add(2 * time.Second), Reason: scrape.ReasonTimeout},
+		{Target: "e", At: t0.Add(2 * time.Second), Reason: series.FailureTimeout},
 	}
 	out := withHealth(in, &scrape.HealthProbe{Up: true, Status: http.StatusOK, Duration: time.Second})
 	has := func(sc series.Scrape) bool {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -13,38 +14,34 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
-// Failure reasons, as recorded in series.Scrape.Reason and in the result
-// label of watchdog_scrapes_total.
-const (
-	ReasonRefused       = "refused"
-	ReasonTimeout       = "timeout"
-	ReasonHTTPStatus    = "http_status"
-	ReasonParseError    = "parse_error"
-	ReasonTooLarge      = "too_large"
-	ReasonTooManySeries = "too_many_series"
-	ReasonError         = "error"
-)
-
-// resultOK is the result label of a successful scrape.
+// resultOK is the result label of a successful scrape; failures use their
+// series.ScrapeFailure.
 const resultOK = "ok"
 
 // results is every value of the result label, pre-created per target.
-var results = [...]string{
-	resultOK, ReasonRefused, ReasonTimeout, ReasonHTTPStatus, ReasonParseError,
-	ReasonTooLarge, ReasonTooManySeries, ReasonError,
-}
+var results = func() []string {
+	out := []string{resultOK}
+	for _, f := range series.ScrapeFailures {
+		out = append(out, string(f))
+	}
+	return out
+}()
 
 // acceptHeader asks for the classic text format. prometheus_client answers
 // with OpenMetrics if the client merely accepts it, so say exactly what we
 // parse.
 const acceptHeader = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
-// fetchError is a failed fetch: a reason for the metric label and a message
-// that is safe to log and page (no URL credentials or query).
+// fetchError is a failed fetch: a typed reason, the HTTP status when there
+// was an answer, and a message that is safe to log and page (no URL
+// credentials or query).
 type fetchError struct {
-	reason string
+	reason series.ScrapeFailure
+	status int
 	msg    string
 }
 
@@ -66,7 +63,7 @@ func httpFetcher(client *http.Client, opts Options) fetchFunc {
 func fetch(ctx context.Context, client *http.Client, t Target, opts Options, timeoutHeader string, buf *bytes.Buffer) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err != nil {
-		return &fetchError{ReasonError, "bad target URL " + redactURL(t.URL)}
+		return &fetchError{reason: series.FailureError, msg: "bad target URL " + redactURL(t.URL)}
 	}
 	req.Header.Set("Accept", acceptHeader)
 	req.Header.Set("User-Agent", opts.UserAgent)
@@ -81,7 +78,18 @@ func fetch(ctx context.Context, client *http.Client, t Target, opts Options, tim
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// Drain a little so the connection can be reused.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return &fetchError{ReasonHTTPStatus, statusMessage(resp.StatusCode)}
+		if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+			// Only an unfollowable redirect (no Location) gets here.
+			return &fetchError{reason: series.FailureRedirect, status: resp.StatusCode, msg: statusMessage(resp.StatusCode) + " without a usable Location"}
+		}
+		return &fetchError{reason: series.FailureHTTPStatus, status: resp.StatusCode, msg: statusMessage(resp.StatusCode)}
+	}
+	if html(resp.Header.Get("Content-Type")) {
+		// A login page or a proxy's error page served with 200: the text
+		// parser might even accept some of it, so never try.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return &fetchError{reason: series.FailureNotMetrics, status: resp.StatusCode,
+			msg: fmt.Sprintf("HTTP %d with an HTML page instead of metrics (a login or proxy page?)", resp.StatusCode)}
 	}
 
 	// Read one byte past the limit to tell "exactly at the limit" from
@@ -89,12 +97,26 @@ func fetch(ctx context.Context, client *http.Client, t Target, opts Options, tim
 	buf.Reset()
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, opts.MaxBodyBytes+1))
 	if err != nil {
-		return classify(ctx, err, t.URL)
+		fe := classify(ctx, err, t.URL)
+		if fe.reason == series.FailureRefused {
+			// The server answered and then the body broke off: the
+			// exposition is truncated, whoever cut it.
+			fe.reason = series.FailureParse
+			fe.msg = "exposition truncated: " + fe.msg
+		}
+		fe.status = resp.StatusCode
+		return fe
 	}
 	if n > opts.MaxBodyBytes {
-		return &fetchError{ReasonTooLarge, fmt.Sprintf("body exceeds %d bytes", opts.MaxBodyBytes)}
+		return &fetchError{reason: series.FailureTooLarge, status: resp.StatusCode, msg: fmt.Sprintf("body exceeds %d bytes", opts.MaxBodyBytes)}
 	}
 	return nil
+}
+
+// html reports whether a Content-Type names an HTML document.
+func html(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "text/html" || mt == "application/xhtml+xml")
 }
 
 func statusMessage(code int) string {
@@ -102,35 +124,67 @@ func statusMessage(code int) string {
 	if text := http.StatusText(code); text != "" {
 		msg += " " + text
 	}
-	if code == http.StatusNotFound {
-		// SGLang serves /metrics only with --enable-metrics; a 404 there is
-		// almost always that flag missing.
-		msg = "HTTP 404: is --enable-metrics on?"
-	}
 	return msg
+}
+
+// Redirect policy of the scrape and probe clients.
+const maxRedirects = 3
+
+// errRedirect marks a redirect the client refused to follow.
+var errRedirect = errors.New("redirect refused")
+
+// checkRedirect follows a redirect only to the same scheme and host, at
+// most maxRedirects times: a target's credentials and the watchdog's
+// requests must not be handed to another host (an SSO login page, an
+// open redirect), and a redirect loop must not stall a scrape.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	first := via[0].URL
+	switch {
+	case len(via) > maxRedirects:
+		return fmt.Errorf("%w: more than %d redirects", errRedirect, maxRedirects)
+	case req.URL.Host != first.Host || req.URL.Scheme != first.Scheme:
+		return fmt.Errorf("%w: to another host %s://%s", errRedirect, req.URL.Scheme, req.URL.Host)
+	}
+	return nil
+}
+
+// withRedirectPolicy returns c with checkRedirect as its redirect policy,
+// copying it when it has another (the caller's client is not ours to
+// change).
+func withRedirectPolicy(c *http.Client) *http.Client {
+	cp := *c
+	cp.CheckRedirect = checkRedirect
+	return &cp
 }
 
 // classify turns a transport error into a reason and a message free of the
 // target URL (which may carry user:password or ?token=).
 func classify(ctx context.Context, err error, rawURL string) *fetchError {
-	reason := ReasonError
+	reason := series.FailureError
 	var (
 		netErr net.Error
 		dnsErr *net.DNSError
 	)
 	switch {
+	case errors.Is(err, errRedirect):
+		reason = series.FailureRedirect
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
-		reason = ReasonTimeout
-	case errors.As(err, &dnsErr), errors.Is(err, syscall.ECONNREFUSED),
+		reason = series.FailureTimeout
+	case errors.As(err, &dnsErr):
+		reason = series.FailureDNS
+		if dnsErr.IsTimeout {
+			reason = series.FailureTimeout
+		}
+	case errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EHOSTUNREACH),
 		errors.Is(err, syscall.ENETUNREACH),
 		// The replica dropped the connection (e.g. died mid-response).
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		reason = ReasonRefused
+		reason = series.FailureRefused
 	case errors.As(err, &netErr) && netErr.Timeout():
-		reason = ReasonTimeout
+		reason = series.FailureTimeout
 	}
-	return &fetchError{reason, redactError(err, rawURL)}
+	return &fetchError{reason: reason, msg: redactError(err, rawURL)}
 }
 
 // redactError renders err without the secrets of rawURL. *url.Error embeds
@@ -184,5 +238,5 @@ func newDefaultClient(timeout time.Duration) *http.Client {
 	tr.MaxIdleConns = 0 // no global cap; per host below
 	tr.MaxIdleConnsPerHost = 2
 	tr.IdleConnTimeout = 90 * time.Second
-	return &http.Client{Transport: tr, Timeout: timeout}
+	return &http.Client{Transport: tr, Timeout: timeout, CheckRedirect: checkRedirect}
 }

@@ -3,6 +3,7 @@ package scrape
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,9 +12,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 func TestScrapeOnceFailures(t *testing.T) {
@@ -27,35 +31,102 @@ func TestScrapeOnceFailures(t *testing.T) {
 	body := func(b []byte) http.HandlerFunc {
 		return func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(b) }
 	}
+	htmlPage := func(contentType string) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			if contentType != "" {
+				w.Header().Set("Content-Type", contentType)
+			}
+			_, _ = w.Write([]byte("<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body>login</body></html>\n"))
+		}
+	}
+	truncated := func(w http.ResponseWriter, _ *http.Request) {
+		// The proxy cut the exposition mid-sample and closed the stream.
+		w.Header().Set("Content-Length", "4096")
+		_, _ = w.Write([]byte("# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{tp_rank=\"0\"} 3\nsglang:token_usage{tp_ra"))
+	}
 	tests := []struct {
 		name       string
 		handler    http.HandlerFunc
 		opts       Options
-		wantReason string
+		wantReason series.ScrapeFailure
+		wantStatus int
 		wantError  string // substring
 	}{
-		{"garbage bytes", body([]byte("\x00\x01{{{ not metrics }}} \xff\n")), Options{}, ReasonParseError, "line 1"},
-		{"body over the limit", body(bytes.Repeat([]byte("# padding\n"), 200)), Options{MaxBodyBytes: 1024}, ReasonTooLarge, "1024 bytes"},
-		{"body exactly at the limit", body(bytes.Repeat([]byte("# padding\n"), 100)), Options{MaxBodyBytes: 1000}, "", ""},
-		{"too many series", body(current), Options{MaxSeries: 10}, ReasonTooManySeries, "more than 10 series"},
-		{"404 without --enable-metrics", status(http.StatusNotFound), Options{}, ReasonHTTPStatus, "HTTP 404: is --enable-metrics on?"},
-		{"500", status(http.StatusInternalServerError), Options{}, ReasonHTTPStatus, "HTTP 500 Internal Server Error"},
+		{"garbage bytes", body([]byte("\x00\x01{{{ not metrics }}} \xff\n")), Options{}, series.FailureParse, 200, "line 1"},
+		{"body over the limit", body(bytes.Repeat([]byte("# padding\n"), 200)), Options{MaxBodyBytes: 1024}, series.FailureTooLarge, 200, "1024 bytes"},
+		{"body exactly at the limit", body(bytes.Repeat([]byte("# padding\n"), 100)), Options{MaxBodyBytes: 1000}, "", 0, ""},
+		{"too many series", body(current), Options{MaxSeries: 10}, series.FailureTooManySeries, 200, "more than 10 series"},
+		{"404 without --enable-metrics", status(http.StatusNotFound), Options{}, series.FailureHTTPStatus, 404, "HTTP 404"},
+		{"500", status(http.StatusInternalServerError), Options{}, series.FailureHTTPStatus, 500, "HTTP 500 Internal Server Error"},
+		{"HTML login page with 200", htmlPage("text/html; charset=utf-8"), Options{}, series.FailureNotMetrics, 200, "HTML"},
+		{"HTML login page served as text/plain", htmlPage("text/plain"), Options{}, series.FailureNotMetrics, 200, "HTML"},
+		{"truncated exposition", truncated, Options{}, series.FailureParse, 200, "truncated"},
 		{"hung replica", func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done() // answers only when the scraper gives up
-		}, Options{Interval: time.Second, Timeout: 50 * time.Millisecond}, ReasonTimeout, "deadline exceeded"},
+		}, Options{Interval: time.Second, Timeout: 50 * time.Millisecond}, series.FailureTimeout, 0, "deadline exceeded"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(tt.handler)
 			t.Cleanup(srv.Close)
 			sc := ScrapeOnce(t.Context(), client(t), Target{Name: "r", URL: srv.URL + "/metrics", Kind: KindEngine}, tt.opts)
-			if sc.Reason != tt.wantReason || !strings.Contains(sc.Error, tt.wantError) {
-				t.Errorf("reason %q error %q; want %q containing %q", sc.Reason, sc.Error, tt.wantReason, tt.wantError)
+			if sc.Reason != tt.wantReason || sc.Status != tt.wantStatus || !strings.Contains(sc.Error, tt.wantError) {
+				t.Errorf("reason %q status %d error %q; want %q, %d, containing %q", sc.Reason, sc.Status, sc.Error, tt.wantReason, tt.wantStatus, tt.wantError)
 			}
 			if tt.wantReason != "" && len(sc.Groups) != 0 {
 				t.Errorf("failed scrape kept %d groups", len(sc.Groups))
 			}
 		})
+	}
+}
+
+// Redirects are followed only to the same host, a bounded number of
+// times: another host never receives the watchdog's requests (nor the
+// credentials of the target URL).
+func TestScrapeRedirects(t *testing.T) {
+	var otherHits atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		otherHits.Add(1)
+		_, _ = w.Write([]byte("sglang:num_running_reqs 1\n"))
+	}))
+	t.Cleanup(other.Close)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metrics":
+			_, _ = w.Write([]byte("sglang:num_running_reqs 2\n"))
+		case "/moved":
+			http.Redirect(w, r, "/metrics", http.StatusMovedPermanently)
+		case "/elsewhere":
+			http.Redirect(w, r, other.URL+"/metrics", http.StatusFound)
+		case "/loop":
+			http.Redirect(w, r, "/loop", http.StatusFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	// The daemon hands its own client in; the policy must hold for it too.
+	clients := map[string]*http.Client{"default client": nil, "caller's client": client(t)}
+	for cname, c := range clients {
+		for _, tt := range []struct {
+			path       string
+			wantReason series.ScrapeFailure
+		}{
+			{"/moved", ""},
+			{"/elsewhere", series.FailureRedirect},
+			{"/loop", series.FailureRedirect},
+		} {
+			t.Run(cname+tt.path, func(t *testing.T) {
+				sc := ScrapeOnce(t.Context(), c, Target{Name: "r", URL: srv.URL + tt.path, Kind: KindEngine}, Options{})
+				if sc.Reason != tt.wantReason {
+					t.Errorf("reason %q (%s), want %q", sc.Reason, sc.Error, tt.wantReason)
+				}
+			})
+		}
+	}
+	if n := otherHits.Load(); n != 0 {
+		t.Errorf("the other host was asked %d times", n)
+	}
+	if c := client(t); c.CheckRedirect != nil {
+		t.Error("the caller's client was modified")
 	}
 }
 
@@ -65,7 +136,7 @@ func TestScrapeOnceRefused(t *testing.T) {
 	srv.Close() // nothing listens there any more
 
 	sc := ScrapeOnce(t.Context(), client(t), Target{Name: "r", URL: addr + "/metrics", Kind: KindEngine}, Options{})
-	if sc.Reason != ReasonRefused {
+	if sc.Reason != series.FailureRefused || sc.Status != 0 {
 		t.Errorf("reason %q (%s), want refused", sc.Reason, sc.Error)
 	}
 }
@@ -80,14 +151,16 @@ func TestClassify(t *testing.T) {
 		name string
 		ctx  context.Context
 		err  error
-		want string
+		want series.ScrapeFailure
 	}{
-		{"no such host", t.Context(), wrap(&net.DNSError{Err: "no such host", Name: "h", IsNotFound: true}), ReasonRefused},
-		{"refused", t.Context(), wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), ReasonRefused},
-		{"reset", t.Context(), wrap(&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), ReasonRefused},
-		{"dropped mid-response", t.Context(), wrap(io.ErrUnexpectedEOF), ReasonRefused},
-		{"deadline", expired, wrap(context.DeadlineExceeded), ReasonTimeout},
-		{"other", t.Context(), wrap(http.ErrSchemeMismatch), ReasonError},
+		{"no such host", t.Context(), wrap(&net.DNSError{Err: "no such host", Name: "h", IsNotFound: true}), series.FailureDNS},
+		{"resolver timeout", t.Context(), wrap(&net.DNSError{Err: "i/o timeout", Name: "h", IsTimeout: true}), series.FailureTimeout},
+		{"refused", t.Context(), wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), series.FailureRefused},
+		{"reset", t.Context(), wrap(&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), series.FailureRefused},
+		{"dropped mid-response", t.Context(), wrap(io.ErrUnexpectedEOF), series.FailureRefused},
+		{"deadline", expired, wrap(context.DeadlineExceeded), series.FailureTimeout},
+		{"redirect refused", t.Context(), wrap(fmt.Errorf("%w: to another host", errRedirect)), series.FailureRedirect},
+		{"other", t.Context(), wrap(http.ErrSchemeMismatch), series.FailureError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -28,6 +28,8 @@ type Manager struct {
 	// probe is nil unless Options.HealthProbeInterval is set.
 	probe          probeFunc
 	ownProbeClient *http.Client
+	// probeSlots bounds the probes in flight across all targets.
+	probeSlots chan struct{}
 	// scrapers holds parse/normalize buffers. Pooled rather than one per
 	// loop: a scrape takes milliseconds every few seconds, so a thousand
 	// loops share a handful of warm scrapers instead of each pinning
@@ -48,6 +50,9 @@ type Manager struct {
 
 type loop struct {
 	target Target
+	// pod is the newest pod status of the target, swapped by SetTargets
+	// without restarting the loop.
+	pod    atomic.Pointer[series.Pod]
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -81,17 +86,20 @@ func New(targets []Target, opts Options, app Appender, reg prometheus.Registerer
 	if client == nil {
 		client = newDefaultClient(opts.Timeout)
 		m.ownClient = client
+	} else {
+		client = withRedirectPolicy(client)
 	}
 	m.fetch = httpFetcher(client, opts)
 	if opts.HealthProbeInterval > 0 {
 		// Not the scrape client: its own Timeout is the scrape timeout,
 		// far below the probe's.
-		pc := opts.Client
-		if pc == nil {
+		pc := client
+		if opts.Client == nil {
 			pc = newDefaultClient(opts.HealthProbeTimeout)
 			m.ownProbeClient = pc
 		}
 		m.probe = func(ctx context.Context, t Target) HealthProbe { return probeHealth(ctx, pc, t, opts.UserAgent) }
+		m.probeSlots = make(chan struct{}, opts.HealthProbeConcurrency)
 	}
 	m.scrapers.New = func() any { return newScraper(m.fetch, m.opts) }
 	return m, nil
@@ -152,11 +160,14 @@ func (m *Manager) SetTargets(targets []Target) error {
 
 	var stopping []*loop
 	for name, l := range m.loops {
-		if t, ok := want[name]; !ok || !t.Equal(l.target) {
+		t, ok := want[name]
+		if !ok || !t.Equal(l.target) {
 			l.cancel()
 			stopping = append(stopping, l)
 			delete(m.loops, name)
+			continue
 		}
+		l.pod.Store(t.Pod) // a status change keeps the loop's phase
 	}
 	// Loops exit promptly: their fetch is bound to the cancelled context.
 	for _, l := range stopping {
@@ -188,16 +199,18 @@ func (m *Manager) start(t Target) {
 	m.metrics.addTarget(t.Name)
 	ctx, cancel := context.WithCancel(m.runCtx)
 	l := &loop{target: t, cancel: cancel, done: make(chan struct{})}
+	l.pod.Store(t.Pod)
 	m.loops[t.Name] = l
 	m.wg.Go(func() {
 		defer close(l.done)
 		defer cancel()
-		m.runLoop(ctx, t)
+		m.runLoop(ctx, l)
 	})
 }
 
 // runLoop waits for the target's start offset, then scrapes every interval.
-func (m *Manager) runLoop(ctx context.Context, t Target) {
+func (m *Manager) runLoop(ctx context.Context, l *loop) {
+	t := l.target
 	log := m.logger.With(zap.String("target", t.Name))
 	probe, stopProbe := m.startProbe(ctx, t, log)
 	defer stopProbe()
@@ -214,6 +227,7 @@ func (m *Manager) runLoop(ctx context.Context, t Target) {
 
 	var st loopState
 	for {
+		t.Pod = l.pod.Load()
 		s := m.scrapers.Get().(*scraper)
 		sc := s.scrape(ctx, t)
 		m.scrapers.Put(s)
@@ -247,7 +261,7 @@ type loopState struct {
 func (m *Manager) report(log *zap.Logger, st *loopState, sc series.Scrape) {
 	result := resultOK
 	if sc.Reason != "" {
-		result = sc.Reason
+		result = string(sc.Reason)
 	}
 	m.metrics.scrapes.WithLabelValues(sc.Target, result).Inc()
 	m.metrics.duration.WithLabelValues(sc.Kind).Observe(sc.Duration.Seconds())
@@ -264,8 +278,8 @@ func (m *Manager) report(log *zap.Logger, st *loopState, sc series.Scrape) {
 		}
 	} else {
 		m.metrics.up.WithLabelValues(sc.Target).Set(0)
-		if msg := sc.Reason + ": " + sc.Error; msg != st.lastErr {
-			log.Warn("scrape failed", zap.String("reason", sc.Reason), zap.String("error", sc.Error))
+		if msg := string(sc.Reason) + ": " + sc.Error; msg != st.lastErr {
+			log.Warn("scrape failed", zap.String("reason", string(sc.Reason)), zap.Int("status", sc.Status), zap.String("error", sc.Error))
 			st.lastErr = msg
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -113,14 +114,14 @@ func TestLoopDeadTargetDoesNotStallHealthy(t *testing.T) {
 				t.Fatalf("%s: %d scrapes, want ≥ 4", name, len(got))
 			}
 			for _, sc := range got {
-				if sc.Reason != ReasonTimeout || sc.Duration != timeout {
+				if sc.Reason != series.FailureTimeout || sc.Duration != timeout {
 					t.Errorf("%s: reason %q after %v, want timeout after %v", name, sc.Reason, sc.Duration, timeout)
 				}
 			}
 			if up := testutil.ToFloat64(m.metrics.up.WithLabelValues(name)); up != 0 {
 				t.Errorf("%s: up = %v, want 0", name, up)
 			}
-			if n := testutil.ToFloat64(m.metrics.scrapes.WithLabelValues(name, ReasonTimeout)); n != float64(len(got)) {
+			if n := testutil.ToFloat64(m.metrics.scrapes.WithLabelValues(name, string(series.FailureTimeout))); n != float64(len(got)) {
 				t.Errorf("%s: scrapes_total{result=timeout} = %v, want %d", name, n, len(got))
 			}
 		}
@@ -303,4 +304,110 @@ func TestNewValidates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A pod status change (Ready, restarts) reaches the next scrape without
+// restarting the loop; a failed pod (evicted) is not fetched at all, since
+// its address may already belong to another pod.
+func TestSetTargetsUpdatesPodStatusInPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 5 * time.Second
+		rec := newRecorder(t)
+		tg := engines("pod-a")[0]
+		tg.Pod = &series.Pod{Name: "a", Phase: "Running"}
+		m, err := New([]Target{tg}, Options{Interval: interval}, rec, prometheus.NewRegistry(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fetches int
+		var mu sync.Mutex
+		inner := fakeFetch(fixture(t))
+		m.fetch = func(ctx context.Context, t Target, buf *bytes.Buffer) error {
+			mu.Lock()
+			fetches++
+			mu.Unlock()
+			return inner(ctx, t, buf)
+		}
+		start := time.Now()
+		stop := startManager(t, m)
+		defer stop()
+		off := startOffset(tg.Name, interval)
+
+		first := <-rec.scrapes
+		if first.Pod == nil || first.Pod.Ready {
+			t.Fatalf("first scrape pod %+v, want the not-ready pod", first.Pod)
+		}
+		ready := tg
+		ready.Pod = &series.Pod{Name: "a", Phase: "Running", Ready: true}
+		if err := m.SetTargets([]Target{ready}); err != nil {
+			t.Fatal(err)
+		}
+		second := <-rec.scrapes
+		if second.Pod == nil || !second.Pod.Ready {
+			t.Errorf("scrape after the update carries pod %+v, want Ready", second.Pod)
+		}
+		if at := second.At.Sub(start); at != off+interval {
+			t.Errorf("second scrape at %v, want %v: a status change must not restart the loop", at, off+interval)
+		}
+
+		evicted := tg
+		evicted.Pod = &series.Pod{Name: "a", Phase: "Failed", Reason: "Evicted"}
+		if err := m.SetTargets([]Target{evicted}); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		before := fetches
+		mu.Unlock()
+		third := <-rec.scrapes
+		if third.Reason != series.FailurePodFailed || !strings.Contains(third.Error, "Evicted") {
+			t.Errorf("failed pod scrape: reason %q error %q, want pod_failed naming Evicted", third.Reason, third.Error)
+		}
+		mu.Lock()
+		if fetches != before {
+			t.Errorf("the failed pod's address was fetched")
+		}
+		mu.Unlock()
+	})
+}
+
+// Probes in flight never exceed the configured concurrency, even when
+// every engine hangs; probes that find no slot are skipped, not queued.
+func TestHealthProbeConcurrencyBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 2
+		m, err := New(engines("e1", "e2", "e3", "e4", "e5"), Options{
+			Interval: 5 * time.Second, HealthProbeInterval: 30 * time.Second, HealthProbeTimeout: 25 * time.Second,
+			HealthProbeConcurrency: limit,
+		}, newRecorder(t), prometheus.NewRegistry(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.fetch = fakeFetch(fixture(t))
+		var mu sync.Mutex
+		inFlight, peak, probes := 0, 0, 0
+		m.probe = func(ctx context.Context, _ Target) HealthProbe {
+			mu.Lock()
+			inFlight++
+			probes++
+			peak = max(peak, inFlight)
+			mu.Unlock()
+			<-ctx.Done() // every engine hangs
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			return HealthProbe{Reason: series.FailureTimeout}
+		}
+		stop := startManager(t, m)
+		<-time.After(5 * time.Minute) // virtual time inside the bubble
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if peak != limit {
+			t.Errorf("peak probes in flight %d, want %d", peak, limit)
+		}
+		// Two slots, 25 s each, over 5 minutes: about 24 probes, not 50.
+		if probes > 2*(5*60/25)+limit {
+			t.Errorf("%d probes ran; skipped probes must not queue", probes)
+		}
+	})
 }

@@ -47,17 +47,21 @@ const (
 	// (SGLANG_HEALTH_CHECK_TIMEOUT), so a stuck engine answers its 503
 	// before we give up and the two cases stay distinguishable.
 	DefaultHealthProbeTimeout = 25 * time.Second
+	// DefaultHealthProbeConcurrency bounds the probes in flight: healthy
+	// probes take one decode step, so it only matters when many engines
+	// hang at once, and then it keeps the watchdog's sockets bounded.
+	DefaultHealthProbeConcurrency = 32
 )
 
 // HealthProbe is the outcome of one GET <base>/health_generate, which
 // makes the engine generate one token: the best single hang probe.
 type HealthProbe struct {
-	At       time.Time     // when the probe started
-	Duration time.Duration // until the answer, or the timeout
-	Status   int           // HTTP status; 0 when there was no response
-	Up       bool          // HTTP 200
-	Reason   string        // "" when up; else timeout, refused, http_status, error
-	Error    string        // human text of the failure; never holds secrets
+	At       time.Time            // when the probe started
+	Duration time.Duration        // until the answer, or the timeout
+	Status   int                  // HTTP status; 0 when there was no response
+	Up       bool                 // HTTP 200
+	Reason   series.ScrapeFailure // "" when up; else timeout, refused, dns, http_status, redirect, error
+	Error    string               // human text of the failure; never holds secrets
 }
 
 // Supported reports whether the target has the endpoint at all. An
@@ -128,12 +132,12 @@ func probeHealth(ctx context.Context, client *http.Client, t Target, userAgent s
 	done := func() HealthProbe { p.Duration = time.Since(start); return p }
 	target, err := HealthURL(t.URL)
 	if err != nil {
-		p.Reason, p.Error = ReasonError, "bad target URL "+redactURL(t.URL)
+		p.Reason, p.Error = series.FailureError, "bad target URL "+redactURL(t.URL)
 		return done()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		p.Reason, p.Error = ReasonError, "bad target URL "+redactURL(target)
+		p.Reason, p.Error = series.FailureError, "bad target URL "+redactURL(target)
 		return done()
 	}
 	req.Header.Set("User-Agent", userAgent)
@@ -152,7 +156,7 @@ func probeHealth(ctx context.Context, client *http.Client, t Target, userAgent s
 		p.Up = true
 		return done()
 	}
-	p.Reason, p.Error = ReasonHTTPStatus, "HTTP "+strings.TrimSpace(resp.Status)
+	p.Reason, p.Error = series.FailureHTTPStatus, "HTTP "+strings.TrimSpace(resp.Status)
 	if resp.StatusCode == http.StatusNotFound {
 		p.Error = "HTTP 404: no /health_generate at this target"
 	}
@@ -182,6 +186,24 @@ func AddHealthSamples(sc *series.Scrape, p HealthProbe) bool {
 		return true
 	}
 	return false
+}
+
+// probeOnce waits at most wait for a probe slot, then probes t within the
+// probe timeout; ran is false when no slot freed up in time.
+func (m *Manager) probeOnce(ctx context.Context, t Target, wait time.Duration) (p HealthProbe, ran bool) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case m.probeSlots <- struct{}{}:
+	case <-timer.C:
+		return HealthProbe{}, false
+	case <-ctx.Done():
+		return HealthProbe{}, false
+	}
+	defer func() { <-m.probeSlots }()
+	pctx, cancel := context.WithTimeout(ctx, m.opts.HealthProbeTimeout)
+	defer cancel()
+	return m.probe(pctx, t), true
 }
 
 // probeFunc runs one probe of t bounded by ctx's deadline. It is a seam
@@ -243,11 +265,18 @@ func (m *Manager) runProbe(ctx context.Context, t Target, slot *probeSlot, log *
 
 	last := "" // what was last logged: "", "up", "unsupported" or the failure
 	for {
-		pctx, cancel := context.WithTimeout(ctx, m.opts.HealthProbeTimeout)
-		p := m.probe(pctx, t)
-		cancel()
+		p, ran := m.probeOnce(ctx, t, interval)
 		if ctx.Err() != nil {
 			return // stopping: a probe cut short by shutdown is not data
+		}
+		if !ran {
+			// No slot within an interval: skipped, not failed.
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			continue
 		}
 		var state string
 		switch {
@@ -263,9 +292,9 @@ func (m *Manager) runProbe(ctx context.Context, t Target, slot *probeSlot, log *
 			}
 			slot.put(p)
 		default:
-			state = p.Reason + ": " + p.Error
+			state = string(p.Reason) + ": " + p.Error
 			if state != last {
-				log.Warn("health probe failed", zap.String("reason", p.Reason), zap.String("error", p.Error),
+				log.Warn("health probe failed", zap.String("reason", string(p.Reason)), zap.String("error", p.Error),
 					zap.Duration("duration", p.Duration))
 			}
 			slot.put(p)

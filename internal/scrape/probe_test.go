@@ -65,13 +65,13 @@ func TestProbeHealth(t *testing.T) {
 		status    int // 0: hang
 		timeout   time.Duration
 		up        bool
-		reason    string
+		reason    series.ScrapeFailure
 		supported bool
 	}{
 		{"ok", http.StatusOK, time.Second, true, "", true},
-		{"unavailable", http.StatusServiceUnavailable, time.Second, false, ReasonHTTPStatus, true},
-		{"hang", 0, 200 * time.Millisecond, false, ReasonTimeout, true},
-		{"no endpoint", http.StatusNotFound, time.Second, false, ReasonHTTPStatus, false},
+		{"unavailable", http.StatusServiceUnavailable, time.Second, false, series.FailureHTTPStatus, true},
+		{"hang", 0, 200 * time.Millisecond, false, series.FailureTimeout, true},
+		{"no endpoint", http.StatusNotFound, time.Second, false, series.FailureHTTPStatus, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, paths := healthServer(t, tc.status)
@@ -113,7 +113,7 @@ func TestProbeHealthRefusedHidesCredentials(t *testing.T) {
 	addr := srv.Listener.Addr().String()
 	srv.Close() // nothing listens there any more
 	p := ProbeHealth(t.Context(), client(t), Target{Name: "e", URL: "http://admin:hunter2@" + addr + "/metrics?token=s3cret", Kind: KindEngine}, time.Second)
-	if p.Up || p.Reason != ReasonRefused || !p.Supported() {
+	if p.Up || p.Reason != series.FailureRefused || !p.Supported() {
 		t.Fatalf("probe = %+v, want refused", p)
 	}
 	for _, secret := range []string{"hunter2", "s3cret", "admin"} {
@@ -142,14 +142,14 @@ func TestAddHealthSamples(t *testing.T) {
 
 	for name, sc := range map[string]series.Scrape{
 		"workers only": {Target: "gw", Groups: []series.Group{{Worker: "10.0.0.1:30000", Samples: []series.Sample{own}}}},
-		"failed":       {Target: "e", Reason: ReasonTimeout},
+		"failed":       {Target: "e", Reason: series.FailureTimeout},
 	} {
 		if AddHealthSamples(&sc, up) {
 			t.Errorf("%s: samples added", name)
 		}
 	}
 	sc = series.Scrape{Target: "e"}
-	if AddHealthSamples(&sc, HealthProbe{Status: http.StatusNotFound, Reason: ReasonHTTPStatus}) {
+	if AddHealthSamples(&sc, HealthProbe{Status: http.StatusNotFound, Reason: series.FailureHTTPStatus}) {
 		t.Error("unsupported probe added samples")
 	}
 }
@@ -223,7 +223,7 @@ func TestLoopHealthProbe(t *testing.T) {
 			start := time.Now()
 			if n == 2 { // the engine hangs during its second probe
 				<-ctx.Done()
-				return HealthProbe{At: start, Duration: time.Since(start), Reason: ReasonTimeout, Error: "context deadline exceeded"}
+				return HealthProbe{At: start, Duration: time.Since(start), Reason: series.FailureTimeout, Error: "context deadline exceeded"}
 			}
 			return HealthProbe{At: start, Up: true, Status: http.StatusOK}
 		}

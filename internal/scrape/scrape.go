@@ -33,10 +33,15 @@ type Target struct {
 	// Labels is metadata from discovery (pod labels such as model or role),
 	// copied onto every scrape of the target; read-only once handed over.
 	Labels map[string]string
+	// Pod is the Kubernetes status of the pod behind the target, copied
+	// onto every scrape; nil for targets not discovered from Kubernetes.
+	// A change of it alone updates the running loop without restarting it.
+	// Read-only once handed over.
+	Pod *series.Pod
 }
 
 // Equal reports whether two targets are the same (a changed target restarts
-// its loop).
+// its loop). The pod status is not part of a target's identity.
 func (t Target) Equal(o Target) bool {
 	return t.Name == o.Name && t.URL == o.URL && t.Kind == o.Kind && maps.Equal(t.Labels, o.Labels)
 }
@@ -74,6 +79,11 @@ type Options struct {
 	// HealthProbeTimeout bounds one probe; default DefaultHealthProbeTimeout,
 	// or 90% of HealthProbeInterval if that is shorter.
 	HealthProbeTimeout time.Duration
+	// HealthProbeConcurrency bounds the probes in flight across all
+	// targets; default DefaultHealthProbeConcurrency. A probe that finds
+	// no free slot waits, and a probe still waiting when its next one is
+	// due is skipped, so a hung fleet never piles probes up.
+	HealthProbeConcurrency int
 }
 
 // Defaults.
@@ -104,6 +114,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.HealthProbeInterval > 0 && o.HealthProbeTimeout == 0 {
 		o.HealthProbeTimeout = min(DefaultHealthProbeTimeout, o.HealthProbeInterval*9/10)
 	}
+	if o.HealthProbeConcurrency == 0 {
+		o.HealthProbeConcurrency = DefaultHealthProbeConcurrency
+	}
 	var errs []error
 	if o.Interval < 0 {
 		errs = append(errs, fmt.Errorf("scrape interval %s must be positive", o.Interval))
@@ -124,6 +137,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.HealthProbeInterval < 0 || o.HealthProbeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("health probe interval %s and timeout %s must not be negative", o.HealthProbeInterval, o.HealthProbeTimeout))
+	}
+	if o.HealthProbeConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("health probe concurrency %d must be positive", o.HealthProbeConcurrency))
 	}
 	if o.HealthProbeInterval > 0 && o.HealthProbeTimeout >= o.HealthProbeInterval {
 		errs = append(errs, fmt.Errorf("health probe timeout %s must be shorter than the probe interval %s", o.HealthProbeTimeout, o.HealthProbeInterval))
@@ -162,11 +178,13 @@ func validateTargets(ts []Target) error {
 func ScrapeOnce(ctx context.Context, client *http.Client, t Target, opts Options) series.Scrape {
 	opts, err := opts.withDefaults()
 	if err != nil {
-		return series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, At: time.Now(), Reason: ReasonError, Error: err.Error()}
+		return series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Pod: t.Pod, At: time.Now(), Reason: series.FailureError, Error: err.Error()}
 	}
 	if client == nil {
 		client = newDefaultClient(opts.Timeout)
 		defer client.CloseIdleConnections()
+	} else {
+		client = withRedirectPolicy(client)
 	}
 	return newScraper(httpFetcher(client, opts), opts).scrape(ctx, t)
 }
@@ -199,13 +217,34 @@ func newScraper(fetch fetchFunc, opts Options) *scraper {
 // (the data's own time) and measure its duration.
 func (s *scraper) scrape(ctx context.Context, t Target) series.Scrape {
 	start := time.Now()
-	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, At: start}
-	sc.Reason, sc.Error, sc.Groups = s.collect(ctx, t)
+	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Pod: t.Pod, At: start}
+	if t.Pod != nil && t.Pod.Phase == string(corev1PodFailed) {
+		// The pod is gone for good; its IP may already serve another pod.
+		sc.Reason, sc.Error = series.FailurePodFailed, "pod "+t.Pod.Phase+podReason(t.Pod)+": not scraped"
+		return sc
+	}
+	fail := s.collect(ctx, t, &sc)
+	if fail != nil {
+		sc.Reason, sc.Status, sc.Error = fail.reason, fail.status, fail.msg
+	}
 	sc.Duration = time.Since(start)
 	return sc
 }
 
-func (s *scraper) collect(ctx context.Context, t Target) (reason, msg string, groups []series.Group) {
+// corev1PodFailed is Kubernetes' PodFailed phase (this package does not
+// import the API types for one constant).
+const corev1PodFailed = "Failed"
+
+func podReason(p *series.Pod) string {
+	if p.Reason == "" {
+		return ""
+	}
+	return " (" + p.Reason + ")"
+}
+
+// collect fetches and normalizes into sc.Groups; a failure comes back
+// typed.
+func (s *scraper) collect(ctx context.Context, t Target, sc *series.Scrape) *fetchError {
 	fetchCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	err := s.fetch(fetchCtx, t, &s.body)
 	cancel()
@@ -214,21 +253,33 @@ func (s *scraper) collect(ctx context.Context, t Target) (reason, msg string, gr
 		if !ok {
 			fe = classify(fetchCtx, err, t.URL)
 		}
-		return fe.reason, fe.msg, nil
+		return fe
 	}
 	defer s.shrink()
 
 	raw, err := s.parser.Parse(s.raw[:0], s.body.Bytes())
 	s.raw = raw
 	if err != nil {
+		if looksLikeHTML(s.body.Bytes()) {
+			return &fetchError{reason: series.FailureNotMetrics, status: http.StatusOK,
+				msg: "an HTML page instead of metrics (a login or proxy page?)"}
+		}
 		// Parse errors quote a line number and a short token, not the URL.
-		return ReasonParseError, err.Error(), nil
+		return &fetchError{reason: series.FailureParse, status: http.StatusOK, msg: err.Error()}
 	}
-	groups, err = s.norm.normalize(raw, s.maxSeries)
+	groups, err := s.norm.normalize(raw, s.maxSeries)
 	if err != nil {
-		return ReasonTooManySeries, fmt.Sprintf("more than %d series after normalization", s.maxSeries), nil
+		return &fetchError{reason: series.FailureTooManySeries, status: http.StatusOK, msg: fmt.Sprintf("more than %d series after normalization", s.maxSeries)}
 	}
-	return "", "", groups
+	sc.Groups = groups
+	return nil
+}
+
+// looksLikeHTML reports whether a body that failed to parse starts like an
+// HTML document (served without an HTML Content-Type).
+func looksLikeHTML(body []byte) bool {
+	head := bytes.ToLower(bytes.TrimSpace(body[:min(len(body), 512)]))
+	return bytes.HasPrefix(head, []byte("<!doctype html")) || bytes.HasPrefix(head, []byte("<html")) || bytes.HasPrefix(head, []byte("<head"))
 }
 
 // shrink drops buffers that one outsized response grew far beyond the

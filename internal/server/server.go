@@ -17,28 +17,22 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
-	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
-// Alerts is the alert state source (the evaluation loop).
+// Alerts is the alert state and assessment source (the evaluation loop).
 type Alerts interface {
 	Alerts() []alert.Alert
+	Round() assess.Round
 	LastEvaluation() time.Time
 	Ready() <-chan struct{}
-}
-
-// Windows is the replica data source (the window store).
-type Windows interface {
-	Replicas() []detect.Replica
-	View(replica string, fn func(w detect.Window)) bool
 }
 
 // Options of the server.
 type Options struct {
 	Gatherer prometheus.Gatherer
 	Alerts   Alerts
-	Windows  Windows
 	Runbooks http.Handler // serves /runbooks/...; nil: none
 	Logger   *zap.Logger
 	// Now reads the clock for the API's "age" fields; main passes time.Now.
@@ -200,58 +194,47 @@ func (s *Server) alerts(w http.ResponseWriter, r *http.Request) {
 
 // apiTarget is the JSON shape of a replica's health and key values.
 type apiTarget struct {
-	Replica             string             `json:"replica"`
-	Target              string             `json:"target"`
-	Kind                string             `json:"kind"`
-	Model               string             `json:"model,omitempty"`
-	EngineType          string             `json:"engine_type,omitempty"`
-	Up                  bool               `json:"up"`
-	LastScrape          time.Time          `json:"last_scrape,omitzero"`
-	LastSuccess         time.Time          `json:"last_success,omitzero"`
-	Reason              string             `json:"last_failure_reason,omitempty"`
-	LastError           string             `json:"last_error,omitempty"`
-	ConsecutiveFailures int                `json:"consecutive_failures"`
-	Values              map[string]float64 `json:"values"`
+	Replica             string              `json:"replica"`
+	Target              string              `json:"target"`
+	Kind                string              `json:"kind"`
+	Model               string              `json:"model,omitempty"`
+	EngineType          string              `json:"engine_type,omitempty"`
+	Up                  bool                `json:"up"`
+	LastScrape          time.Time           `json:"last_scrape,omitzero"`
+	LastSuccess         time.Time           `json:"last_success,omitzero"`
+	Reason              string              `json:"last_failure_reason,omitempty"`
+	LastError           string              `json:"last_error,omitempty"`
+	ConsecutiveFailures int                 `json:"consecutive_failures"`
+	Snapshot            assess.Snapshot     `json:"snapshot"`
+	Triage              detect.TriageResult `json:"triage"`
+	Findings            []apiFinding        `json:"findings"`
 }
 
-// keyValues are the runbook's first look: running, queued, KV usage,
-// throughput, and the windowed prefix hit rate.
-var keyValues = []struct{ name, family string }{
-	{"running_requests", series.NumRunningReqs},
-	{"queued_requests", series.NumQueueReqs},
-	{"kv_usage", series.TokenUsage},
-	{"gen_throughput_tokens_per_s", series.GenThroughput},
-	{"http_requests_active", series.HTTPRequestsActive},
+type apiFinding struct {
+	detect.Finding
+	Severity string `json:"severity"`
 }
 
+// targets renders the last evaluation round: the same snapshot, triage and
+// findings the pages were decided from.
 func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
-	now := s.opts.Now()
+	round := s.opts.Alerts.Round()
 	out := struct {
-		Targets []apiTarget `json:"targets"`
-	}{Targets: []apiTarget{}}
-	for _, r := range s.opts.Windows.Replicas() {
-		t := apiTarget{Replica: r.Name, Target: r.Target, Kind: r.Kind, Model: r.Model, EngineType: r.EngineType, Values: map[string]float64{}}
-		s.opts.Windows.View(r.Name, func(win detect.Window) {
-			st := win.Scrape()
-			t.Up, t.LastScrape, t.LastSuccess, t.Reason, t.LastError, t.ConsecutiveFailures = st.Up, st.LastAttempt, st.LastSuccess, st.Reason, st.Error, st.ConsecutiveFailures
-			for _, kv := range keyValues {
-				if v, ok := win.Last(detect.Sel(kv.family)); ok && finite(v) {
-					t.Values[kv.name] = v
-				}
-			}
-			from := now.Add(-time.Minute)
-			cached, ok1 := win.Increase(detect.Sel(series.CachedTokensTotal), from, now)
-			prompt, ok2 := win.Increase(detect.Sel(series.PromptTokensTotal), from, now)
-			if ok1 && ok2 && prompt > 0 {
-				t.Values["prefix_hit_rate_1m"] = cached / prompt
-			}
-		})
+		EvaluatedAt time.Time   `json:"evaluated_at,omitzero"`
+		Targets     []apiTarget `json:"targets"`
+	}{EvaluatedAt: round.At, Targets: []apiTarget{}}
+	for _, r := range round.Replicas {
+		st := r.Scrape
+		t := apiTarget{Replica: r.Replica.Name, Target: r.Replica.Target, Kind: r.Replica.Kind, Model: r.Replica.Model, EngineType: r.Replica.EngineType,
+			Up: st.Up, LastScrape: st.LastAttempt, LastSuccess: st.LastSuccess, Reason: string(st.Reason), LastError: st.Error,
+			ConsecutiveFailures: st.ConsecutiveFailures, Snapshot: r.Snapshot, Triage: r.Triage, Findings: []apiFinding{}}
+		for _, f := range r.Findings {
+			t.Findings = append(t.Findings, apiFinding{Finding: f, Severity: f.Severity.String()})
+		}
 		out.Targets = append(out.Targets, t)
 	}
 	writeJSON(w, out)
 }
-
-func finite(v float64) bool { return v == v && v < 1e308 && v > -1e308 }
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -21,10 +22,12 @@ import (
 
 type fakeAlerts struct {
 	alerts []alert.Alert
+	round  assess.Round
 	ready  chan struct{}
 }
 
 func (f *fakeAlerts) Alerts() []alert.Alert     { return f.alerts }
+func (f *fakeAlerts) Round() assess.Round       { return f.round }
 func (f *fakeAlerts) LastEvaluation() time.Time { return time.Unix(100, 0) }
 func (f *fakeAlerts) Ready() <-chan struct{}    { return f.ready }
 
@@ -57,7 +60,8 @@ func TestEndpoints(t *testing.T) {
 		{Fingerprint: "f2", Class: detect.CacheCollapse, Replica: "r1", State: alert.StateResolved},
 	}}
 	reloads := 0
-	srv, err := New("127.0.0.1:0", Options{Gatherer: prometheus.NewRegistry(), Alerts: fa, Windows: store, Logger: zap.NewNop(),
+	fa.round = assess.New(nil, assess.Config{Triage: detect.DefaultConfig().Triage}).Assess(store, now)
+	srv, err := New("127.0.0.1:0", Options{Gatherer: prometheus.NewRegistry(), Alerts: fa, Logger: zap.NewNop(),
 		Now: func() time.Time { return now }, Reload: func() error {
 			reloads++
 			if reloads > 1 {
@@ -98,11 +102,15 @@ func TestEndpoints(t *testing.T) {
 		t.Fatalf("targets: %s", body)
 	}
 	r1, r2 := targets.Targets[0], targets.Targets[1]
-	if !r1.Up || r1.Values["queued_requests"] != 47 || r1.Values["kv_usage"] != 0.91 || r1.Model != "m" {
-		t.Errorf("r1: %+v", r1)
+	sn := r1.Snapshot
+	if !r1.Up || sn.QueuedRequests == nil || *sn.QueuedRequests != 47 || sn.KVUsage == nil || *sn.KVUsage != 0.91 || r1.Model != "m" {
+		t.Errorf("r1: %s", body)
 	}
-	if hr := r1.Values["prefix_hit_rate_1m"]; hr < 0.33 || hr > 0.35 {
-		t.Errorf("hit rate %v", hr)
+	if hr := sn.PrefixHitRate; hr == nil || *hr < 0.33 || *hr > 0.35 {
+		t.Errorf("hit rate: %s", body)
+	}
+	if r1.Triage.Verdict == "" {
+		t.Errorf("no triage: %s", body)
 	}
 	if r2.Up || r2.Reason != "refused" || r2.ConsecutiveFailures != 1 {
 		t.Errorf("r2: %+v", r2)

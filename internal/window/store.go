@@ -142,6 +142,9 @@ type replica struct {
 	mu    sync.RWMutex
 	info  detect.Replica
 	state detect.ScrapeState
+	// failingSince is the first failed scrape of the current run of
+	// failures (for ScrapeState.LastOutage).
+	failingSince time.Time
 
 	times    ring[int64]             // unix nanos of the successful scrapes held; seq = scrape number
 	series   map[uint64]*seriesRec   // by identity hash; collisions chained
@@ -262,14 +265,22 @@ func (s *Store) appendFailure(sc series.Scrape) {
 			st.FirstSeen = sc.At
 		}
 		if sc.At.After(st.LastAttempt) {
+			if st.ConsecutiveFailures == 0 {
+				r.failingSince = sc.At
+			}
 			st.LastAttempt = sc.At
 			st.Up = false
 			st.Reason = sc.Reason
+			st.Status = sc.Status
 			st.Error = sc.Error
 			st.ConsecutiveFailures++
+			st.ConsecutiveSuccesses = 0
 		}
 		if r.info.Kind == "" {
 			r.info.Kind = sc.Kind
+		}
+		if sc.Pod != nil {
+			r.info.Pod = sc.Pod
 		}
 		r.mu.Unlock()
 	}
@@ -333,8 +344,15 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) 
 	if st.FirstSeen.IsZero() {
 		st.FirstSeen = sc.At
 	}
+	if st.ConsecutiveFailures > 0 {
+		st.LastOutage = detect.Outage{From: r.failingSince, To: sc.At, Failures: st.ConsecutiveFailures, Reason: st.Reason, Status: st.Status}
+	}
 	st.LastAttempt, st.LastSuccess = sc.At, sc.At
-	st.Up, st.Reason, st.Error, st.ConsecutiveFailures = true, "", "", 0
+	st.Up, st.Reason, st.Status, st.Error, st.ConsecutiveFailures = true, "", 0, "", 0
+	st.ConsecutiveSuccesses++
+	if sc.Pod != nil {
+		r.info.Pod = sc.Pod
+	}
 	switch {
 	case g.Worker != "":
 		// A worker behind a gateway's /engine_metrics is an engine, whatever

@@ -408,7 +408,7 @@ func TestFailuresAndPlaceholders(t *testing.T) {
 		if target == "gw" {
 			kind = "gateway"
 		}
-		if err := s.Append(series.Scrape{Target: target, Kind: kind, At: at(sec), Reason: reason, Error: reason + " text"}); err != nil {
+		if err := s.Append(series.Scrape{Target: target, Kind: kind, At: at(sec), Reason: series.ScrapeFailure(reason), Error: reason + " text"}); err != nil {
 			t.Fatal(err)
 		}
 	}

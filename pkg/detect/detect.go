@@ -7,6 +7,8 @@ package detect
 
 import (
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // Class names an incident class. It is stable: it appears in fingerprints,
@@ -89,6 +91,10 @@ type Replica struct {
 	EngineType string // unified, prefill, decode, "" when not exposed
 	// Labels is target metadata from discovery (pod labels: model, role...).
 	Labels map[string]string
+	// Pod is the Kubernetes status of the pod behind the replica (phase,
+	// readiness, restarts, last termination); nil for targets not
+	// discovered from Kubernetes. Read-only.
+	Pod *series.Pod
 }
 
 // Match filters a series by one label. Value may list alternatives
@@ -138,13 +144,29 @@ func Sel(name string, labelValues ...string) Selector {
 
 // ScrapeState is what the window knows about scraping the replica.
 type ScrapeState struct {
-	LastAttempt         time.Time // zero when never scraped
-	LastSuccess         time.Time // zero when never scraped successfully
-	Up                  bool      // the last scrape succeeded
-	Reason              string    // failure reason of the last scrape: refused, timeout, http_status, parse_error, too_large, too_many_series, error
-	Error               string    // failure text of the last scrape (never holds secrets)
+	LastAttempt         time.Time            // zero when never scraped
+	LastSuccess         time.Time            // zero when never scraped successfully
+	Up                  bool                 // the last scrape succeeded
+	Reason              series.ScrapeFailure // why the last scrape failed; "" when it succeeded
+	Status              int                  // HTTP status of the last failed scrape; 0 when there was no answer
+	Error               string               // failure text of the last scrape, for people only (never holds secrets)
 	ConsecutiveFailures int
-	FirstSeen           time.Time // first scrape attempt kept in the window
+	// ConsecutiveSuccesses counts the successful scrapes since the last
+	// failure (or since the first scrape).
+	ConsecutiveSuccesses int
+	FirstSeen            time.Time // first scrape attempt kept in the window
+	// LastOutage is the newest run of failed scrapes that ended with a
+	// successful one; zero when there was none.
+	LastOutage Outage
+}
+
+// Outage is a run of consecutive failed scrapes.
+type Outage struct {
+	From     time.Time            // first failed scrape
+	To       time.Time            // the successful scrape that ended it
+	Failures int                  // failed scrapes in the run
+	Reason   series.ScrapeFailure // reason of its last failed scrape
+	Status   int                  // HTTP status of its last failed scrape, if any
 }
 
 // Window is a read-only view of one replica's recent samples. Every range

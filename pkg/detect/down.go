@@ -86,7 +86,7 @@ func failureDiagnosis(reason, errText string) (Layer, string, []string) {
 }
 
 func (d *ReplicaDownDetector) down(w Window, st ScrapeState, now time.Time) Finding {
-	layer, diag, steps := failureDiagnosis(st.Reason, st.Error)
+	layer, diag, steps := failureDiagnosis(string(st.Reason), st.Error)
 	f := finding(ReplicaDown, w, Critical, layer)
 	f.Evidence = []Evidence{{
 		Name: "consecutive failed scrapes", Value: float64(st.ConsecutiveFailures),

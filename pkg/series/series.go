@@ -135,9 +135,94 @@ type Scrape struct {
 	Labels   map[string]string // target metadata from discovery (e.g. pod labels: model, role); nil when none
 	At       time.Time         // when the scrape started
 	Duration time.Duration     // how long it took
-	Reason   string            // "" on success; else refused, timeout, http_status, parse_error, too_large, too_many_series, error
+	Reason   ScrapeFailure     // "" on success; else why it failed
+	Status   int               // HTTP status of the answer; 0 when there was none
 	Error    string            // human text of the failure; never holds secrets
 	Groups   []Group           // one per replica behind the target; usually exactly one
+	// Pod is what Kubernetes says about the pod behind the target at the
+	// time of the scrape; nil for targets not discovered from Kubernetes.
+	// Read-only once handed over.
+	Pod *Pod
+}
+
+// ScrapeFailure is why a scrape failed. Decisions downstream switch on it
+// (and on the HTTP status), never on the failure text.
+type ScrapeFailure string
+
+// Scrape failure reasons; the values are also the result label of
+// watchdog_scrapes_total.
+const (
+	// FailureRefused: the connection was refused, reset or dropped, or the
+	// host is unreachable — nothing serves at the address.
+	FailureRefused ScrapeFailure = "refused"
+	// FailureTimeout: no complete answer within the scrape timeout.
+	FailureTimeout ScrapeFailure = "timeout"
+	// FailureDNS: the target's host name does not resolve.
+	FailureDNS ScrapeFailure = "dns"
+	// FailureHTTPStatus: the server answered with a non-2xx status.
+	FailureHTTPStatus ScrapeFailure = "http_status"
+	// FailureNotMetrics: a 2xx answer that is not a metrics exposition
+	// (an HTML login or error page of a proxy in front of the target).
+	FailureNotMetrics ScrapeFailure = "not_metrics"
+	// FailureParse: the exposition is malformed or truncated.
+	FailureParse ScrapeFailure = "parse_error"
+	// FailureTooLarge: the answer exceeds the body size limit.
+	FailureTooLarge ScrapeFailure = "too_large"
+	// FailureTooManySeries: the exposition exceeds the series limit.
+	FailureTooManySeries ScrapeFailure = "too_many_series"
+	// FailureRedirect: the answer redirects to another host (never
+	// followed) or redirects too often.
+	FailureRedirect ScrapeFailure = "redirect"
+	// FailurePodFailed: the pod behind the target has failed (evicted,
+	// exited for good); its address is not scraped, as it may already
+	// belong to another pod.
+	FailurePodFailed ScrapeFailure = "pod_failed"
+	// FailureError: any other failure (TLS, a bad URL).
+	FailureError ScrapeFailure = "error"
+)
+
+// ScrapeFailures lists every failure reason.
+var ScrapeFailures = []ScrapeFailure{
+	FailureRefused, FailureTimeout, FailureDNS, FailureHTTPStatus, FailureNotMetrics, FailureParse,
+	FailureTooLarge, FailureTooManySeries, FailureRedirect, FailurePodFailed, FailureError,
+}
+
+// Unreachable reports whether the failure means the server process cannot
+// be reached at all (nothing listens, it does not answer, its name does not
+// resolve). Every other failure is an answer from something: the server or
+// a proxy serves, only its metrics are unusable.
+func (f ScrapeFailure) Unreachable() bool {
+	switch f {
+	case FailureRefused, FailureTimeout, FailureDNS, FailurePodFailed:
+		return true
+	}
+	return false
+}
+
+// Pod is the Kubernetes status of the pod behind a target, as discovery
+// last saw it.
+type Pod struct {
+	Namespace, Name string
+	Phase           string    // Pending, Running, Succeeded, Failed, Unknown
+	Reason          string    // the pod's status reason, e.g. Evicted
+	Message         string    // the pod's status message (an eviction says which resource ran out)
+	Ready           bool      // the Ready condition is true
+	Created         time.Time // the pod's creation time
+	Started         time.Time // when the serving container last started; zero when not running
+	Restarts        int       // container restarts, summed over the pod's containers
+	// Waiting is the reason a container waits (CrashLoopBackOff,
+	// ImagePullBackOff, ContainerCreating); "" when none waits.
+	Waiting string
+	// LastTermination is the newest previous termination of a container
+	// (the one a restart followed); zero when none restarted.
+	LastTermination Termination
+}
+
+// Termination is how a container last ended.
+type Termination struct {
+	Reason   string // OOMKilled, Error, Completed...
+	ExitCode int
+	Finished time.Time
 }
 
 // Group is the samples of one replica behind a target. A target usually is
