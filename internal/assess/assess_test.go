@@ -1,0 +1,117 @@
+package assess
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+var t0 = time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC)
+
+// findsOn is a detector that reports class on the replicas listed, with a
+// triage line of its own when triaged (the assessment must replace it by
+// the replica's one triage).
+type findsOn struct {
+	class   detect.Class
+	on      map[string]bool
+	triaged bool
+}
+
+func (d findsOn) Class() detect.Class { return d.class }
+func (d findsOn) Detect(w detect.Window, _ time.Time) []detect.Finding {
+	r := w.Replica()
+	if !d.on[r.Name] {
+		return nil
+	}
+	f := detect.Finding{Class: d.class, Replica: r.Name, Model: r.Model, Severity: detect.Critical, Summary: string(d.class)}
+	if d.triaged {
+		f.Triage = "a detector's own triage"
+	}
+	return []detect.Finding{f}
+}
+
+// store holds two replicas scraped every 10 s for two minutes: r1 with two
+// data-parallel ranks whose KV usage differs, r2 quiet.
+func store(t *testing.T) *window.Store {
+	t.Helper()
+	s, err := window.New(window.Options{Retention: time.Hour, ScrapeInterval: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rank := func(dp string) series.Labels { return series.Labels{{Name: "dp_rank", Value: dp}} }
+	for i := 0; i <= 12; i++ {
+		at := t0.Add(time.Duration(i-12) * 10 * time.Second)
+		if err := s.Append(series.Scrape{Target: "r1", Kind: "engine", At: at, Groups: []series.Group{{Model: "m", Samples: []series.Sample{
+			{Name: series.NumRunningReqs, Labels: rank("0"), Value: 10}, {Name: series.NumRunningReqs, Labels: rank("1"), Value: 6},
+			{Name: series.NumQueueReqs, Labels: rank("0"), Value: 30}, {Name: series.NumQueueReqs, Labels: rank("1"), Value: 20},
+			{Name: series.TokenUsage, Labels: rank("0"), Value: 0.3}, {Name: series.TokenUsage, Labels: rank("1"), Value: 0.99},
+		}}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(series.Scrape{Target: "r2", Kind: "engine", At: at, Groups: []series.Group{{Model: "m", Samples: []series.Sample{
+			{Name: series.NumRunningReqs, Value: 1}, {Name: series.NumQueueReqs, Value: 0}, {Name: series.TokenUsage, Value: 0.1},
+		}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func TestRoundHasOneSnapshotAndOneTriagePerReplica(t *testing.T) {
+	ds := []detect.Detector{
+		findsOn{class: detect.PreemptStorm, on: map[string]bool{"r1": true}, triaged: true},
+		findsOn{class: detect.QueueLatency, on: map[string]bool{"r1": true}, triaged: true},
+	}
+	a := New(ds, Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()})
+	round := a.Assess(store(t), t0)
+
+	if len(round.Replicas) != 2 || round.Replicas[0].Replica.Name != "r1" || round.Replicas[1].Replica.Name != "r2" {
+		t.Fatalf("replicas %+v", round.Replicas)
+	}
+	r1, ok := round.Replica("r1")
+	if !ok {
+		t.Fatal("r1 not found")
+	}
+	sn := r1.Snapshot
+	if sn.KVUsage == nil || *sn.KVUsage != 0.99 {
+		t.Errorf("KV usage %v: want the fullest rank's 0.99, never a sum or an average of ranks", sn.KVUsage)
+	}
+	if sn.QueuedRequests == nil || *sn.QueuedRequests != 50 || sn.RunningRequests == nil || *sn.RunningRequests != 16 {
+		t.Errorf("counts add up across ranks: queued %v running %v", sn.QueuedRequests, sn.RunningRequests)
+	}
+	if r1.Triage.Verdict == "" || r1.Triage.Verdict == detect.TriageUnknown {
+		t.Errorf("no triage for r1: %+v", r1.Triage)
+	}
+	for _, f := range r1.Findings {
+		if f.Triage != r1.Triage.String() || f.TriageVerdict != r1.Triage.Verdict {
+			t.Errorf("%s carries triage %q, want the replica's one triage %q", f.Class, f.Triage, r1.Triage.String())
+		}
+	}
+	if len(round.Incidents) != 1 || round.Incidents[0].Cause() != detect.PreemptStorm || !round.Incidents[0].Shows("r1", detect.QueueLatency) {
+		t.Fatalf("want one storm incident explaining the queue latency, got %+v", round.Incidents)
+	}
+	if len(round.Findings()) != 2 {
+		t.Errorf("findings %d", len(round.Findings()))
+	}
+	if _, ok := round.Replica("nope"); ok {
+		t.Error("found a replica that does not exist")
+	}
+}
+
+func TestAssessWindowIsTheSameDecisionForOneReplica(t *testing.T) {
+	ds := []detect.Detector{findsOn{class: detect.QueueLatency, on: map[string]bool{"r1": true}, triaged: true}}
+	a := New(ds, Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()})
+	s := store(t)
+	fleet := a.Assess(s, t0)
+	var one Round
+	s.View("r1", func(w detect.Window) { one = a.AssessWindow(w, t0) })
+	want, _ := fleet.Replica("r1")
+	got := one.Replicas[0]
+	if got.Triage != want.Triage || *got.Snapshot.KVUsage != *want.Snapshot.KVUsage || len(got.Findings) != len(want.Findings) {
+		t.Errorf("one window: %+v\nfleet: %+v", got, want)
+	}
+}
