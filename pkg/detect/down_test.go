@@ -11,7 +11,7 @@ import (
 )
 
 // failingFor makes the last n scrapes of a healthy replica fail.
-func failingFor(n int, reason, text string) *scenario {
+func failingFor(n int, reason series.ScrapeFailure, text string) *scenario {
 	s := healthyEngine()
 	s.failures = []failure{{from: s.length - time.Duration(n-1)*s.step, to: s.length, reason: reason, error: text}}
 	return s
@@ -33,7 +33,7 @@ func TestReplicaDownScrapeFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.reason+" "+tt.text, func(t *testing.T) {
-			f := one(t, run(t, failingFor(4, tt.reason, tt.text), detect.ReplicaDown))
+			f := one(t, run(t, failingFor(4, series.ScrapeFailure(tt.reason), tt.text), detect.ReplicaDown))
 			checkCommon(t, f, detect.ReplicaDown)
 			if f.Severity != detect.Critical || f.Layer != tt.layer {
 				t.Errorf("severity %s layer %s; want critical %s", f.Severity, f.Layer, tt.layer)

@@ -97,8 +97,10 @@ func (m metric) corrupted(c func(el time.Duration) (float64, bool)) metric {
 }
 
 type failure struct {
-	from, to      time.Duration // elapsed, inclusive
-	reason, error string
+	from, to time.Duration // elapsed, inclusive
+	reason   series.ScrapeFailure
+	status   int // HTTP status of the answer, 0 when none
+	error    string
 }
 
 type scenario struct {
@@ -191,7 +193,7 @@ func (s *scenario) run(t testing.TB, cfg detect.Config) (*window.Store, time.Tim
 		for _, f := range s.failures {
 			if el >= f.from && el <= f.to {
 				failed = true
-				if err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now, Reason: f.reason, Error: f.error}); err != nil {
+				if err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now, Reason: f.reason, Status: f.status, Error: f.error}); err != nil {
 					t.Fatal(err)
 				}
 			}
