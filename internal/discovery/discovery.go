@@ -46,10 +46,14 @@
 // sources yield the same name, static wins over Kubernetes, which wins
 // over DNS.
 //
-// Pods: terminating pods (deletionTimestamp set) and finished pods are
-// dropped, since a scale-down is not an outage; pods without an IP are
-// skipped until they have one; pods that are not Ready stay targets
-// unless include_not_ready is false. Kubernetes discovery needs list and
+// Pods: terminating pods (deletionTimestamp set) and pods that completed
+// are dropped, since a scale-down is not an outage; failed pods (evicted,
+// exited for good) stay targets, marked failed and never scraped, because
+// a replica lost that way is an outage; pods without an IP are skipped
+// until they have one; pods that are not Ready stay targets unless
+// include_not_ready is false. Every target carries its pod's status
+// (phase, readiness, restarts, last termination) for the detectors: a
+// status change is published without restarting the target's scrapes. Kubernetes discovery needs list and
 // watch on pods (core API group) in each watched namespace: a Role and
 // RoleBinding per namespace, no ClusterRole.
 //
@@ -76,6 +80,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // Source names, the values of the source label of the metrics.
@@ -270,16 +275,34 @@ func (d *Discoverer) Run(ctx context.Context, update func(targets []scrape.Targe
 // (or first is set).
 func (d *Discoverer) publish(update func([]scrape.Target), first bool) {
 	targets := d.collect()
-	if !first && slices.EqualFunc(targets, d.last, scrape.Target.Equal) {
+	if !first && slices.EqualFunc(targets, d.last, sameTarget) {
 		return
 	}
 	removed := Removed(d.last, targets)
 	added := Removed(targets, d.last)
 	d.last = targets
 	d.metrics.updates.Inc()
-	d.logger.Info("targets updated", zap.Int("targets", len(targets)),
+	log := d.logger.Info
+	if len(removed)+len(added) == 0 && !first {
+		log = d.logger.Debug // only pod status changed (readiness, restarts)
+	}
+	log("targets updated", zap.Int("targets", len(targets)),
 		zap.Int("added", len(added)), zap.Int("removed", len(removed)), zap.Strings("removed_names", removed))
 	update(slices.Clone(targets))
+}
+
+// sameTarget reports whether two targets are equal including their pod
+// status: a status change is published (the scraper takes it without
+// restarting the loop).
+func sameTarget(a, b scrape.Target) bool {
+	return a.Equal(b) && samePod(a.Pod, b.Pod)
+}
+
+func samePod(a, b *series.Pod) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // collect merges the sources (first name wins: static, Kubernetes, DNS),

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // serviceAccountNamespace is where Kubernetes mounts the pod's namespace.
@@ -205,14 +206,17 @@ type podResult struct {
 }
 
 func (a podResult) equal(b podResult) bool {
-	return a.skip == b.skip && a.target.Equal(b.target)
+	return a.skip == b.skip && sameTarget(a.target, b.target)
 }
 
-// podTarget applies the pod rules. Terminating and finished pods are
-// dropped (a scale-down is not an outage); pods without an IP cannot be
-// scraped yet; pods that are not Ready are kept unless configured
-// otherwise, so cold starts and crash loops stay visible.
+// podTarget applies the pod rules. Terminating and completed pods are
+// dropped (a scale-down is not an outage); failed pods (evicted, exited for
+// good) are kept, marked by their status, because losing a replica that
+// way is an outage; pods without an IP cannot be scraped yet; pods that are
+// not Ready are kept unless configured otherwise, so cold starts and crash
+// loops stay visible.
 func (k *kubeSource) podTarget(p *corev1.Pod) podResult {
+	failed := p.Status.Phase == corev1.PodFailed
 	switch {
 	case !k.selector.Matches(labels.Set(p.Labels)):
 		// A real watch sends DELETED when a relabelled pod leaves the
@@ -220,8 +224,11 @@ func (k *kubeSource) podTarget(p *corev1.Pod) podResult {
 		return podResult{skip: "labels no longer match the selector"}
 	case p.DeletionTimestamp != nil:
 		return podResult{skip: "terminating"}
-	case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
-		return podResult{skip: "finished (" + string(p.Status.Phase) + ")"}
+	case p.Status.Phase == corev1.PodSucceeded:
+		return podResult{skip: "completed"}
+	case failed:
+		// Never scraped (the scraper skips failed pods), so it needs no
+		// IP; an address that cannot resolve keeps it that way.
 	case p.Status.PodIP == "":
 		return podResult{skip: "no pod IP yet"}
 	case !*k.cfg.IncludeNotReady && !podReady(p):
@@ -232,6 +239,10 @@ func (k *kubeSource) podTarget(p *corev1.Pod) podResult {
 		if port = namedPort(p, k.portName); port == 0 {
 			return podResult{skip: fmt.Sprintf("no container declares a TCP port named %q", k.portName), warn: true}
 		}
+	}
+	host := p.Status.PodIP
+	if failed {
+		host = failedPodHost
 	}
 	var ls map[string]string
 	set := func(key, value string) {
@@ -250,10 +261,47 @@ func (k *kubeSource) podTarget(p *corev1.Pod) podResult {
 	}
 	return podResult{target: scrape.Target{
 		Name:   podTargetName(p.Namespace, p.Name),
-		URL:    k.cfg.Scheme + "://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)) + k.cfg.Path,
+		URL:    k.cfg.Scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + k.cfg.Path,
 		Kind:   k.cfg.Kind,
 		Labels: ls,
+		Pod:    podStatus(p),
 	}}
+}
+
+// failedPodHost is the address of a failed pod's target: its IP may be
+// handed to another pod already, and .invalid never resolves (RFC 6761).
+const failedPodHost = "failed-pod.invalid"
+
+// podStatus is what the detectors need from a pod: whether it is starting
+// (not Ready, young, no restarts), crashing (restarts, the last
+// termination's reason and exit code) or gone (phase Failed: evicted).
+func podStatus(p *corev1.Pod) *series.Pod {
+	st := &series.Pod{
+		Namespace: p.Namespace,
+		Name:      p.Name,
+		Phase:     string(p.Status.Phase),
+		Reason:    p.Status.Reason,
+		Message:   p.Status.Message,
+		Ready:     podReady(p),
+		Created:   p.CreationTimestamp.Time,
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		st.Restarts += int(c.RestartCount)
+		if r := c.State.Running; r != nil && r.StartedAt.After(st.Started) {
+			st.Started = r.StartedAt.Time
+		}
+		if w := c.State.Waiting; w != nil && st.Waiting == "" {
+			st.Waiting = w.Reason
+		}
+		// The newest previous termination is the one a restart followed;
+		// a container terminated now (a failed pod) counts as well.
+		for _, term := range []*corev1.ContainerStateTerminated{c.LastTerminationState.Terminated, c.State.Terminated} {
+			if term != nil && !term.FinishedAt.Time.Before(st.LastTermination.Finished) {
+				st.LastTermination = series.Termination{Reason: term.Reason, ExitCode: int(term.ExitCode), Finished: term.FinishedAt.Time}
+			}
+		}
+	}
+	return st
 }
 
 // podTargetName is "<namespace>.<pod>". Target names hold no '/' (a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -20,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // sglangLabels are the labels of an SGLang pod of the test fleet.
@@ -136,11 +138,33 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 		mutate(t, cs, "llm", "sglang-c", func(p *corev1.Pod) { p.Status.PodIP = "10.1.0.3" })
 		wantNames(t, h.next(t).targets, "llm.sglang-a", "llm.sglang-b", "llm.sglang-c")
 
-		// Becoming Ready (or a restart, or probe churn) changes no target:
-		// no update, so the scrape loop keeps its phase.
+		// The pod status rides on the target: a new pod is not Ready and
+		// has not restarted.
+		if b := find(t, u.targets, "llm.sglang-b").Pod; b == nil || b.Ready || b.Restarts != 0 || b.Phase != "Running" || b.Name != "sglang-b" {
+			t.Errorf("pod status of the starting pod: %+v", b)
+		}
+		// Becoming Ready, and a restart after an OOM kill, are published
+		// (the scraper takes a status change without restarting the
+		// loop); probe churn that changes nothing the detectors read is not.
 		mutate(t, cs, "llm", "sglang-b", setReady(true))
+		if b := find(t, h.next(t).targets, "llm.sglang-b").Pod; b == nil || !b.Ready {
+			t.Errorf("pod status after Ready: %+v", b)
+		}
+		oom := time.Now().Add(-time.Minute).Truncate(time.Second)
 		mutate(t, cs, "llm", "sglang-b", func(p *corev1.Pod) {
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "sglang", RestartCount: 3}}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "sglang", RestartCount: 3,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					Reason: "OOMKilled", ExitCode: 137, FinishedAt: metav1.NewTime(oom)}},
+			}}
+		})
+		b := find(t, h.next(t).targets, "llm.sglang-b").Pod
+		if want := (series.Termination{Reason: "OOMKilled", ExitCode: 137, Finished: oom}); b == nil || b.Restarts != 3 ||
+			b.Waiting != "CrashLoopBackOff" || !b.LastTermination.Finished.Equal(oom) || b.LastTermination.Reason != want.Reason || b.LastTermination.ExitCode != want.ExitCode {
+			t.Errorf("pod status after the OOM kill: %+v, want 3 restarts, CrashLoopBackOff, last termination %+v", b, want)
+		}
+		mutate(t, cs, "llm", "sglang-b", func(p *corev1.Pod) {
+			p.Status.Conditions[0].LastProbeTime = metav1.NewTime(time.Now())
 		})
 		h.none(t, 10*time.Second)
 
@@ -178,15 +202,28 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 		})
 		wantNames(t, h.next(t).targets)
 
-		// Finished pods (evicted, completed) are not targets either.
-		failed := newPod("llm", "sglang-d", "10.1.0.4", false, sglangLabels("llama-3-70b", "decode"))
-		failed.Status.Phase = corev1.PodFailed
-		create(t, cs, failed)
+		// Completed pods are not targets.
+		done := newPod("llm", "sglang-e", "10.1.0.5", false, sglangLabels("llama-3-70b", "decode"))
+		done.Status.Phase = corev1.PodSucceeded
+		create(t, cs, done)
 		create(t, cs, newPod("prod", "sglang-y", "10.9.0.2", true, sglangLabels("llama-3-70b", "decode")))
 		h.none(t, 10*time.Second)
 
-		if got := testutil.ToFloat64(h.d.metrics.updates); got != 7 {
-			t.Errorf("watchdog_discovery_updates_total = %v, want 7", got)
+		// An evicted pod is an outage, not a scale-down: it stays a target,
+		// marked failed, at an address that can never be scraped (its IP
+		// may already be another pod's).
+		evicted := newPod("llm", "sglang-d", "10.1.0.4", false, sglangLabels("llama-3-70b", "decode"))
+		evicted.Status.Phase = corev1.PodFailed
+		evicted.Status.Reason = "Evicted"
+		evicted.Status.Message = "The node was low on resource: memory."
+		create(t, cs, evicted)
+		d := find(t, h.next(t).targets, "llm.sglang-d")
+		if d.Pod == nil || d.Pod.Phase != "Failed" || d.Pod.Reason != "Evicted" || strings.Contains(d.URL, "10.1.0.4") {
+			t.Errorf("evicted pod target %+v pod %+v", d, d.Pod)
+		}
+
+		if got := testutil.ToFloat64(h.d.metrics.updates); got != 10 {
+			t.Errorf("watchdog_discovery_updates_total = %v, want 10", got)
 		}
 	})
 }
