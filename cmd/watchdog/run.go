@@ -26,6 +26,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/diagnose"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/ha"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/heartbeat"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
@@ -372,20 +373,14 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	}
 	g.Add(func() error { return hb.Run(pipeCtx) }, func(error) { stopPipe() })
 	if elector != nil {
-		elector.OnChange(func(leading bool) {
-			now := time.Now()
-			kstore.SetWritable(leading) // first: a copy that lost the lease stops writing at once
-			if err := dispatcher.SetActive(leading, now); err != nil {
-				logger.Error("notification state unreadable at takeover; starting empty (duplicates are possible, losses are not)", zap.Error(err))
-			}
-			if leading {
-				loop.Takeover(dispatcher.OpenIncidents(), now)
-			}
-		})
+		failover, err := ha.New(ha.Options{Elector: elector, Store: kstore, Dispatcher: dispatcher, Evaluator: loop, Now: time.Now, Logger: logger.Named("ha")})
+		if err != nil {
+			return err
+		}
 		electorCtx, stopElector := context.WithCancel(context.Background())
 		// The lease is released only after the notification drain, so the
 		// next leader does not start while this one still delivers.
-		g.Add(func() error { return elector.Run(electorCtx) }, func(error) { stopPipe(); stopNotify(); <-notifyDone; stopElector() })
+		g.Add(func() error { return failover.Run(electorCtx) }, func(error) { stopPipe(); stopNotify(); <-notifyDone; stopElector() })
 	}
 	err = g.Run()
 	logger.Info("watchdog stopped")

@@ -57,6 +57,9 @@ type Loop struct {
 	lastEval  time.Time
 	rounds    uint64
 	persisted []string // fingerprint:seq of the last saved snapshot
+	// stale says the stored document may differ from persisted (another
+	// copy wrote it while this one followed): the next persist saves.
+	stale bool
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -178,7 +181,7 @@ func (l *Loop) persist() {
 	for _, a := range snap {
 		keys = append(keys, fmt.Sprintf("%s:%s:%d", a.Fingerprint, a.State, a.Seq))
 	}
-	if slices.Equal(keys, l.persisted) {
+	if !l.stale && slices.Equal(keys, l.persisted) {
 		return
 	}
 	if err := l.opts.Persister.Save(AlertsDocument, snap); err != nil {
@@ -186,7 +189,7 @@ func (l *Loop) persist() {
 		l.opts.Logger.Error("saving alert state failed; a restart may re-page open incidents", zap.Error(err))
 		return
 	}
-	l.persisted = keys
+	l.persisted, l.stale = keys, false
 }
 
 // Takeover runs when this copy becomes the leader (HA): it restores the
@@ -196,7 +199,7 @@ func (l *Loop) Takeover(open []notify.Event, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.opts.Tracker.RestoreIncidents(open, now)
-	l.persisted = nil
+	l.stale = true
 	l.persist()
 	l.alerts = l.opts.Tracker.Alerts()
 }

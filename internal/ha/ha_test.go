@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,21 +18,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/ha"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore/kubetest"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
 	namespace   = "watchdog"
-	alertsDoc   = "alerts" // eval.AlertsDocument
 	replicaName = "llama-70b-0"
 )
 
@@ -75,21 +81,22 @@ func newWorld(t *testing.T) *world {
 
 func (w *world) at(n int) time.Time { return w.base.Add(time.Duration(n) * 5 * time.Second) }
 
-// daemon is one watchdog copy, wired as cmd/watchdog wires HA mode.
+// daemon is one watchdog copy, built from the same components as
+// cmd/watchdog in HA mode: a kubestore, a standby dispatcher with Slack and
+// PagerDuty, the real evaluation loop (window store, assessment, alert
+// tracker) and the Failover that switches them on leadership changes.
 type daemon struct {
 	name     string
 	store    *kubestore.Store
 	d        *notify.Dispatcher
-	elector  *leader.Elector
+	loop     *eval.Loop
+	detector *scriptedDetector
 	changes  chan change
 	requests atomic.Int64 // HTTP requests this copy made to Slack and PagerDuty
 	logs     *observer.ObservedLogs
 
-	mu      sync.Mutex // the evaluation loop's lock: the tracker is not concurrency-safe
-	tracker *alert.Tracker
-
-	stopNotify, stopElector context.CancelFunc
-	notifyDone, electorDone chan struct{}
+	stopNotify, stopFailover context.CancelFunc
+	notifyDone, failoverDone chan struct{}
 }
 
 type countingTransport struct {
@@ -102,13 +109,52 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.rt.RoundTrip(r)
 }
 
+// scriptedDetector reports, for the replica, the findings the test sets:
+// the detector step is the one part of the pipeline these tests script.
+type scriptedDetector struct {
+	mu       sync.Mutex
+	findings []detect.Finding
+}
+
+func (s *scriptedDetector) Class() detect.Class { return detect.PreemptStorm }
+
+func (s *scriptedDetector) Detect(w detect.Window, _ time.Time) []detect.Finding {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.Replica().Name != replicaName {
+		return nil
+	}
+	return slices.Clone(s.findings)
+}
+
+func (s *scriptedDetector) set(fs []detect.Finding) {
+	s.mu.Lock()
+	s.findings = fs
+	s.mu.Unlock()
+}
+
+// observedElector tells the test when each switch of the Failover began
+// and how long it took; it changes nothing of what the Failover does.
+type observedElector struct {
+	*leader.Elector
+	changes chan<- change
+}
+
+func (o observedElector) OnChange(fn func(bool)) {
+	o.Elector.OnChange(func(leading bool) {
+		at := time.Now()
+		fn(leading)
+		o.changes <- change{leading, at, time.Since(at)}
+	})
+}
+
 func (w *world) start(t *testing.T, name string) *daemon {
 	t.Helper()
 	core, logs := observer.New(zapcore.InfoLevel)
 	logger := zap.New(core).With(zap.String("copy", name))
 	reg := prometheus.NewRegistry()
 	client := w.api.Client(name)
-	dm := &daemon{name: name, changes: make(chan change, 16), logs: logs}
+	dm := &daemon{name: name, changes: make(chan change, 16), logs: logs, detector: &scriptedDetector{}}
 	httpClient := &http.Client{Transport: countingTransport{&dm.requests, http.DefaultTransport}}
 
 	store, err := kubestore.New(client, kubestore.Options{Namespace: namespace, ReadOnly: true, Logger: logger}, reg)
@@ -123,56 +169,52 @@ func (w *world) start(t *testing.T, name string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
 	d, err := notify.NewDispatcher(notify.DispatcherConfig{
 		Integrations: []notify.Integration{
 			{Name: notify.IntegrationSlack, Notifier: sl, Options: queueOpts},
 			{Name: notify.IntegrationPagerDuty, Notifier: pd, Options: queueOpts},
 		},
 		Routes: notify.DefaultRoutes(), Store: store, Logger: logger, Registerer: reg, Standby: true,
-	}, now)
+	}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tracker := alert.NewTracker(alert.Config{ResolvedRetention: time.Hour}, alert.Links{ExternalURL: "https://watchdog.example"})
-	var saved []alert.Alert
-	if err := store.Load(alertsDoc, &saved, now); err != nil {
-		t.Errorf("%s: loading alerts: %v", name, err)
+
+	// The replica's window: one successful scrape makes it known; the
+	// scripted detector decides what it shows.
+	windows, err := window.New(window.Options{Retention: time.Hour, ScrapeInterval: 5 * time.Second}, reg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	tracker.Restore(saved, now)
-	tracker.RestoreIncidents(d.OpenIncidents(), now)
+	if err := windows.Append(series.Scrape{Target: replicaName, Kind: "engine", At: w.base}); err != nil {
+		t.Fatal(err)
+	}
+	dm.loop = eval.New(eval.Options{
+		Interval: time.Second, // never ticks: the test calls Evaluate
+		Assessor: assess.New([]detect.Detector{dm.detector}, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()}),
+		Tracker:  alert.NewTracker(alert.Config{ResolvedRetention: time.Hour}, alert.Links{ExternalURL: "https://watchdog.example"}),
+		Windows:  windows, Sender: d, Persister: store, Logger: logger,
+	}, reg)
 
 	e, err := leader.New(haCfg, client, name, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.OnChange(func(leading bool) {
-		now := time.Now()
-		store.SetWritable(leading)
-		if err := d.SetActive(leading, now); err != nil {
-			t.Errorf("%s: SetActive(%v): %v", name, leading, err)
-		}
-		if leading {
-			// Under the evaluation loop's lock: incidents the old leader
-			// opened that this tracker does not know, then this copy's
-			// alerts replace the old leader's document.
-			dm.mu.Lock()
-			dm.tracker.RestoreIncidents(d.OpenIncidents(), now)
-			if err := store.Save(alertsDoc, dm.tracker.Snapshot()); err != nil {
-				t.Errorf("%s: saving alerts at takeover: %v", name, err)
-			}
-			dm.mu.Unlock()
-		}
-		dm.changes <- change{leading, now, time.Since(now)}
+	failover, err := ha.New(ha.Options{
+		Elector: observedElector{e, dm.changes}, Store: store, Dispatcher: d, Evaluator: dm.loop,
+		Now: time.Now, Logger: logger,
 	})
-	dm.store, dm.d, dm.elector, dm.tracker = store, d, e, tracker
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm.store, dm.d = store, d
 
 	nctx, stopNotify := context.WithCancel(context.Background())
-	ectx, stopElector := context.WithCancel(context.Background())
-	dm.stopNotify, dm.stopElector = stopNotify, stopElector
-	dm.notifyDone, dm.electorDone = make(chan struct{}), make(chan struct{})
+	fctx, stopFailover := context.WithCancel(context.Background())
+	dm.stopNotify, dm.stopFailover = stopNotify, stopFailover
+	dm.notifyDone, dm.failoverDone = make(chan struct{}), make(chan struct{})
 	go func() { _ = d.Run(nctx); close(dm.notifyDone) }()
-	go func() { _ = e.Run(ectx); close(dm.electorDone) }()
+	go func() { _ = failover.Run(fctx); close(dm.failoverDone) }()
 	t.Cleanup(dm.stop)
 	return dm
 }
@@ -182,28 +224,22 @@ func (w *world) start(t *testing.T, name string) *daemon {
 func (dm *daemon) stop() {
 	dm.stopNotify()
 	<-dm.notifyDone
-	dm.stopElector()
-	<-dm.electorDone
+	dm.stopFailover()
+	<-dm.failoverDone
 }
 
-// evaluate is one evaluation round: findings in, events to the dispatcher,
+// evaluate is one evaluation round of the real loop with the detector
+// showing findings: assessment, alert tracker, events to the dispatcher,
 // firing alerts persisted (a follower's store skips the write).
 func (dm *daemon) evaluate(t *testing.T, findings []detect.Finding, now time.Time) []notify.Event {
 	t.Helper()
-	dm.mu.Lock()
-	defer dm.mu.Unlock()
-	evs := dm.tracker.Update(findings, now)
-	for _, ev := range evs {
-		dm.d.Send(ev)
-	}
-	if err := dm.store.Save(alertsDoc, dm.tracker.Snapshot()); err != nil {
-		t.Errorf("%s: saving alerts: %v", dm.name, err)
-	}
-	return evs
+	dm.detector.set(findings)
+	return dm.loop.Evaluate(now)
 }
 
 // change is one leadership change as the daemon saw it: when it was told,
-// and how long switching the store, the dispatcher and the tracker took.
+// and how long the Failover took to switch the store, the dispatcher and
+// the evaluation loop.
 type change struct {
 	leader bool
 	at     time.Time
@@ -494,7 +530,7 @@ func TestHALeaderlessGapIsCaughtUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	var saved []alert.Alert
-	if err := json.Unmarshal([]byte(cm.Data[alertsDoc]), &saved); err != nil || len(saved) != 0 {
-		t.Errorf("alerts document after the resolve = %s (%v), want no firing alert", cm.Data[alertsDoc], err)
+	if err := json.Unmarshal([]byte(cm.Data[eval.AlertsDocument]), &saved); err != nil || len(saved) != 0 {
+		t.Errorf("alerts document after the resolve = %s (%v), want no firing alert", cm.Data[eval.AlertsDocument], err)
 	}
 }
