@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,15 +29,28 @@ var demoStory = map[string]string{
 	sim.ClassCrash:          "sim-0's process dies (as an OOM kill would) and restarts with every counter at zero",
 }
 
-// demo runs the real daemon against an embedded simulated fleet on loopback.
-func demo(ctx context.Context, env map[string]string, stdout, stderr io.Writer) error {
+// demoFleet is the simulated fleet of the demo, its scenario starting at
+// start.
+func demoFleet(start time.Time) sim.FleetConfig {
+	return sim.FleetConfig{Seed: 1, Start: start, Scenario: sim.DemoScenario(1), Warmup: time.Minute}
+}
+
+// demo runs the real daemon against an embedded simulated fleet on
+// loopback. dio carries the streams and, for tests, the network and the
+// integrations standing in for the dry-run printers.
+func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
+	stdout := dio.stdout
 	base, err := config.Parse(config.Default(), configs.Demo())
 	if err != nil {
 		return fmt.Errorf("embedded demo config: %w", err)
 	}
 
+	listen := dio.listen
+	if listen == nil {
+		listen = net.Listen
+	}
 	start := time.Now()
-	fleet := sim.NewFleet(sim.FleetConfig{Seed: 1, Start: start, Scenario: sim.DemoScenario(1), Warmup: time.Minute})
+	fleet := sim.NewFleet(demoFleet(start))
 	var servers []*http.Server
 	defer func() {
 		for _, s := range servers {
@@ -44,7 +58,7 @@ func demo(ctx context.Context, env map[string]string, stdout, stderr io.Writer) 
 		}
 	}()
 	for i, name := range fleet.Replicas() {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return fmt.Errorf("simulated replica %s: %w", name, err)
 		}
@@ -66,16 +80,17 @@ func demo(ctx context.Context, env map[string]string, stdout, stderr io.Writer) 
 		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
 	}
 
-	dio := daemonIO{stdout: stdout, stderr: stderr, alertsOut: out, console: true, load: load}
+	dio.alertsOut, dio.console, dio.load = out, true, load
 	dio.started = func(addr string) {
 		fmt.Fprintf(out, "watchdog listening on http://%s  (try /api/v1/alerts, /api/v1/targets, /runbooks/, /metrics)\n\n", addr)
 	}
 	// Without Slack or PagerDuty credentials the demo prints what it would
-	// have sent to them, so the routing is visible too.
-	if cfg.Notify.Slack.BotToken == "" && cfg.Notify.Slack.WebhookURL == "" {
+	// have sent to them, so the routing is visible too. An integration of
+	// that name given in dio takes the printer's place.
+	if cfg.Notify.Slack.BotToken == "" && cfg.Notify.Slack.WebhookURL == "" && !hasIntegration(dio.extraIntegrations, notify.IntegrationSlack) {
 		dio.extraIntegrations = append(dio.extraIntegrations, notify.Integration{Name: notify.IntegrationSlack, Notifier: dryRun{name: "Slack", w: out}})
 	}
-	if cfg.Notify.PagerDuty.RoutingKey == "" {
+	if cfg.Notify.PagerDuty.RoutingKey == "" && !hasIntegration(dio.extraIntegrations, notify.IntegrationPagerDuty) {
 		dio.extraIntegrations = append(dio.extraIntegrations, notify.Integration{Name: notify.IntegrationPagerDuty, Notifier: dryRun{name: "PagerDuty", w: out}})
 	}
 
@@ -91,6 +106,10 @@ func demo(ctx context.Context, env map[string]string, stdout, stderr io.Writer) 
 		return nil
 	}
 	return err
+}
+
+func hasIntegration(ins []notify.Integration, name string) bool {
+	return slices.ContainsFunc(ins, func(in notify.Integration) bool { return in.Name == name })
 }
 
 // driveFleet steps the simulation in real time and narrates phase changes.

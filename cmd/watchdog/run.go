@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -91,7 +92,7 @@ func run(ctx context.Context, args []string, env map[string]string, stdout, stde
 		}
 		return daemon(ctx, cfg, daemonIO{stdout: stdout, stderr: stderr, load: load})
 	case "demo":
-		return demo(ctx, env, stdout, stderr)
+		return demo(ctx, env, daemonIO{stdout: stdout, stderr: stderr})
 	case "version":
 		fmt.Fprintln(stdout, "sglang-watchdog", buildVersion())
 		return nil
@@ -129,6 +130,21 @@ type daemonIO struct {
 	// load reads the configuration again for a reload (SIGHUP, POST
 	// /-/reload); nil disables reloading.
 	load func() (config.Config, error)
+	// dial and listen replace the operating system's network for every
+	// connection the daemon opens (through transport) or accepts: a test
+	// passes an in-memory network to run the daemon in a testing/synctest
+	// bubble, where sockets would stop the fake clock. nil: the real network.
+	dial   func(ctx context.Context, network, address string) (net.Conn, error)
+	listen func(network, address string) (net.Listener, error)
+}
+
+// transport is the HTTP transport of every client the daemon builds.
+func (dio daemonIO) transport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if dio.dial != nil {
+		t.DialContext = dio.dial
+	}
+	return t
 }
 
 func newLogger(level string, w io.Writer, console bool) (*zap.Logger, error) {
@@ -223,7 +239,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Timeout:      cfg.Scrape.Timeout,
 		MaxBodyBytes: cfg.Scrape.MaxBodyBytes,
 		MaxSeries:    cfg.Scrape.MaxSeries,
-		Client:       &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		Client:       &http.Client{Transport: dio.transport()},
 	}, store, reg, logger.Named("scrape"))
 	if err != nil {
 		return fmt.Errorf("scrape: %w", err)
@@ -303,6 +319,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	}
 	srv, err := server.New(cfg.ListenAddress, server.Options{
 		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: reloadFn,
+		Listen: dio.listen,
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
@@ -363,7 +380,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	})
 	// The heartbeat pings only while evaluation runs and, in HA mode, only
 	// from the leader: its silence must mean "nobody is watching".
-	hb, err := heartbeat.New(cfg.Heartbeat, &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}, func() bool {
+	hb, err := heartbeat.New(cfg.Heartbeat, &http.Client{Transport: dio.transport()}, func() bool {
 		last := loop.LastEvaluation()
 		fresh := !last.IsZero() && time.Since(last) < 3*cfg.Evaluation.Interval+time.Minute
 		return fresh && (elector == nil || elector.IsLeader())

@@ -39,6 +39,9 @@ type Options struct {
 	Now func() time.Time
 	// Reload applies the configuration again (POST /-/reload); nil: 404.
 	Reload func() error
+	// Listen binds the address; nil: net.Listen. Tests pass an in-memory
+	// network's.
+	Listen func(network, address string) (net.Listener, error)
 }
 
 // Server is the HTTP server.
@@ -51,7 +54,11 @@ type Server struct {
 
 // New binds the listener (so ":0" gets a port and Addr works before Run).
 func New(addr string, opts Options) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	listen := opts.Listen
+	if listen == nil {
+		listen = net.Listen
+	}
+	ln, err := listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
