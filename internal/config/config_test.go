@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
@@ -18,6 +20,8 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 		want []string // substrings naming the offending paths
 	}{
 		{"bad-unknown-key.yaml", []string{"intervall"}},
+		{"bad-unknown-detector-key.yaml", []string{"line 7: detectors.preempt_storm.kv_usage_treshold",
+			"line 8: detectors.queue_latancy", "line 11: detectors.triage.min_queud"}},
 		{"bad-timeout-above-interval.yaml", []string{"scrape.timeout"}},
 		{"bad-targets.yaml", []string{"targets[0].url", "targets[1].name", "targets[1].kind"}},
 		{"bad-thresholds.yaml", []string{"detectors.preempt_storm.kv_usage_threshold", "alerts.for"}},
@@ -68,7 +72,7 @@ func TestGoodConfigAndEnvironmentOverrides(t *testing.T) {
 		t.Errorf("notify env: %+v", cfg.Notify)
 	}
 	// The file's defaults for what neither sets stay.
-	if cfg.Detectors.PreemptStorm.Range != Default().Detectors.PreemptStorm.Range {
+	if detect.Get[detect.PreemptStormConfig](cfg.Detectors).Range != detect.Get[detect.PreemptStormConfig](Default().Detectors).Range {
 		t.Error("unset detector setting lost its default")
 	}
 

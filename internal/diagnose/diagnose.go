@@ -323,7 +323,7 @@ func Diagnose(obs Observation, base detect.Config, opts Options) (*Report, error
 	span := last.Sub(first)
 	// Half an interval more, so the first scrape is inside (from, to].
 	lookback := span + obs.Interval/2
-	cfg, disabled, err := OneShotConfig(base, lookback, obs.Samples)
+	cfg, notes, err := OneShotConfig(base, lookback, obs.Samples)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +352,7 @@ func Diagnose(obs Observation, base detect.Config, opts Options) (*Report, error
 
 	rep := &Report{
 		At: last, Interval: obs.Interval.Seconds(), Samples: obs.Samples, Span: span.Seconds(),
-		Detectors: append(detectorNotes(detectors), disabled...),
+		Detectors: notes,
 	}
 	replicas := store.Replicas()
 	for _, to := range obs.Targets {
@@ -430,9 +430,9 @@ func analyzeReplica(tr *TargetReport, w detect.Window, detectors []detect.Detect
 	if w.Has(series.GatewayHTTPRequestsTotal) || w.Has(gatewayInFlight) {
 		tr.Kind = scrape.KindGateway
 	}
-	arrivals := detect.DefaultConfig().RetryAvalanche.ArrivalEndpoints
-	if opts.Detectors != nil && opts.Detectors.RetryAvalanche.ArrivalEndpoints != "" {
-		arrivals = opts.Detectors.RetryAvalanche.ArrivalEndpoints
+	arrivals := detect.Get[detect.RetryAvalancheConfig](detect.DefaultConfig()).ArrivalEndpoints
+	if opts.Detectors != nil && detect.Get[detect.RetryAvalancheConfig](*opts.Detectors).ArrivalEndpoints != "" {
+		arrivals = detect.Get[detect.RetryAvalancheConfig](*opts.Detectors).ArrivalEndpoints
 	}
 	if !st.LastSuccess.IsZero() {
 		tr.State = readState(w, from, now, arrivals)

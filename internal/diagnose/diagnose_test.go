@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -445,60 +444,109 @@ func TestObserveStopsWhenCancelled(t *testing.T) {
 func TestOneShotConfig(t *testing.T) {
 	const lookback = 15 * time.Second
 	cfg, notes, err := OneShotConfig(detect.DefaultConfig(), lookback, 2)
-	if err != nil || len(notes) != 0 {
+	if err != nil {
 		t.Fatalf("OneShotConfig: %v, notes %v", err, notes)
 	}
-	// Every detector section's Range and Baseline, whatever detectors
-	// exist, is the lookback.
-	v := reflect.ValueOf(cfg)
-	n := 0
-	for i := range v.NumField() {
-		for _, name := range []string{"Range", "Baseline"} {
-			if f := v.Field(i).FieldByName(name); f.IsValid() && f.Type() == reflect.TypeFor[time.Duration]() {
-				n++
-				if got := time.Duration(f.Int()); got != lookback {
-					t.Errorf("%s.%s = %v, want %v", v.Type().Field(i).Name, name, got, lookback)
-				}
-			}
+	// Every range a detector compares over is the lookback.
+	ranges := map[string]time.Duration{
+		"preempt_storm.range": detect.Get[detect.PreemptStormConfig](cfg).Range, "preempt_storm.baseline": detect.Get[detect.PreemptStormConfig](cfg).Baseline,
+		"retry_avalanche.range": detect.Get[detect.RetryAvalancheConfig](cfg).Range, "retry_avalanche.baseline": detect.Get[detect.RetryAvalancheConfig](cfg).Baseline,
+		"cache_collapse.range": detect.Get[detect.CacheCollapseConfig](cfg).Range, "cache_collapse.baseline": detect.Get[detect.CacheCollapseConfig](cfg).Baseline,
+		"kv_saturation.range": detect.Get[detect.KVSaturationConfig](cfg).Range, "kv_saturation.baseline": detect.Get[detect.KVSaturationConfig](cfg).Baseline,
+		"engine_hang.range":   detect.Get[detect.EngineHangConfig](cfg).Range,
+		"queue_latency.range": detect.Get[detect.QueueLatencyConfig](cfg).Range, "queue_latency.baseline": detect.Get[detect.QueueLatencyConfig](cfg).Baseline,
+		"decode_slowdown.range": detect.Get[detect.DecodeSlowdownConfig](cfg).Range, "decode_slowdown.baseline": detect.Get[detect.DecodeSlowdownConfig](cfg).Baseline,
+		"lora_thrash.range": detect.Get[detect.LoraThrashConfig](cfg).Range, "lora_thrash.baseline": detect.Get[detect.LoraThrashConfig](cfg).Baseline,
+		"pd_transfer_failure.range": detect.Get[detect.PDTransferFailureConfig](cfg).Range, "pd_transfer_failure.baseline": detect.Get[detect.PDTransferFailureConfig](cfg).Baseline,
+		"metrics_blind.range": detect.Get[detect.MetricsBlindConfig](cfg).Range,
+		"triage.range":        cfg.Triage.Range,
+	}
+	for name, got := range ranges {
+		if got != lookback {
+			t.Errorf("%s = %v, want %v", name, got, lookback)
 		}
 	}
-	if n < 6 {
-		t.Errorf("only %d Range/Baseline fields found", n)
+	down, ps := detect.Get[detect.ReplicaDownConfig](cfg), detect.Get[detect.PreemptStormConfig](cfg)
+	if down.FailuresToPage != 2 || ps.LegacyMinScrapes != 2 {
+		t.Errorf("FailuresToPage %d, LegacyMinScrapes %d; want both 2", down.FailuresToPage, ps.LegacyMinScrapes)
 	}
-	if cfg.ReplicaDown.FailuresToPage != 2 || cfg.PreemptStorm.LegacyMinScrapes != 2 {
-		t.Errorf("FailuresToPage %d, LegacyMinScrapes %d; want both 2", cfg.ReplicaDown.FailuresToPage, cfg.PreemptStorm.LegacyMinScrapes)
-	}
-	if base := detect.DefaultConfig(); base.PreemptStorm.Range == lookback {
+	if base := detect.DefaultConfig(); detect.Get[detect.PreemptStormConfig](base).Range == lookback {
 		t.Error("the base config was modified")
 	}
-
-	// A section whose settings are invalid is switched off and reported,
-	// the rest still runs.
-	bad := detect.DefaultConfig()
-	bad.CacheCollapse.MaxRatioToBaseline = 3
-	cfg, notes, err = OneShotConfig(bad, lookback, 2)
-	if err != nil || cfg.CacheCollapse.Enabled || !cfg.PreemptStorm.Enabled {
-		t.Fatalf("invalid cache_collapse: err %v, enabled %v", err, cfg.CacheCollapse.Enabled)
+	// One note per running detector, in the order New builds them.
+	ds, err := detect.New(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(notes) != 1 || notes[0].Class != detect.CacheCollapse || notes[0].Judged || !strings.Contains(notes[0].Note, "max_ratio_to_baseline") {
+	if len(notes) != len(ds) {
+		t.Fatalf("%d notes for %d detectors", len(notes), len(ds))
+	}
+	for i, d := range ds {
+		if notes[i].Class != d.Class() || notes[i].Note == "" {
+			t.Errorf("note %d = %+v, detector %s", i, notes[i], d.Class())
+		}
+	}
+
+	// A section whose settings are invalid is switched off and reported
+	// last, the rest still runs.
+	bad := detect.DefaultConfig()
+	detect.Edit(&bad, func(s *detect.CacheCollapseConfig) { s.MaxRatioToBaseline = 3 })
+	cfg, notes, err = OneShotConfig(bad, lookback, 2)
+	if err != nil || detect.Get[detect.CacheCollapseConfig](cfg).Enabled || !detect.Get[detect.PreemptStormConfig](cfg).Enabled {
+		t.Fatalf("invalid cache_collapse: err %v, enabled %v", err, detect.Get[detect.CacheCollapseConfig](cfg).Enabled)
+	}
+	last := notes[len(notes)-1]
+	if len(notes) != len(ds) || last.Class != detect.CacheCollapse || last.Judged || !strings.Contains(last.Note, "not run") ||
+		!strings.Contains(last.Note, "detectors.cache_collapse.max_ratio_to_baseline") {
 		t.Errorf("notes %+v", notes)
+	}
+	if _, err := detect.New(cfg); err != nil {
+		t.Errorf("adapted config does not build: %v", err)
+	}
+
+	// An observation longer than engine_hang's fallback range cannot be
+	// shortened to: range would exceed fallback_range.
+	cfg, notes, err = OneShotConfig(detect.DefaultConfig(), 6*time.Minute, 40)
+	if err != nil || detect.Get[detect.EngineHangConfig](cfg).Enabled {
+		t.Fatalf("long observation: err %v, engine_hang enabled %v", err, detect.Get[detect.EngineHangConfig](cfg).Enabled)
+	}
+	if last := notes[len(notes)-1]; last.Class != detect.EngineHang || !strings.Contains(last.Note, "fallback_range") {
+		t.Errorf("notes %+v", notes)
+	}
+
+	// Settings no detector can be switched off for fail the command.
+	badTriage := detect.DefaultConfig()
+	badTriage.Triage.KVFullUsage = 2
+	if _, _, err := OneShotConfig(badTriage, lookback, 2); err == nil || !strings.Contains(err.Error(), "detectors.triage.kv_full_usage") {
+		t.Errorf("invalid triage: %v", err)
+	}
+	badOff := detect.DefaultConfig()
+	detect.Edit(&badOff, func(s *detect.LoraThrashConfig) { s.Enabled, s.FullUtilization = false, 0 })
+	if _, _, err := OneShotConfig(badOff, lookback, 2); err == nil || !strings.Contains(err.Error(), "detectors.lora_thrash.full_utilization") {
+		t.Errorf("invalid disabled lora_thrash: %v", err)
 	}
 }
 
 func TestDetectorNotes(t *testing.T) {
-	ds, err := detect.New(detect.DefaultConfig())
+	base := detect.DefaultConfig()
+	detect.Edit(&base, func(s *detect.PDTransferFailureConfig) { s.Enabled = false })
+	_, notes, err := OneShotConfig(base, 15*time.Second, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	judged := map[detect.Class]bool{}
-	for _, n := range detectorNotes(ds) {
+	for _, n := range notes {
 		judged[n.Class] = n.Judged
 		if n.Note == "" {
 			t.Errorf("%s: no note", n.Class)
 		}
 	}
+	if _, ok := judged[detect.PDTransferFailure]; ok {
+		t.Error("a disabled detector has a note")
+	}
 	for c, want := range map[detect.Class]bool{
 		detect.ReplicaDown: true, detect.PreemptStorm: true, detect.CacheCollapse: false, detect.RetryAvalanche: false,
+		detect.QueueLatency: false, detect.ColdStart: true, detect.MetricsBlind: true,
 	} {
 		if got, ok := judged[c]; !ok || got != want {
 			t.Errorf("%s judged = %v (present %v), want %v", c, got, ok, want)

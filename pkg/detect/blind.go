@@ -37,32 +37,10 @@ type need struct {
 	afterTraffic bool
 }
 
-// needs lists the enabled detectors' core needs.
-func (c Config) needs() []need {
-	var out []need
-	add := func(on bool, n need) {
-		if on {
-			out = append(out, n)
-		}
-	}
-	progress := [][]string{{series.RealtimeTokensTotal}, {series.GenerationTokensTotal}, {series.NumRequestsTotal}}
-	add(c.PreemptStorm.Enabled, need{class: PreemptStorm, what: "a retraction counter or gauge",
-		anyOf: [][]string{{series.RetractedRequestsTotal}, {series.NumRetractedReqsGauge}}, skip: []string{"prefill"}, afterTraffic: true})
-	add(c.CacheCollapse.Enabled, need{class: CacheCollapse, what: "prefix-hit token counters",
-		anyOf: [][]string{{series.PrefillEffectiveTokens}, {series.RealtimeTokensTotal}, {series.CachedTokensTotal, series.PromptTokensTotal}},
-		skip:  []string{"decode"}, afterTraffic: true})
-	add(c.RetryAvalanche.Enabled, need{class: RetryAvalanche, what: "the HTTP arrival counter",
-		anyOf: [][]string{{series.HTTPRequestsTotal}}, afterTraffic: true})
-	add(c.KVSaturation.Enabled, need{class: KVSaturation, what: "KV cache usage",
-		anyOf: [][]string{{series.FullTokenUsage}, {series.TokenUsage}, {series.NumUsedTokens, series.MaxTotalNumTokens},
-			{series.KVAvailableTokens, series.KVEvictableTokens, series.MaxTotalNumTokens}}})
-	add(c.EngineHang.Enabled, need{class: EngineHang, what: "a progress counter", anyOf: progress, afterTraffic: true})
-	add(c.ColdStart.Enabled, need{class: ColdStart, what: "a progress counter", anyOf: progress, afterTraffic: true})
-	add(c.QueueLatency.Enabled, need{class: QueueLatency, what: "the time-to-first-token histogram",
-		anyOf: [][]string{{series.TTFTSeconds + "_count"}}, skip: []string{"prefill", "decode"}, afterTraffic: true})
-	add(c.DecodeSlowdown.Enabled, need{class: DecodeSlowdown, what: "the inter-token latency histogram and the running batch",
-		anyOf: [][]string{{series.InterTokenLatency + "_count", series.NumRunningReqs}}, skip: []string{"prefill"}, afterTraffic: true})
-	return out
+// progressFamilies are the alternative progress counters (engine_hang's
+// and cold_start's need).
+func progressFamilies() [][]string {
+	return [][]string{{series.RealtimeTokensTotal}, {series.GenerationTokensTotal}, {series.NumRequestsTotal}}
 }
 
 // schedulerFamilies: an SGLang engine exposes at least one of them from
@@ -234,4 +212,60 @@ func alternatives(anyOf [][]string) string {
 		alts = append(alts, strings.Join(all, " + "))
 	}
 	return strings.Join(alts, ", ")
+}
+
+// MetricsBlindConfig tunes the detector of targets whose exposition lacks
+// what the detectors need.
+type MetricsBlindConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Grace after a replica is first seen or restarts: a starting server's
+	// first scrapes may be partial.
+	Grace time.Duration `yaml:"grace"`
+	// Range: a family counts as missing when it had no value in the whole
+	// range (or since the start, when younger).
+	Range time.Duration `yaml:"range"`
+	// FailuresToReport is how many consecutive 404s on /metrics make the
+	// target blind.
+	FailuresToReport int `yaml:"failures_to_report"`
+}
+
+// defaultMetricsBlind returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultMetricsBlind() MetricsBlindConfig {
+	return MetricsBlindConfig{
+		Enabled:          true,
+		Grace:            2 * time.Minute,
+		Range:            10 * time.Minute,
+		FailuresToReport: 2,
+	}
+}
+
+// The methods below make MetricsBlindConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c MetricsBlindConfig) class() Class                 { return MetricsBlind }
+func (c MetricsBlindConfig) enabled() bool                { return c.Enabled }
+func (c MetricsBlindConfig) disabled() MetricsBlindConfig { c.Enabled = false; return c }
+func (c MetricsBlindConfig) usesTriage() bool             { return false }
+func (c MetricsBlindConfig) needs() []need {
+	return nil // it is the one that reports missing families
+}
+func (c MetricsBlindConfig) lookback() time.Duration {
+	return c.Range
+}
+
+func (c MetricsBlindConfig) build(env buildEnv) Detector {
+	return &MetricsBlindDetector{cfg: c, needs: env.needs}
+}
+
+func (c MetricsBlindConfig) oneShot(lookback time.Duration, samples int) (MetricsBlindConfig, OneShot) {
+	c.Range = lookback
+	return c, OneShot{Judged: true, Note: "partly: a 404 on /metrics is judged; missing families need the daemon's grace period after a start"}
+}
+
+func (c MetricsBlindConfig) validate(e *configErrors) {
+	e.check(c.Grace >= 0, "grace", "must not be negative, got %s", c.Grace)
+	e.positiveDuration("range", c.Range)
+	e.check(c.FailuresToReport >= 1, "failures_to_report", "must be at least 1, got %d", c.FailuresToReport)
 }

@@ -137,7 +137,7 @@ func TestMetricsBlindDoesNotReport(t *testing.T) {
 func TestMetricsBlindOnlyCountsEnabledDetectors(t *testing.T) {
 	s := fullEngine().without(series.RetractedRequestsTotal, series.NumRetractedReqsGauge)
 	cfg := detect.DefaultConfig()
-	cfg.PreemptStorm.Enabled = false
+	detect.Edit(&cfg, func(s *detect.PreemptStormConfig) { s.Enabled = false })
 	none(t, detectWith(t, s, cfg, detect.MetricsBlind))
 	f := one(t, run(t, s, detect.MetricsBlind))
 	if !strings.Contains(f.Diagnosis, "retraction") {

@@ -201,3 +201,86 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	d.triage.Classify(w, now, sev == Critical).annotate(&f)
 	return []Finding{f}
 }
+
+// CacheCollapseConfig tunes the prefix-cache hit-rate collapse detector.
+type CacheCollapseConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is the recent window the hit rate is computed over (from
+	// counters: hit tokens / prompt tokens). Longer than the other
+	// detectors' because hit rates of a few batches are noisy.
+	Range time.Duration `yaml:"range"`
+	// Baseline is the window just before Range the hit rate is compared to.
+	Baseline time.Duration `yaml:"baseline"`
+	// MinPromptTokens is the fewest prompt tokens in Range (and in Baseline)
+	// for a verdict: a quiet replica's hit rate means nothing.
+	MinPromptTokens float64 `yaml:"min_prompt_tokens"`
+	// MaxRatioToBaseline: the current hit rate must be at most this
+	// fraction of the baseline hit rate ...
+	MaxRatioToBaseline float64 `yaml:"max_ratio_to_baseline"`
+	// MinAbsoluteDrop: ... and at least this much lower in absolute terms
+	// (0.05 -> 0.02 halves, but nobody should be paged for it).
+	MinAbsoluteDrop float64 `yaml:"min_absolute_drop"`
+	// KVUsageThreshold splits the diagnosis: average KV usage in Range at or
+	// above it means eviction pressure (memory chain); below it, the prompts
+	// changed.
+	KVUsageThreshold float64 `yaml:"kv_usage_threshold"`
+	// RestartGrace: no verdict for this long after a restart — a restarted
+	// replica starts with an empty cache and a low hit rate is expected.
+	RestartGrace time.Duration `yaml:"restart_grace"`
+	// CriticalTTFTRatio makes the finding critical when TTFT p99 in Range is
+	// at least this many times its baseline (users feel it).
+	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio"`
+}
+
+// defaultCacheCollapse returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultCacheCollapse() CacheCollapseConfig {
+	return CacheCollapseConfig{
+		Enabled:            true,
+		Range:              5 * time.Minute,
+		Baseline:           time.Hour,
+		MinPromptTokens:    20000,
+		MaxRatioToBaseline: 0.5,
+		MinAbsoluteDrop:    0.2,
+		KVUsageThreshold:   0.85,
+		RestartGrace:       15 * time.Minute,
+		CriticalTTFTRatio:  2,
+	}
+}
+
+// The methods below make CacheCollapseConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c CacheCollapseConfig) class() Class                  { return CacheCollapse }
+func (c CacheCollapseConfig) enabled() bool                 { return c.Enabled }
+func (c CacheCollapseConfig) disabled() CacheCollapseConfig { c.Enabled = false; return c }
+func (c CacheCollapseConfig) usesTriage() bool              { return true }
+func (c CacheCollapseConfig) needs() []need {
+	return []need{{class: CacheCollapse, what: "prefix-hit token counters",
+		anyOf: [][]string{{series.PrefillEffectiveTokens}, {series.RealtimeTokensTotal}, {series.CachedTokensTotal, series.PromptTokensTotal}},
+		skip:  []string{"decode"}, afterTraffic: true}}
+}
+func (c CacheCollapseConfig) lookback() time.Duration {
+	return max(c.Range+c.Baseline, c.RestartGrace)
+}
+
+func (c CacheCollapseConfig) build(env buildEnv) Detector {
+	return &CacheCollapseDetector{cfg: c, triage: env.triage}
+}
+
+func (c CacheCollapseConfig) oneShot(lookback time.Duration, samples int) (CacheCollapseConfig, OneShot) {
+	c.Range, c.Baseline = lookback, lookback
+	return c, OneShot{Judged: false, Note: "needs history: it compares the windowed hit rate with the same replica's hit rate before the drop — compare the hit rate above with what is normal for this model, or ask the daemon"}
+}
+
+func (c CacheCollapseConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.positiveDuration("baseline", c.Baseline)
+	e.positive("min_prompt_tokens", c.MinPromptTokens)
+	e.check(c.MaxRatioToBaseline > 0 && c.MaxRatioToBaseline < 1, "max_ratio_to_baseline", "must be in (0,1), got %v", c.MaxRatioToBaseline)
+	e.fraction("min_absolute_drop", c.MinAbsoluteDrop)
+	e.fraction("kv_usage_threshold", c.KVUsageThreshold)
+	e.check(c.RestartGrace >= 0, "restart_grace", "must not be negative, got %s", c.RestartGrace)
+	e.check(c.CriticalTTFTRatio > 1, "critical_ttft_ratio", "must be greater than 1, got %v", c.CriticalTTFTRatio)
+}

@@ -153,7 +153,7 @@ func TestCacheCollapseDoesNotPage(t *testing.T) {
 			s := healthyEngine()
 			s.restarts = []time.Duration{62 * minute}
 			return s
-		}(), cfg: func(c *detect.Config) { c.CacheCollapse.RestartGrace = 0 }},
+		}(), cfg: func(c *detect.Config) { detect.Edit(c, func(s *detect.CacheCollapseConfig) { s.RestartGrace = 0 }) }},
 		// A restarted replica's cache is cold: a real but expected drop.
 		{name: "cold cache after restart", scenario: func() *scenario {
 			s := healthyEngine().with(hitRateChange(incidentLong, 0.05)...)
@@ -183,6 +183,6 @@ func TestCacheCollapseRestartGraceIsWhatHolds(t *testing.T) {
 	s := healthyEngine().with(hitRateChange(incidentLong, 0.05)...)
 	s.restarts = []time.Duration{incidentLong}
 	cfg := detect.DefaultConfig()
-	cfg.CacheCollapse.RestartGrace = 0
+	detect.Edit(&cfg, func(s *detect.CacheCollapseConfig) { s.RestartGrace = 0 })
 	one(t, detectWith(t, s, cfg, detect.CacheCollapse))
 }

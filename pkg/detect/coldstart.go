@@ -135,3 +135,73 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	return []Finding{f}
 }
+
+// ColdStartConfig tunes the slow-startup detector.
+type ColdStartConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// StartupBudget is how long a replica may take from its (re)start to
+	// serving. Large models load for minutes; CUDA graph capture adds up to
+	// a minute.
+	StartupBudget time.Duration `yaml:"startup_budget"`
+	// CriticalAfter makes the finding critical.
+	CriticalAfter time.Duration `yaml:"critical_after"`
+	// DemandRange: requests must have been waiting (queued or in flight)
+	// over this whole recent range to count as demand that is not served.
+	DemandRange time.Duration `yaml:"demand_range"`
+	// InferenceEndpoints are the endpoint label values whose in-flight
+	// requests count as demand, "|"-separated.
+	InferenceEndpoints string `yaml:"inference_endpoints"`
+	// MinProbes is the fewest /health_generate probes since the start, all
+	// failed, for the probe to say "not ready".
+	MinProbes int `yaml:"min_probes"`
+	// FreshRequests: at most this many finished requests since the start
+	// (the warm-up) still counts as a fresh process.
+	FreshRequests float64 `yaml:"fresh_requests"`
+}
+
+// defaultColdStart returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultColdStart() ColdStartConfig {
+	return ColdStartConfig{
+		Enabled:            true,
+		StartupBudget:      10 * time.Minute, // the runbook: new replicas take 5-10 minutes when slow
+		CriticalAfter:      20 * time.Minute,
+		DemandRange:        2 * time.Minute,
+		InferenceEndpoints: defaultInferenceEndpoints,
+		MinProbes:          2,
+		FreshRequests:      10,
+	}
+}
+
+// The methods below make ColdStartConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c ColdStartConfig) class() Class              { return ColdStart }
+func (c ColdStartConfig) enabled() bool             { return c.Enabled }
+func (c ColdStartConfig) disabled() ColdStartConfig { c.Enabled = false; return c }
+func (c ColdStartConfig) usesTriage() bool          { return false }
+func (c ColdStartConfig) needs() []need {
+	return []need{{class: ColdStart, what: "a progress counter", anyOf: progressFamilies(), afterTraffic: true}}
+}
+func (c ColdStartConfig) lookback() time.Duration {
+	// It reads back to the replica's start; past CriticalAfter the
+	// verdict no longer changes.
+	return max(c.CriticalAfter, c.DemandRange)
+}
+
+func (c ColdStartConfig) build(env buildEnv) Detector { return &ColdStartDetector{cfg: c} }
+
+func (c ColdStartConfig) oneShot(lookback time.Duration, samples int) (ColdStartConfig, OneShot) {
+	// The start time comes from the process itself; the budgets stay.
+	return c, OneShot{Judged: true, Note: "partly: judged from the process start time against the startup budget; 'demand not served' needs the daemon's longer watch"}
+}
+
+func (c ColdStartConfig) validate(e *configErrors) {
+	e.positiveDuration("startup_budget", c.StartupBudget)
+	e.check(c.CriticalAfter >= c.StartupBudget, "critical_after", "must be at least startup_budget (%s), got %s", c.StartupBudget, c.CriticalAfter)
+	e.positiveDuration("demand_range", c.DemandRange)
+	e.endpoints("inference_endpoints", c.InferenceEndpoints)
+	e.check(c.MinProbes >= 1, "min_probes", "must be at least 1, got %d", c.MinProbes)
+	e.check(c.FreshRequests >= 0, "fresh_requests", "must not be negative, got %v", c.FreshRequests)
+}

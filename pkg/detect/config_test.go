@@ -1,6 +1,12 @@
 package detect_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,21 +42,21 @@ func TestDefaultConfigIsValid(t *testing.T) {
 
 // onlyCore disables the detectors added after the first four.
 func onlyCore(cfg *detect.Config) {
-	cfg.KVSaturation.Enabled = false
-	cfg.EngineHang.Enabled = false
-	cfg.QueueLatency.Enabled = false
-	cfg.DecodeSlowdown.Enabled = false
-	cfg.ColdStart.Enabled = false
-	cfg.LoraThrash.Enabled = false
-	cfg.PDTransferFailure.Enabled = false
-	cfg.MetricsBlind.Enabled = false
+	detect.Edit(cfg, func(s *detect.KVSaturationConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.EngineHangConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.QueueLatencyConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.DecodeSlowdownConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.ColdStartConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.LoraThrashConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.PDTransferFailureConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.MetricsBlindConfig) { s.Enabled = false })
 }
 
 func TestNewBuildsOnlyEnabledDetectors(t *testing.T) {
 	cfg := detect.DefaultConfig()
 	onlyCore(&cfg)
-	cfg.CacheCollapse.Enabled = false
-	cfg.RetryAvalanche.Enabled = false
+	detect.Edit(&cfg, func(s *detect.CacheCollapseConfig) { s.Enabled = false })
+	detect.Edit(&cfg, func(s *detect.RetryAvalancheConfig) { s.Enabled = false })
 	ds, err := detect.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +68,8 @@ func TestNewBuildsOnlyEnabledDetectors(t *testing.T) {
 	if got := cfg.MaxLookback(); got != 62*time.Minute {
 		t.Errorf("MaxLookback without cache_collapse = %s, want 1h2m", got)
 	}
-	cfg.PreemptStorm.Enabled, cfg.ReplicaDown.Enabled = false, false
+	detect.Edit(&cfg, func(s *detect.PreemptStormConfig) { s.Enabled = false })
+	detect.Edit(&cfg, func(s *detect.ReplicaDownConfig) { s.Enabled = false })
 	if got := cfg.MaxLookback(); got != 0 {
 		t.Errorf("MaxLookback with nothing enabled = %s", got)
 	}
@@ -70,13 +77,12 @@ func TestNewBuildsOnlyEnabledDetectors(t *testing.T) {
 
 func TestValidateReportsEveryProblemWithItsPath(t *testing.T) {
 	cfg := detect.DefaultConfig()
-	cfg.PreemptStorm.KVUsageThreshold = 1.5
-	cfg.PreemptStorm.Range = 0
-	cfg.RetryAvalanche.ArrivalEndpoints = "/generate||/v1/completions"
-	cfg.RetryAvalanche.MinAmplification = 1
-	cfg.CacheCollapse.MaxRatioToBaseline = 1
-	cfg.ReplicaDown.FailuresToPage = 0
-	cfg.ReplicaDown.CrashLoopRestarts = 1
+	detect.Edit(&cfg, func(s *detect.PreemptStormConfig) { s.KVUsageThreshold, s.Range = 1.5, 0 })
+	detect.Edit(&cfg, func(s *detect.RetryAvalancheConfig) {
+		s.ArrivalEndpoints, s.MinAmplification = "/generate||/v1/completions", 1
+	})
+	detect.Edit(&cfg, func(s *detect.CacheCollapseConfig) { s.MaxRatioToBaseline = 1 })
+	detect.Edit(&cfg, func(s *detect.ReplicaDownConfig) { s.FailuresToPage, s.CrashLoopRestarts = 0, 1 })
 	err := cfg.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
@@ -128,9 +134,10 @@ replica_down:
 	if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.PreemptStorm.Range != 3*time.Minute || cfg.PreemptStorm.KVUsageThreshold != 0.95 ||
-		cfg.PreemptStorm.Baseline != time.Hour || cfg.CacheCollapse.Enabled ||
-		cfg.ReplicaDown.FailuresToPage != 5 || cfg.ReplicaDown.CrashLoopWindow != time.Hour {
+	ps, rd := detect.Get[detect.PreemptStormConfig](cfg), detect.Get[detect.ReplicaDownConfig](cfg)
+	if ps.Range != 3*time.Minute || ps.KVUsageThreshold != 0.95 || ps.Baseline != time.Hour ||
+		detect.Get[detect.CacheCollapseConfig](cfg).Enabled ||
+		rd.FailuresToPage != 5 || rd.CrashLoopWindow != time.Hour {
 		t.Errorf("decoded config = %+v", cfg)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -149,15 +156,14 @@ replica_down:
 
 func TestValidateNewSections(t *testing.T) {
 	cfg := detect.DefaultConfig()
-	cfg.KVSaturation.CriticalUsage = 0.9 // below usage_threshold 0.95
-	cfg.EngineHang.FallbackRange = time.Minute
-	cfg.EngineHang.InferenceEndpoints = ""
-	cfg.QueueLatency.QueueShare = 1
-	cfg.DecodeSlowdown.CriticalITLRatio = 1.5
-	cfg.ColdStart.CriticalAfter = time.Minute
-	cfg.LoraThrash.FullUtilization = 0
-	cfg.PDTransferFailure.BaselineRatio = 0.5
-	cfg.MetricsBlind.FailuresToReport = 0
+	detect.Edit(&cfg, func(s *detect.KVSaturationConfig) { s.CriticalUsage = 0.9 }) // below usage_threshold 0.95
+	detect.Edit(&cfg, func(s *detect.EngineHangConfig) { s.FallbackRange, s.InferenceEndpoints = time.Minute, "" })
+	detect.Edit(&cfg, func(s *detect.QueueLatencyConfig) { s.QueueShare = 1 })
+	detect.Edit(&cfg, func(s *detect.DecodeSlowdownConfig) { s.CriticalITLRatio = 1.5 })
+	detect.Edit(&cfg, func(s *detect.ColdStartConfig) { s.CriticalAfter = time.Minute })
+	detect.Edit(&cfg, func(s *detect.LoraThrashConfig) { s.FullUtilization = 0 })
+	detect.Edit(&cfg, func(s *detect.PDTransferFailureConfig) { s.BaselineRatio = 0.5 })
+	detect.Edit(&cfg, func(s *detect.MetricsBlindConfig) { s.FailuresToReport = 0 })
 	cfg.Triage.KVFullUsage = 2
 	err := cfg.Validate()
 	if err == nil {
@@ -208,9 +214,10 @@ triage:
 	if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.KVSaturation.UsageThreshold != 0.97 || cfg.EngineHang.Range != 3*time.Minute ||
-		cfg.EngineHang.FallbackRange != 5*time.Minute || cfg.ColdStart.StartupBudget != 15*time.Minute ||
-		cfg.MetricsBlind.Enabled || cfg.Triage.MinQueued != 10 || cfg.Triage.Range != time.Minute {
+	hang := detect.Get[detect.EngineHangConfig](cfg)
+	if detect.Get[detect.KVSaturationConfig](cfg).UsageThreshold != 0.97 || hang.Range != 3*time.Minute ||
+		hang.FallbackRange != 5*time.Minute || detect.Get[detect.ColdStartConfig](cfg).StartupBudget != 15*time.Minute ||
+		detect.Get[detect.MetricsBlindConfig](cfg).Enabled || cfg.Triage.MinQueued != 10 || cfg.Triage.Range != time.Minute {
 		t.Errorf("decoded config = %+v", cfg)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -231,5 +238,237 @@ triage:
 		if !strings.Contains(string(out), key) {
 			t.Errorf("YAML of the defaults lacks %q", key)
 		}
+	}
+}
+
+// classConstants returns the Class constants declared in the package's
+// source, so a class added without a registry entry fails the test below.
+func classConstants(t *testing.T) []detect.Class {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []detect.Class
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Class" {
+					continue
+				}
+				for _, v := range vs.Values {
+					lit, ok := v.(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						t.Fatalf("%s: Class constant is not a string literal", fset.Position(v.Pos()))
+					}
+					s, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, detect.Class(s))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestRegistryHasOneEntryPerClass(t *testing.T) {
+	entries := detect.Registry()
+	count := map[detect.Class]int{}
+	for _, e := range entries {
+		count[e.Class()]++
+	}
+	for c, n := range count {
+		if n != 1 {
+			t.Errorf("class %s has %d registry entries", c, n)
+		}
+	}
+	consts := classConstants(t)
+	if len(consts) < 12 {
+		t.Fatalf("found only %d Class constants: %v", len(consts), consts)
+	}
+	for _, c := range consts {
+		if count[c] != 1 {
+			t.Errorf("Class constant %q has %d registry entries, want 1", c, count[c])
+		}
+	}
+	if len(entries) != len(consts) {
+		t.Errorf("%d registry entries for %d Class constants", len(entries), len(consts))
+	}
+	// Each entry builds the detector of its own class.
+	ds, err := detect.New(detect.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != len(entries) {
+		t.Fatalf("defaults build %d detectors for %d entries", len(ds), len(entries))
+	}
+	for i, e := range entries {
+		if ds[i].Class() != e.Class() {
+			t.Errorf("entry %s built a %s detector", e.Class(), ds[i].Class())
+		}
+	}
+}
+
+func TestEveryEntrysDefaultsValidate(t *testing.T) {
+	cfg := detect.DefaultConfig()
+	for _, e := range detect.Registry() {
+		if !e.Enabled(cfg) {
+			t.Errorf("%s is off by default", e.Class())
+		}
+		if errs := e.Check(cfg); len(errs) != 0 {
+			t.Errorf("%s defaults: %v", e.Class(), errs)
+		}
+		// A disabled section is reset to valid defaults.
+		off := e.Disable(cfg)
+		if e.Enabled(off) || len(e.Check(off)) != 0 || !e.Enabled(cfg) {
+			t.Errorf("%s: Disable gave enabled %v, problems %v (original enabled %v)",
+				e.Class(), e.Enabled(off), e.Check(off), e.Enabled(cfg))
+		}
+	}
+	// The zero Config has no settings at all: every section is invalid.
+	var zero detect.Config
+	err := zero.Validate()
+	for _, e := range detect.Registry() {
+		if len(e.Check(zero)) == 0 {
+			t.Errorf("%s: zero settings accepted", e.Class())
+		}
+		if err == nil || !strings.Contains(err.Error(), "detectors."+string(e.Class())+".") {
+			t.Errorf("Validate of the zero config does not name %s", e.Class())
+		}
+	}
+}
+
+func TestMaxLookbackIsTheLongestEnabledLookback(t *testing.T) {
+	defaults := detect.DefaultConfig()
+	none := defaults
+	for _, e := range detect.Registry() {
+		none = e.Disable(none)
+	}
+	if got := none.MaxLookback(); got != 0 {
+		t.Errorf("MaxLookback with every detector off = %s, want 0", got)
+	}
+	var longest time.Duration
+	for _, e := range detect.Registry() {
+		longest = max(longest, e.Lookback(defaults))
+	}
+	if got := defaults.MaxLookback(); got != longest {
+		t.Errorf("MaxLookback = %s, want the longest entry look-back %s", got, longest)
+	}
+	// One detector at a time: its own look-back, or the triage's when it
+	// attaches the triage and that reads further back (1m + 1h).
+	triage := max(defaults.Triage.CapacityLookback, defaults.Triage.Range+defaults.Triage.LatencyBaseline)
+	for _, e := range detect.Registry() {
+		alone := defaults
+		for _, other := range detect.Registry() {
+			if other.Class() != e.Class() {
+				alone = other.Disable(alone)
+			}
+		}
+		own, got := e.Lookback(alone), alone.MaxLookback()
+		if own <= 0 {
+			t.Errorf("%s: look-back %s", e.Class(), own)
+		}
+		if got != own && (got != triage || own > triage) {
+			t.Errorf("%s alone: MaxLookback %s, its look-back %s, triage %s", e.Class(), got, own, triage)
+		}
+	}
+	// Lengthening one section lengthens the maximum.
+	cfg := defaults
+	detect.Edit(&cfg, func(s *detect.LoraThrashConfig) { s.Baseline = 3 * time.Hour })
+	if got := cfg.MaxLookback(); got != 3*time.Hour+2*time.Minute {
+		t.Errorf("MaxLookback with lora_thrash 2m + 3h = %s", got)
+	}
+	detect.Edit(&cfg, func(s *detect.LoraThrashConfig) { s.Enabled = false })
+	if got := cfg.MaxLookback(); got != 65*time.Minute {
+		t.Errorf("MaxLookback with lora_thrash off = %s, want 1h5m", got)
+	}
+}
+
+func TestConfigCopiesAreIndependent(t *testing.T) {
+	a := detect.DefaultConfig()
+	b := a
+	detect.Edit(&b, func(s *detect.PreemptStormConfig) { s.Range = time.Second })
+	if got := detect.Get[detect.PreemptStormConfig](a).Range; got != 2*time.Minute {
+		t.Errorf("editing a copy changed the original: range %s", got)
+	}
+	if got := detect.Get[detect.PreemptStormConfig](b).Range; got != time.Second {
+		t.Errorf("edit lost: range %s", got)
+	}
+}
+
+func TestConfigYAMLRejectsUnknownKeysWithTheirPath(t *testing.T) {
+	for _, tt := range []struct{ doc, want string }{
+		{"preemt_storm:\n  range: 3m\n", "line 1: detectors.preemt_storm: no such detector"},
+		{"preempt_storm:\n  range: 3m\n  rnage: 2m\n", "line 3: detectors.preempt_storm.rnage: no such field"},
+		{"triage:\n  min_queud: 2\n", "line 2: detectors.triage.min_queud: no such field"},
+		{"replica_down:\n  failures_to_page: many\n", "line 2: cannot unmarshal"},
+		{"lora_thrash: {}\nlora_thrash: {enabled: false}\n", "line 2: detectors.lora_thrash: already given at line 1"},
+		{"- preempt_storm\n", "detectors: must be a mapping"},
+	} {
+		cfg := detect.DefaultConfig()
+		err := yaml.Unmarshal([]byte(tt.doc), &cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: got %v, want %q", tt.doc, err, tt.want)
+		}
+	}
+	// A strict decoder over a whole file reports the same.
+	var file struct {
+		Detectors detect.Config `yaml:"detectors"`
+	}
+	file.Detectors = detect.DefaultConfig()
+	dec := yaml.NewDecoder(strings.NewReader("detectors:\n  cold_start:\n    startup_budgett: 1m\n"))
+	dec.KnownFields(true)
+	if err := dec.Decode(&file); err == nil || !strings.Contains(err.Error(), "line 3: detectors.cold_start.startup_budgett: no such field") {
+		t.Errorf("strict decoder: %v", err)
+	}
+}
+
+func TestConfigYAMLRoundTrip(t *testing.T) {
+	out, err := yaml.Marshal(detect.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back detect.Config
+	if err := yaml.Unmarshal(out, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, detect.DefaultConfig()) {
+		t.Errorf("round trip changed the defaults:\n%s", out)
+	}
+	// Sections in registry order, then the triage.
+	var keys []string
+	var doc map[string]any
+	if err := yaml.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range detect.Registry() {
+		keys = append(keys, string(e.Class()))
+	}
+	keys = append(keys, "triage")
+	if len(doc) != len(keys) {
+		t.Errorf("sections %d, want %d", len(doc), len(keys))
+	}
+	last := -1
+	for _, k := range keys {
+		i := strings.Index("\n"+string(out), "\n"+k+":")
+		if i <= last {
+			t.Errorf("section %s out of order in:\n%s", k, out)
+		}
+		last = i
 	}
 }

@@ -177,3 +177,85 @@ func prefillWork(p periods, w Window) measure {
 	return measure{now: prompt.now - cached.now, nowOK: true,
 		base: prompt.base - cached.base, baseOK: prompt.baseOK && cached.baseOK}
 }
+
+// DecodeSlowdownConfig tunes the inter-token latency detector.
+type DecodeSlowdownConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is the recent window inter-token latency is read over.
+	Range time.Duration `yaml:"range"`
+	// Baseline is the window just before Range that "normal" is taken from.
+	Baseline time.Duration `yaml:"baseline"`
+	// MinTokens is the fewest inter-token observations in Range.
+	MinTokens float64 `yaml:"min_tokens"`
+	// ITLRatio: inter-token latency (p99 or mean) at least this many times
+	// its baseline ...
+	ITLRatio float64 `yaml:"itl_ratio"`
+	// MinITLSeconds: ... with the p99 at least this long.
+	MinITLSeconds float64 `yaml:"min_itl_seconds"`
+	// BatchTolerance is "roughly unchanged": running requests and the
+	// batch's summed sequence length within this fraction of the baseline.
+	// A batch that grew with the arrivals is load, not a slowdown.
+	BatchTolerance float64 `yaml:"batch_tolerance"`
+	// ArrivalEndpoints are the endpoints whose arrivals tell load growth
+	// from a backlog that the slowdown itself built, "|"-separated.
+	ArrivalEndpoints string `yaml:"arrival_endpoints"`
+	// RetractionsPerSecond: at or above it the slowdown is a preemption
+	// storm's (preempt_storm pages), not the GPU's.
+	RetractionsPerSecond float64 `yaml:"retractions_per_second"`
+	// CriticalITLRatio makes the finding critical.
+	CriticalITLRatio float64 `yaml:"critical_itl_ratio"`
+}
+
+// defaultDecodeSlowdown returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultDecodeSlowdown() DecodeSlowdownConfig {
+	return DecodeSlowdownConfig{
+		Enabled:              true,
+		Range:                2 * time.Minute,
+		Baseline:             time.Hour,
+		MinTokens:            1000,
+		ITLRatio:             2,
+		MinITLSeconds:        0.05, // 20 tokens/s per request
+		BatchTolerance:       0.25,
+		ArrivalEndpoints:     defaultInferenceEndpoints,
+		RetractionsPerSecond: 0.1,
+		CriticalITLRatio:     4,
+	}
+}
+
+// The methods below make DecodeSlowdownConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c DecodeSlowdownConfig) class() Class                   { return DecodeSlowdown }
+func (c DecodeSlowdownConfig) enabled() bool                  { return c.Enabled }
+func (c DecodeSlowdownConfig) disabled() DecodeSlowdownConfig { c.Enabled = false; return c }
+func (c DecodeSlowdownConfig) usesTriage() bool               { return true }
+func (c DecodeSlowdownConfig) needs() []need {
+	return []need{{class: DecodeSlowdown, what: "the inter-token latency histogram and the running batch",
+		anyOf: [][]string{{series.InterTokenLatency + "_count", series.NumRunningReqs}}, skip: []string{"prefill"}, afterTraffic: true}}
+}
+func (c DecodeSlowdownConfig) lookback() time.Duration {
+	return c.Range + c.Baseline
+}
+
+func (c DecodeSlowdownConfig) build(env buildEnv) Detector {
+	return &DecodeSlowdownDetector{cfg: c, triage: env.triage}
+}
+
+func (c DecodeSlowdownConfig) oneShot(lookback time.Duration, samples int) (DecodeSlowdownConfig, OneShot) {
+	c.Range, c.Baseline = lookback, lookback
+	return c, OneShot{Judged: false, Note: "needs history: inter-token latency is compared with its baseline at the same batch size — see the inter-token p99 above"}
+}
+
+func (c DecodeSlowdownConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.positiveDuration("baseline", c.Baseline)
+	e.positive("min_tokens", c.MinTokens)
+	e.check(c.ITLRatio > 1, "itl_ratio", "must be greater than 1, got %v", c.ITLRatio)
+	e.positive("min_itl_seconds", c.MinITLSeconds)
+	e.fraction("batch_tolerance", c.BatchTolerance)
+	e.endpoints("arrival_endpoints", c.ArrivalEndpoints)
+	e.positive("retractions_per_second", c.RetractionsPerSecond)
+	e.check(c.CriticalITLRatio >= c.ITLRatio, "critical_itl_ratio", "must be at least itl_ratio (%v), got %v", c.ITLRatio, c.CriticalITLRatio)
+}

@@ -126,7 +126,7 @@ func TestDecodeSlowdownLoadCheckIsWhatHolds(t *testing.T) {
 		gauge(series.NumRunningReqs, stepAt(incident, 40, 80)),
 		gauge(series.DecodeSumSeqLens, stepAt(incident, 60000, 120000)))
 	cfg := detect.DefaultConfig()
-	cfg.DecodeSlowdown.BatchTolerance = 1
+	detect.Edit(&cfg, func(s *detect.DecodeSlowdownConfig) { s.BatchTolerance = 1 })
 	one(t, detectWith(t, s, cfg, detect.DecodeSlowdown))
 }
 

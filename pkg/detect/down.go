@@ -150,3 +150,60 @@ func (d *ReplicaDownDetector) restarted(w Window, now time.Time, restarts int, l
 	}
 	return f
 }
+
+// ReplicaDownConfig tunes the scrape-failure and restart detector.
+type ReplicaDownConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// FailuresToPage is how many consecutive failed scrapes make the replica
+	// down (critical). One timeout under load is not an outage.
+	FailuresToPage int `yaml:"failures_to_page"`
+	// RestartLookback: a restart (counter reset) seen within it raises a
+	// warning "restarted — possible crash/OOM".
+	RestartLookback time.Duration `yaml:"restart_lookback"`
+	// CrashLoopRestarts restarts within CrashLoopWindow are a crash loop
+	// (critical).
+	CrashLoopRestarts int           `yaml:"crash_loop_restarts"`
+	CrashLoopWindow   time.Duration `yaml:"crash_loop_window"`
+}
+
+// defaultReplicaDown returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultReplicaDown() ReplicaDownConfig {
+	return ReplicaDownConfig{
+		Enabled:           true,
+		FailuresToPage:    3,
+		RestartLookback:   15 * time.Minute,
+		CrashLoopRestarts: 3,
+		CrashLoopWindow:   30 * time.Minute,
+	}
+}
+
+// The methods below make ReplicaDownConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c ReplicaDownConfig) class() Class                { return ReplicaDown }
+func (c ReplicaDownConfig) enabled() bool               { return c.Enabled }
+func (c ReplicaDownConfig) disabled() ReplicaDownConfig { c.Enabled = false; return c }
+func (c ReplicaDownConfig) usesTriage() bool            { return false }
+func (c ReplicaDownConfig) needs() []need {
+	return nil // it judges the scrape itself, no family
+}
+func (c ReplicaDownConfig) lookback() time.Duration {
+	return max(c.RestartLookback, c.CrashLoopWindow)
+}
+
+func (c ReplicaDownConfig) build(env buildEnv) Detector { return &ReplicaDownDetector{cfg: c} }
+
+func (c ReplicaDownConfig) oneShot(lookback time.Duration, samples int) (ReplicaDownConfig, OneShot) {
+	// Down means every scrape of the observation failed.
+	c.FailuresToPage = max(1, samples)
+	return c, OneShot{Judged: true, Note: "judged: down when every scrape failed; a restart only if it happened between the scrapes"}
+}
+
+func (c ReplicaDownConfig) validate(e *configErrors) {
+	e.check(c.FailuresToPage >= 1, "failures_to_page", "must be at least 1, got %d", c.FailuresToPage)
+	e.positiveDuration("restart_lookback", c.RestartLookback)
+	e.check(c.CrashLoopRestarts >= 2, "crash_loop_restarts", "must be at least 2, got %d", c.CrashLoopRestarts)
+	e.positiveDuration("crash_loop_window", c.CrashLoopWindow)
+}

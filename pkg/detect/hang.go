@@ -214,3 +214,80 @@ func (d *EngineHangDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	return []Finding{f}
 }
+
+// EngineHangConfig tunes the engine hang (e.g. NCCL) detector.
+type EngineHangConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is how long the progress counter must stay flat while requests
+	// are in flight. Longer than SGLang's own 20 s health-check timeout.
+	Range time.Duration `yaml:"range"`
+	// FallbackRange applies to releases without realtime_tokens_total:
+	// their counters move only when requests finish, so a long generation
+	// can look flat for a while; the fallback needs a longer silence and a
+	// second signal (frozen gauges, failing probe or a flat CPU counter).
+	FallbackRange time.Duration `yaml:"fallback_range"`
+	// InferenceEndpoints are the endpoint label values whose in-flight
+	// requests count (the watchdog's own /metrics and /health_generate
+	// requests do not), "|"-separated.
+	InferenceEndpoints string `yaml:"inference_endpoints"`
+	// MinInFlight is the fewest requests that must stay in flight over the
+	// range (active HTTP requests, or the running batch).
+	MinInFlight float64 `yaml:"min_in_flight"`
+	// MaxProgressTokens is how many tokens may still be processed in the
+	// range for it to count as flat.
+	MaxProgressTokens float64 `yaml:"max_progress_tokens"`
+	// MinProbes is the fewest failed /health_generate probes in the range
+	// for the probe to count as failing.
+	MinProbes int `yaml:"min_probes"`
+	// FreshRequests: a process that finished at most this many requests
+	// since it started and made no progress is still starting (cold_start),
+	// not hung.
+	FreshRequests float64 `yaml:"fresh_requests"`
+}
+
+// defaultEngineHang returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultEngineHang() EngineHangConfig {
+	return EngineHangConfig{
+		Enabled:            true,
+		Range:              2 * time.Minute, // six times SGLang's 20 s health-check timeout
+		FallbackRange:      5 * time.Minute,
+		InferenceEndpoints: defaultInferenceEndpoints,
+		MinInFlight:        1,
+		MaxProgressTokens:  0, // any token processed is progress
+		MinProbes:          2,
+		FreshRequests:      10,
+	}
+}
+
+// The methods below make EngineHangConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c EngineHangConfig) class() Class               { return EngineHang }
+func (c EngineHangConfig) enabled() bool              { return c.Enabled }
+func (c EngineHangConfig) disabled() EngineHangConfig { c.Enabled = false; return c }
+func (c EngineHangConfig) usesTriage() bool           { return false }
+func (c EngineHangConfig) needs() []need {
+	return []need{{class: EngineHang, what: "a progress counter", anyOf: progressFamilies(), afterTraffic: true}}
+}
+func (c EngineHangConfig) lookback() time.Duration {
+	return c.FallbackRange
+}
+
+func (c EngineHangConfig) build(env buildEnv) Detector { return &EngineHangDetector{cfg: c} }
+
+func (c EngineHangConfig) oneShot(lookback time.Duration, samples int) (EngineHangConfig, OneShot) {
+	c.Range = lookback
+	return c, OneShot{Judged: false, Note: "needs history: the progress counter must stay flat over a range longer than SGLang's 20 s health check — the layer verdict ('stuck') and the /health_generate probe above stand in"}
+}
+
+func (c EngineHangConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.check(c.FallbackRange >= c.Range, "fallback_range", "must be at least range (%s), got %s", c.Range, c.FallbackRange)
+	e.endpoints("inference_endpoints", c.InferenceEndpoints)
+	e.positive("min_in_flight", c.MinInFlight)
+	e.check(c.MaxProgressTokens >= 0, "max_progress_tokens", "must not be negative, got %v", c.MaxProgressTokens)
+	e.check(c.MinProbes >= 1, "min_probes", "must be at least 1, got %d", c.MinProbes)
+	e.check(c.FreshRequests >= 0, "fresh_requests", "must not be negative, got %v", c.FreshRequests)
+}

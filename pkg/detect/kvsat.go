@@ -274,3 +274,102 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	d.triage.Classify(w, now, false).annotate(&f)
 	return []Finding{f}
 }
+
+// KVSaturationConfig tunes the KV-pool saturation (OOM risk) detector.
+type KVSaturationConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is how long KV usage must stay pinned: its lowest value in
+	// Range must reach UsageThreshold.
+	Range time.Duration `yaml:"range"`
+	// Baseline is the window just before Range that "normal" is taken from.
+	Baseline time.Duration `yaml:"baseline"`
+	// UsageThreshold is "pinned near full" (0-1).
+	UsageThreshold float64 `yaml:"usage_threshold"`
+	// MinRise: without a runaway-decode signal, the baseline's average usage
+	// must be at least this far below the pinned level. SGLang fills its
+	// pool by design under load; a replica that has sat near full for the
+	// whole baseline is in its steady state, not in a new incident.
+	MinRise float64 `yaml:"min_rise"`
+	// CriticalUsage makes the finding critical (no headroom at all) unless
+	// retractions are already running (preempt_storm pages for those).
+	CriticalUsage float64 `yaml:"critical_usage"`
+	// OutputLengthRatio: output tokens per finished request at least this
+	// many times the baseline is runaway decode.
+	OutputLengthRatio float64 `yaml:"output_length_ratio"`
+	// MinRequests is the fewest finished requests in Range (and Baseline)
+	// for an output-length comparison.
+	MinRequests float64 `yaml:"min_requests"`
+	// SeqLenRatio: the decode batch's summed sequence length per running
+	// request at least this many times the baseline, at a running count
+	// within RunningTolerance of it, is runaway decode too (sequences grow
+	// while the batch does not).
+	SeqLenRatio      float64 `yaml:"seq_len_ratio"`
+	RunningTolerance float64 `yaml:"running_tolerance"`
+	// RetentionHitRate: a windowed prefix hit rate at or above it means the
+	// radix cache keeps prefixes on purpose (deliberate retention).
+	RetentionHitRate float64 `yaml:"retention_hit_rate"`
+	// RetractionsPerSecond: at or above it the pool is already retracting;
+	// preempt_storm covers the acute effect and this finding stays a
+	// warning.
+	RetractionsPerSecond float64 `yaml:"retractions_per_second"`
+}
+
+// defaultKVSaturation returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultKVSaturation() KVSaturationConfig {
+	return KVSaturationConfig{
+		Enabled:              true,
+		Range:                5 * time.Minute,
+		Baseline:             time.Hour,
+		UsageThreshold:       0.95,
+		MinRise:              0.1,  // e.g. from 0.85 or less on average
+		CriticalUsage:        0.99, // not one free slot in a hundred, for the whole range
+		OutputLengthRatio:    2,
+		MinRequests:          10,
+		SeqLenRatio:          2,
+		RunningTolerance:     0.25,
+		RetentionHitRate:     0.8, // the runbook's "> 0.8"
+		RetractionsPerSecond: 0.1, // preempt_storm's floor
+	}
+}
+
+// The methods below make KVSaturationConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c KVSaturationConfig) class() Class                 { return KVSaturation }
+func (c KVSaturationConfig) enabled() bool                { return c.Enabled }
+func (c KVSaturationConfig) disabled() KVSaturationConfig { c.Enabled = false; return c }
+func (c KVSaturationConfig) usesTriage() bool             { return true }
+func (c KVSaturationConfig) needs() []need {
+	return []need{{class: KVSaturation, what: "KV cache usage",
+		anyOf: [][]string{{series.FullTokenUsage}, {series.TokenUsage}, {series.NumUsedTokens, series.MaxTotalNumTokens},
+			{series.KVAvailableTokens, series.KVEvictableTokens, series.MaxTotalNumTokens}}}}
+}
+func (c KVSaturationConfig) lookback() time.Duration {
+	return c.Range + c.Baseline
+}
+
+func (c KVSaturationConfig) build(env buildEnv) Detector {
+	return &KVSaturationDetector{cfg: c, triage: env.triage}
+}
+
+func (c KVSaturationConfig) oneShot(lookback time.Duration, samples int) (KVSaturationConfig, OneShot) {
+	c.Range, c.Baseline = lookback, lookback
+	return c, OneShot{Judged: false, Note: "needs history: a pinned pool pages only if it rose from its baseline or outputs grew longer than before — the KV usage above shows the level"}
+}
+
+func (c KVSaturationConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.positiveDuration("baseline", c.Baseline)
+	e.fraction("usage_threshold", c.UsageThreshold)
+	e.check(c.MinRise >= 0 && c.MinRise < 1, "min_rise", "must be in [0,1), got %v", c.MinRise)
+	e.fraction("critical_usage", c.CriticalUsage)
+	e.check(c.CriticalUsage >= c.UsageThreshold, "critical_usage", "must be at least usage_threshold (%v), got %v", c.UsageThreshold, c.CriticalUsage)
+	e.check(c.OutputLengthRatio > 1, "output_length_ratio", "must be greater than 1, got %v", c.OutputLengthRatio)
+	e.positive("min_requests", c.MinRequests)
+	e.check(c.SeqLenRatio > 1, "seq_len_ratio", "must be greater than 1, got %v", c.SeqLenRatio)
+	e.fraction("running_tolerance", c.RunningTolerance)
+	e.fraction("retention_hit_rate", c.RetentionHitRate)
+	e.positive("retractions_per_second", c.RetractionsPerSecond)
+}

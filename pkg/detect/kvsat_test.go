@@ -183,7 +183,7 @@ func TestKVSaturationMinRequestsIsWhatHolds(t *testing.T) {
 		counter(series.GenerationTokensTotal, stepAt(incidentLong, 6, 18)),
 	)
 	cfg := detect.DefaultConfig()
-	cfg.KVSaturation.MinRequests = 2
+	detect.Edit(&cfg, func(s *detect.KVSaturationConfig) { s.MinRequests = 2 })
 	f := one(t, detectWith(t, s, cfg, detect.KVSaturation))
 	contains(t, "diagnosis", f.Diagnosis, "Runaway decode")
 }

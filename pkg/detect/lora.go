@@ -122,3 +122,71 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	d.triage.Classify(w, now, true).annotate(&f)
 	return []Finding{f}
 }
+
+// LoraThrashConfig tunes the LoRA adapter pool thrash detector.
+type LoraThrashConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is the recent window the pool and latency are read over.
+	Range time.Duration `yaml:"range"`
+	// Baseline is the window just before Range that "normal" is taken from.
+	Baseline time.Duration `yaml:"baseline"`
+	// FullUtilization is "every adapter slot taken" (0-1): the pool's
+	// lowest utilization in Range must reach it.
+	FullUtilization float64 `yaml:"full_utilization"`
+	// LatencyRatio: inter-token p99, its spread (p99/p50) or its mean at
+	// least this many times the baseline.
+	LatencyRatio float64 `yaml:"latency_ratio"`
+	// MinTokens is the fewest inter-token observations in Range.
+	MinTokens float64 `yaml:"min_tokens"`
+	// FallbackShareRise: where cuda_graph_passes_total is exposed, the share
+	// of decode passes run without a CUDA graph must have risen by at least
+	// this much (adapter switches break graph replay).
+	FallbackShareRise float64 `yaml:"fallback_share_rise"`
+}
+
+// defaultLoraThrash returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultLoraThrash() LoraThrashConfig {
+	return LoraThrashConfig{
+		Enabled:           true,
+		Range:             2 * time.Minute,
+		Baseline:          time.Hour,
+		FullUtilization:   0.99,
+		LatencyRatio:      1.5,
+		MinTokens:         1000,
+		FallbackShareRise: 0.1,
+	}
+}
+
+// The methods below make LoraThrashConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c LoraThrashConfig) class() Class               { return LoraThrash }
+func (c LoraThrashConfig) enabled() bool              { return c.Enabled }
+func (c LoraThrashConfig) disabled() LoraThrashConfig { c.Enabled = false; return c }
+func (c LoraThrashConfig) usesTriage() bool           { return true }
+func (c LoraThrashConfig) needs() []need {
+	return nil // LoRA families exist only with LoRA on, so they are never a core need
+}
+func (c LoraThrashConfig) lookback() time.Duration {
+	return c.Range + c.Baseline
+}
+
+func (c LoraThrashConfig) build(env buildEnv) Detector {
+	return &LoraThrashDetector{cfg: c, triage: env.triage}
+}
+
+func (c LoraThrashConfig) oneShot(lookback time.Duration, samples int) (LoraThrashConfig, OneShot) {
+	c.Range, c.Baseline = lookback, lookback
+	return c, OneShot{Judged: false, Note: "needs history: latency jitter is compared with its baseline"}
+}
+
+func (c LoraThrashConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.positiveDuration("baseline", c.Baseline)
+	e.fraction("full_utilization", c.FullUtilization)
+	e.check(c.LatencyRatio > 1, "latency_ratio", "must be greater than 1, got %v", c.LatencyRatio)
+	e.positive("min_tokens", c.MinTokens)
+	e.fraction("fallback_share_rise", c.FallbackShareRise)
+}

@@ -104,3 +104,67 @@ func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	return []Finding{f}
 }
+
+// PDTransferFailureConfig tunes the PD-disaggregation KV transfer failure
+// detector.
+type PDTransferFailureConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is the recent window failure rates are read over.
+	Range time.Duration `yaml:"range"`
+	// Baseline is the window just before Range that "normal" is taken from.
+	Baseline time.Duration `yaml:"baseline"`
+	// MinFailuresPerSecond is the absolute floor (bootstrap + transfer
+	// failures).
+	MinFailuresPerSecond float64 `yaml:"min_failures_per_second"`
+	// BaselineRatio: failures per second at least this many times the
+	// baseline.
+	BaselineRatio float64 `yaml:"baseline_ratio"`
+	// CriticalFailureShare: failures over (failures + finished requests)
+	// at or above it make the finding critical.
+	CriticalFailureShare float64 `yaml:"critical_failure_share"`
+}
+
+// defaultPDTransferFailure returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultPDTransferFailure() PDTransferFailureConfig {
+	return PDTransferFailureConfig{
+		Enabled:              true,
+		Range:                2 * time.Minute,
+		Baseline:             time.Hour,
+		MinFailuresPerSecond: 0.05, // 6 failed hand-overs in 2 minutes
+		BaselineRatio:        3,
+		CriticalFailureShare: 0.1,
+	}
+}
+
+// The methods below make PDTransferFailureConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c PDTransferFailureConfig) class() Class                      { return PDTransferFailure }
+func (c PDTransferFailureConfig) enabled() bool                     { return c.Enabled }
+func (c PDTransferFailureConfig) disabled() PDTransferFailureConfig { c.Enabled = false; return c }
+func (c PDTransferFailureConfig) usesTriage() bool                  { return false }
+func (c PDTransferFailureConfig) needs() []need {
+	return nil // PD families exist only with disaggregation on, so they are never a core need
+}
+func (c PDTransferFailureConfig) lookback() time.Duration {
+	return c.Range + c.Baseline
+}
+
+func (c PDTransferFailureConfig) build(env buildEnv) Detector {
+	return &PDTransferFailureDetector{cfg: c}
+}
+
+func (c PDTransferFailureConfig) oneShot(lookback time.Duration, samples int) (PDTransferFailureConfig, OneShot) {
+	c.Range, c.Baseline = lookback, lookback
+	return c, OneShot{Judged: true, Note: "judged on its absolute failure-rate floor; the baseline ratio needs history"}
+}
+
+func (c PDTransferFailureConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.positiveDuration("baseline", c.Baseline)
+	e.positive("min_failures_per_second", c.MinFailuresPerSecond)
+	e.atLeastOne("baseline_ratio", c.BaselineRatio)
+	e.fraction("critical_failure_share", c.CriticalFailureShare)
+}

@@ -149,3 +149,84 @@ func baselineText(e Evidence) string {
 	}
 	return num(e.Baseline)
 }
+
+// PreemptStormConfig tunes the KV preemption (retraction) storm detector.
+type PreemptStormConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is the recent window the retraction rate and KV usage are read
+	// over. Long enough to hold a few dozen scrapes, short enough to page
+	// while the cascade is still building.
+	Range time.Duration `yaml:"range"`
+	// Baseline is the window just before Range that "normal" is taken from.
+	Baseline time.Duration `yaml:"baseline"`
+	// MinRetractionsPerSecond is the absolute floor: below it a handful of
+	// retractions is routine scheduling, whatever the baseline was.
+	MinRetractionsPerSecond float64 `yaml:"min_retractions_per_second"`
+	// BaselineRatio: the current retraction rate must also be at least this
+	// many times the baseline rate (a replica that always retracts a little
+	// is not in a storm).
+	BaselineRatio float64 `yaml:"baseline_ratio"`
+	// KVUsageThreshold is "KV pool near full" (0-1): the highest KV usage
+	// seen in Range must reach it when the replica exposes KV usage.
+	KVUsageThreshold float64 `yaml:"kv_usage_threshold"`
+	// CriticalRetractionsPerSecond makes the finding critical.
+	CriticalRetractionsPerSecond float64 `yaml:"critical_retractions_per_second"`
+	// LegacyMinScrapes applies to releases without the retraction counter:
+	// the lossy gauge sglang:num_retracted_reqs must be non-zero in at least
+	// this many scrapes of Range.
+	LegacyMinScrapes int `yaml:"legacy_min_scrapes"`
+}
+
+// defaultPreemptStorm returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultPreemptStorm() PreemptStormConfig {
+	return PreemptStormConfig{
+		Enabled:                      true,
+		Range:                        2 * time.Minute,
+		Baseline:                     time.Hour,
+		MinRetractionsPerSecond:      0.1, // 12 retractions in 2 minutes
+		BaselineRatio:                5,
+		KVUsageThreshold:             0.9,
+		CriticalRetractionsPerSecond: 1,
+		LegacyMinScrapes:             3,
+	}
+}
+
+// The methods below make PreemptStormConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c PreemptStormConfig) class() Class                 { return PreemptStorm }
+func (c PreemptStormConfig) enabled() bool                { return c.Enabled }
+func (c PreemptStormConfig) disabled() PreemptStormConfig { c.Enabled = false; return c }
+func (c PreemptStormConfig) usesTriage() bool             { return true }
+func (c PreemptStormConfig) needs() []need {
+	return []need{{class: PreemptStorm, what: "a retraction counter or gauge",
+		anyOf: [][]string{{series.RetractedRequestsTotal}, {series.NumRetractedReqsGauge}}, skip: []string{"prefill"}, afterTraffic: true}}
+}
+func (c PreemptStormConfig) lookback() time.Duration {
+	return c.Range + c.Baseline
+}
+
+func (c PreemptStormConfig) build(env buildEnv) Detector {
+	return &PreemptStormDetector{cfg: c, triage: env.triage}
+}
+
+func (c PreemptStormConfig) oneShot(lookback time.Duration, samples int) (PreemptStormConfig, OneShot) {
+	c.Range, c.Baseline = lookback, lookback
+	// Releases without the retraction counter: the lossy gauge must be
+	// non-zero in every scrape there is (at most the configured count).
+	c.LegacyMinScrapes = max(1, min(c.LegacyMinScrapes, samples))
+	return c, OneShot{Judged: true, Note: "judged on its absolute rule (retraction rate above the floor with a full KV pool); the baseline ratio needs history"}
+}
+
+func (c PreemptStormConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.positiveDuration("baseline", c.Baseline)
+	e.positive("min_retractions_per_second", c.MinRetractionsPerSecond)
+	e.atLeastOne("baseline_ratio", c.BaselineRatio)
+	e.fraction("kv_usage_threshold", c.KVUsageThreshold)
+	e.check(c.CriticalRetractionsPerSecond >= c.MinRetractionsPerSecond, "critical_retractions_per_second",
+		"must be at least min_retractions_per_second (%v), got %v", c.MinRetractionsPerSecond, c.CriticalRetractionsPerSecond)
+	e.check(c.LegacyMinScrapes >= 1, "legacy_min_scrapes", "must be at least 1, got %d", c.LegacyMinScrapes)
+}

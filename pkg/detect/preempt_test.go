@@ -158,7 +158,8 @@ func TestPreemptStormFloorIsWhatHolds(t *testing.T) {
 		gauge(series.FullTokenUsage, constant(0.95)),
 	)
 	cfg := detect.DefaultConfig()
-	cfg.PreemptStorm.MinRetractionsPerSecond = 0.01
-	cfg.PreemptStorm.CriticalRetractionsPerSecond = 1
+	detect.Edit(&cfg, func(s *detect.PreemptStormConfig) {
+		s.MinRetractionsPerSecond, s.CriticalRetractionsPerSecond = 0.01, 1
+	})
 	one(t, detectWith(t, s, cfg, detect.PreemptStorm))
 }

@@ -174,3 +174,89 @@ func joinCauses(cs []string) string {
 	}
 	return s + "."
 }
+
+// QueueLatencyConfig tunes the time-to-first-token (queue vs prefill)
+// detector.
+type QueueLatencyConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is the recent window TTFT and queue time are read over.
+	Range time.Duration `yaml:"range"`
+	// Baseline is the window just before Range that "normal" is taken from.
+	Baseline time.Duration `yaml:"baseline"`
+	// MinRequests is the fewest first tokens (TTFT observations) in Range
+	// for a verdict; a p99 of a handful of requests is noise.
+	MinRequests float64 `yaml:"min_requests"`
+	// TTFTRatio: TTFT p99 (or mean) now at least this many times its
+	// baseline ...
+	TTFTRatio float64 `yaml:"ttft_ratio"`
+	// MinTTFTSeconds: ... and at least this long (nobody is paged for
+	// 50 ms -> 120 ms).
+	MinTTFTSeconds float64 `yaml:"min_ttft_seconds"`
+	// MinMeanTTFTSeconds: the mean TTFT at TTFTRatio times its baseline
+	// also counts (it keeps the verdict once a lasting incident has lifted
+	// the baseline's p99), but only at or above this mean: near saturation
+	// a healthy replica's mean swings several-fold while staying well
+	// under a second.
+	MinMeanTTFTSeconds float64 `yaml:"min_mean_ttft_seconds"`
+	// QueueShare splits the diagnosis: mean queue time over mean TTFT at or
+	// above it means the time goes into waiting for admission (scheduling
+	// side); below it, prefill itself is slow.
+	QueueShare float64 `yaml:"queue_share"`
+	// CriticalTTFTRatio makes the finding critical.
+	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio"`
+}
+
+// defaultQueueLatency returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultQueueLatency() QueueLatencyConfig {
+	return QueueLatencyConfig{
+		Enabled: true,
+		// A TTFT tail is bursty near saturation (a healthy replica at
+		// 90% load swings its 2-minute p99 by nearly 3x): 5 minutes
+		// and 3x keep such bursts quiet.
+		Range:              5 * time.Minute,
+		Baseline:           time.Hour,
+		MinRequests:        60, // 0.2 requests/s over 5 minutes
+		TTFTRatio:          3,
+		MinTTFTSeconds:     1,
+		MinMeanTTFTSeconds: 2,
+		QueueShare:         0.5,
+		CriticalTTFTRatio:  6,
+	}
+}
+
+// The methods below make QueueLatencyConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c QueueLatencyConfig) class() Class                 { return QueueLatency }
+func (c QueueLatencyConfig) enabled() bool                { return c.Enabled }
+func (c QueueLatencyConfig) disabled() QueueLatencyConfig { c.Enabled = false; return c }
+func (c QueueLatencyConfig) usesTriage() bool             { return true }
+func (c QueueLatencyConfig) needs() []need {
+	return []need{{class: QueueLatency, what: "the time-to-first-token histogram",
+		anyOf: [][]string{{series.TTFTSeconds + "_count"}}, skip: []string{"prefill", "decode"}, afterTraffic: true}}
+}
+func (c QueueLatencyConfig) lookback() time.Duration {
+	return c.Range + c.Baseline
+}
+
+func (c QueueLatencyConfig) build(env buildEnv) Detector {
+	return &QueueLatencyDetector{cfg: c, triage: env.triage}
+}
+
+func (c QueueLatencyConfig) oneShot(lookback time.Duration, samples int) (QueueLatencyConfig, OneShot) {
+	c.Range, c.Baseline = lookback, lookback
+	return c, OneShot{Judged: false, Note: "needs history: TTFT p99 is compared with its baseline — the TTFT and queue wait above, and the layer verdict, show where the time goes"}
+}
+
+func (c QueueLatencyConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.positiveDuration("baseline", c.Baseline)
+	e.positive("min_requests", c.MinRequests)
+	e.check(c.TTFTRatio > 1, "ttft_ratio", "must be greater than 1, got %v", c.TTFTRatio)
+	e.positive("min_ttft_seconds", c.MinTTFTSeconds)
+	e.positive("min_mean_ttft_seconds", c.MinMeanTTFTSeconds)
+	e.check(c.QueueShare > 0 && c.QueueShare < 1, "queue_share", "must be in (0,1), got %v", c.QueueShare)
+	e.check(c.CriticalTTFTRatio >= c.TTFTRatio, "critical_ttft_ratio", "must be at least ttft_ratio (%v), got %v", c.TTFTRatio, c.CriticalTTFTRatio)
+}

@@ -150,7 +150,7 @@ func TestQueueLatencyDoesNotPage(t *testing.T) {
 func TestQueueLatencyMinRequestsIsWhatHolds(t *testing.T) {
 	s := fullEngine().with(hist(series.TTFTSeconds, ttftBounds, constant(0.1), stepAt(incidentLong, 0.3, 2.8)))
 	cfg := detect.DefaultConfig()
-	cfg.QueueLatency.MinRequests = 20
+	detect.Edit(&cfg, func(s *detect.QueueLatencyConfig) { s.MinRequests = 20 })
 	one(t, detectWith(t, s, cfg, detect.QueueLatency))
 }
 
@@ -187,6 +187,6 @@ func TestQueueLatencyBurstThresholdsAreWhatHolds(t *testing.T) {
 		hist(series.TTFTSeconds, ttftBounds, constant(10), stepAt(incidentLong, 0.15, 0.6)).
 			withTail(0.02, stepAt(incidentLong, 1.5, 4)))
 	cfg := detect.DefaultConfig()
-	cfg.QueueLatency.TTFTRatio, cfg.QueueLatency.MinMeanTTFTSeconds = 2, 0.5
+	detect.Edit(&cfg, func(s *detect.QueueLatencyConfig) { s.TTFTRatio, s.MinMeanTTFTSeconds = 2, 0.5 })
 	one(t, detectWith(t, s, cfg, detect.QueueLatency))
 }

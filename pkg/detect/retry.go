@@ -189,3 +189,96 @@ func (d *RetryAvalancheDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	return []Finding{f}
 }
+
+// RetryAvalancheConfig tunes the client retry avalanche detector.
+type RetryAvalancheConfig struct {
+	// Enabled turns the detector on.
+	Enabled bool `yaml:"enabled"`
+	// Range is the recent window rates are read over; backlog growth
+	// compares its last quarter with the quarter ending half a Range ago.
+	Range time.Duration `yaml:"range"`
+	// Baseline is the window just before Range that "normal" is taken from.
+	Baseline time.Duration `yaml:"baseline"`
+	// ArrivalEndpoints are the endpoint (engine) or path (gateway) label
+	// values that carry inference traffic, "|"-separated. Health checks,
+	// /metrics and /v1/loads are excluded on purpose: the watchdog's own
+	// polling must not count as arrivals.
+	ArrivalEndpoints string `yaml:"arrival_endpoints"`
+	// MinRequests is the fewest arrivals in Range for a verdict; below it
+	// ratios are noise.
+	MinRequests float64 `yaml:"min_requests"`
+	// MinArrivalGrowth: arrivals per second now over baseline must reach
+	// it — retries add load.
+	MinArrivalGrowth float64 `yaml:"min_arrival_growth"`
+	// MinAmplification: (arrivals/completions now) over (arrivals/
+	// completions in the baseline) must reach it — retries add arrivals
+	// without adding completed work. An organic surge raises both.
+	MinAmplification float64 `yaml:"min_amplification"`
+	// MinFailuresPerSecond is the absolute floor of client-visible failures
+	// (engine: aborted requests, 5xx/408/429/499 responses; gateway: worker
+	// retries and 5xx/408/429 responses).
+	MinFailuresPerSecond float64 `yaml:"min_failures_per_second"`
+	// FailureBaselineRatio: failures per second must also be at least this
+	// many times the baseline.
+	FailureBaselineRatio float64 `yaml:"failure_baseline_ratio"`
+	// BacklogGrowthRatio and MinBacklog make the finding critical: the
+	// backlog (queued requests; in-flight requests on a gateway) in the last
+	// quarter of Range is at least this many times what it was half a Range
+	// earlier, and at least MinBacklog — the feedback loop has engaged.
+	BacklogGrowthRatio float64 `yaml:"backlog_growth_ratio"`
+	MinBacklog         float64 `yaml:"min_backlog"`
+}
+
+// defaultRetryAvalanche returns the production settings, tuned for a 5 s scrape
+// interval.
+func defaultRetryAvalanche() RetryAvalancheConfig {
+	return RetryAvalancheConfig{
+		Enabled:              true,
+		Range:                2 * time.Minute,
+		Baseline:             time.Hour,
+		ArrivalEndpoints:     defaultInferenceEndpoints,
+		MinRequests:          100,
+		MinArrivalGrowth:     1.5,
+		MinAmplification:     1.3,
+		MinFailuresPerSecond: 0.2,
+		FailureBaselineRatio: 3,
+		BacklogGrowthRatio:   2,
+		MinBacklog:           10,
+	}
+}
+
+// The methods below make RetryAvalancheConfig a registry entry (settings, in
+// registry.go): look-back, needed families, one-shot behaviour, constructor
+// and validation.
+func (c RetryAvalancheConfig) class() Class                   { return RetryAvalanche }
+func (c RetryAvalancheConfig) enabled() bool                  { return c.Enabled }
+func (c RetryAvalancheConfig) disabled() RetryAvalancheConfig { c.Enabled = false; return c }
+func (c RetryAvalancheConfig) usesTriage() bool               { return false }
+func (c RetryAvalancheConfig) needs() []need {
+	return []need{{class: RetryAvalanche, what: "the HTTP arrival counter",
+		anyOf: [][]string{{series.HTTPRequestsTotal}}, afterTraffic: true}}
+}
+func (c RetryAvalancheConfig) lookback() time.Duration {
+	return c.Range + c.Baseline
+}
+
+func (c RetryAvalancheConfig) build(env buildEnv) Detector { return &RetryAvalancheDetector{cfg: c} }
+
+func (c RetryAvalancheConfig) oneShot(lookback time.Duration, samples int) (RetryAvalancheConfig, OneShot) {
+	c.Range, c.Baseline = lookback, lookback
+	return c, OneShot{Judged: false, Note: "needs history: arrival growth, amplification and failure growth are all relative to a baseline — look at the aborts and HTTP in-flight above, or ask the daemon"}
+}
+
+func (c RetryAvalancheConfig) validate(e *configErrors) {
+	e.positiveDuration("range", c.Range)
+	e.positiveDuration("baseline", c.Baseline)
+	e.check(strings.Trim(c.ArrivalEndpoints, "|") != "" && !strings.Contains(c.ArrivalEndpoints, "||"),
+		"arrival_endpoints", "must list endpoints separated by \"|\", without empty entries, got %q", c.ArrivalEndpoints)
+	e.positive("min_requests", c.MinRequests)
+	e.check(c.MinArrivalGrowth > 1, "min_arrival_growth", "must be greater than 1, got %v", c.MinArrivalGrowth)
+	e.check(c.MinAmplification > 1, "min_amplification", "must be greater than 1, got %v", c.MinAmplification)
+	e.positive("min_failures_per_second", c.MinFailuresPerSecond)
+	e.atLeastOne("failure_baseline_ratio", c.FailureBaselineRatio)
+	e.check(c.BacklogGrowthRatio > 1, "backlog_growth_ratio", "must be greater than 1, got %v", c.BacklogGrowthRatio)
+	e.check(c.MinBacklog >= 0, "min_backlog", "must not be negative, got %v", c.MinBacklog)
+}

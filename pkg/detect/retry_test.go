@@ -157,6 +157,6 @@ func TestRetryAvalancheLowTrafficFloorIsWhatHolds(t *testing.T) {
 		counter(series.NumAbortedRequestsTotal, stepAt(incident, 0, 0.4)),
 	)
 	cfg := detect.DefaultConfig()
-	cfg.RetryAvalanche.MinRequests = 10
+	detect.Edit(&cfg, func(s *detect.RetryAvalancheConfig) { s.MinRequests = 10 })
 	one(t, detectWith(t, s, cfg, detect.RetryAvalanche))
 }

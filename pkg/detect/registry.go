@@ -1,0 +1,156 @@
+package detect
+
+import (
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Registry lists every detector, in the order New builds them (the order
+// of their findings). A detector is one file holding its detector type and
+// its settings type, plus one line here; everything that iterates detectors
+// (DefaultConfig, Validate, MaxLookback, New, metrics_blind's needs, the
+// YAML section, diagnose's one-shot adaptation) iterates this list.
+//
+// It is a function returning a fresh slice, not a package variable, so no
+// caller can change it for another.
+func Registry() []Entry {
+	return []Entry{
+		detector(defaultReplicaDown),
+		detector(defaultPreemptStorm),
+		detector(defaultCacheCollapse),
+		detector(defaultRetryAvalanche),
+		detector(defaultKVSaturation),
+		detector(defaultEngineHang),
+		detector(defaultQueueLatency),
+		detector(defaultDecodeSlowdown),
+		detector(defaultColdStart),
+		detector(defaultLoraThrash),
+		detector(defaultPDTransferFailure),
+		detector(defaultMetricsBlind),
+	}
+}
+
+// settings is what a detector's settings type (PreemptStormConfig, ...)
+// provides, in the detector's own file. The type is also the key of the
+// settings in a Config: Get, Set and Edit find them by it.
+type settings[T any] interface {
+	// class is the detector's class; its YAML section under "detectors"
+	// has the same name.
+	class() Class
+	enabled() bool
+	// disabled is a copy with the detector switched off.
+	disabled() T
+	// validate reports invalid fields by their YAML key; e carries the
+	// section's path.
+	validate(e *configErrors)
+	// lookback is the longest history the detector reads back from now.
+	lookback() time.Duration
+	// needs are the families the detector cannot work without;
+	// metrics_blind reports a replica that lacks them.
+	needs() []need
+	// usesTriage: the detector attaches the layer triage, so the triage's
+	// look-back counts.
+	usesTriage() bool
+	// oneShot adapts the settings to a one-shot observation: a few scrapes
+	// spanning lookback and nothing before them (watchdog diagnose).
+	oneShot(lookback time.Duration, samples int) (T, OneShot)
+	build(env buildEnv) Detector
+}
+
+// buildEnv is what a detector may take from the rest of the configuration
+// when it is built.
+type buildEnv struct {
+	triage TriageConfig
+	// needs are the enabled detectors' needs (metrics_blind's input).
+	needs []need
+}
+
+// OneShot says what a detector can judge from a one-shot observation
+// (the daemon compares minutes with the hour before them; a one-shot has
+// only the few scrapes it just took).
+type OneShot struct {
+	// Judged is false when the detector can only judge relative to a
+	// baseline and so stays silent: "needs history".
+	Judged bool
+	// Note tells the reader what was and was not judged, and what to look
+	// at instead.
+	Note string
+}
+
+// Entry is one detector of the Registry, seen through a Config.
+type Entry interface {
+	// Class is the detector's class and the name of its YAML section.
+	Class() Class
+	Enabled(c Config) bool
+	// Lookback is the longest history the detector reads with c's
+	// settings, enabled or not (its triage excluded).
+	Lookback(c Config) time.Duration
+	// Check returns the problems of the detector's settings in c, each
+	// prefixed with its YAML path.
+	Check(c Config) []error
+	// OneShot returns c with the detector's settings adapted to a one-shot
+	// of samples scrapes spanning lookback, and what it can judge then.
+	OneShot(c Config, lookback time.Duration, samples int) (Config, OneShot)
+	// Disable returns c with the detector off and its settings reset to
+	// the defaults (Validate checks disabled sections too).
+	Disable(c Config) Config
+
+	defaults() any
+	needs(c Config) []need
+	usesTriage(c Config) bool
+	build(c Config, env buildEnv) Detector
+	decode(c *Config, n *yaml.Node) []string
+	encode(c Config) (*yaml.Node, error)
+}
+
+// entry implements Entry for the settings type T.
+type entry[T settings[T]] struct{ defaultSettings func() T }
+
+// detector is a Registry line: the detector whose settings default to
+// defaults().
+func detector[T settings[T]](defaults func() T) Entry { return entry[T]{defaults} }
+
+func (e entry[T]) Class() Class { var zero T; return zero.class() }
+
+func (e entry[T]) Enabled(c Config) bool { return Get[T](c).enabled() }
+
+func (e entry[T]) Lookback(c Config) time.Duration { return Get[T](c).lookback() }
+
+func (e entry[T]) Check(c Config) []error {
+	errs := &configErrors{prefix: "detectors." + string(e.Class())}
+	Get[T](c).validate(errs)
+	return errs.errs
+}
+
+func (e entry[T]) OneShot(c Config, lookback time.Duration, samples int) (Config, OneShot) {
+	s, how := Get[T](c).oneShot(lookback, samples)
+	Set(&c, s)
+	return c, how
+}
+
+func (e entry[T]) Disable(c Config) Config {
+	Set(&c, e.defaultSettings().disabled())
+	return c
+}
+
+func (e entry[T]) defaults() any { return e.defaultSettings() }
+
+func (e entry[T]) needs(c Config) []need { return Get[T](c).needs() }
+
+func (e entry[T]) usesTriage(c Config) bool { return Get[T](c).usesTriage() }
+
+func (e entry[T]) build(c Config, env buildEnv) Detector { return Get[T](c).build(env) }
+
+func (e entry[T]) decode(c *Config, n *yaml.Node) []string {
+	s := Get[T](*c)
+	problems := decodeSection(&s, "detectors."+string(e.Class()), n)
+	Set(c, s)
+	return problems
+}
+
+func (e entry[T]) encode(c Config) (*yaml.Node, error) {
+	var n yaml.Node
+	err := n.Encode(Get[T](c))
+	return &n, err
+}
