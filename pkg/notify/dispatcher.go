@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type DispatcherConfig struct {
 	// pair: it loads the persisted state (for OpenIncidents) but delivers
 	// and writes nothing until SetActive(true).
 	Standby bool
+	// MaxRetryAfter is the Retry-After cap of integrations whose options
+	// do not set one (0: DefaultMaxRetryAfter).
+	MaxRetryAfter time.Duration
 }
 
 // Dispatcher routes events to the integrations' queues and runs them.
@@ -58,6 +62,12 @@ type Dispatcher struct {
 
 	missedMu sync.Mutex
 	missed   map[string]Event // standby: the newest event per fingerprint not delivered
+
+	// notices are the open delivery-failure notices by the integration
+	// that failed, then by notice fingerprint: resolved when that
+	// integration delivers again, or when they expire.
+	noticesMu sync.Mutex
+	notices   map[string]map[string]Event
 }
 
 // NewDispatcher builds the queues of every integration and loads their
@@ -76,7 +86,7 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 	}
 	m := NewMetrics(cfg.Registerer)
 	d := &Dispatcher{log: logger, byName: map[string]*Queue{}, sm: newStandbyMetrics(cfg.Registerer),
-		active: !cfg.Standby, missed: map[string]Event{}}
+		active: !cfg.Standby, missed: map[string]Event{}, notices: map[string]map[string]Event{}}
 	routes := cfg.Routes
 	d.routes.Store(&routes)
 	var errs []error
@@ -85,12 +95,17 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 			errs = append(errs, fmt.Errorf("integration %q configured twice", in.Name))
 			continue
 		}
-		q, err := newQueue(in.Name, in.Notifier, in.Options, cfg.Store, logger, m, now, cfg.Standby)
+		opts := in.Options
+		if opts.MaxRetryAfter == 0 {
+			opts.MaxRetryAfter = cfg.MaxRetryAfter
+		}
+		q, err := newQueue(in.Name, in.Notifier, opts, cfg.Store, logger, m, now, cfg.Standby)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		q.onFailed = d.reportFailure(in.Name)
+		q.onDelivered = d.delivered(in.Name)
 		d.queues = append(d.queues, q)
 		d.byName[in.Name] = q
 	}
@@ -100,6 +115,7 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 	if d.active {
 		d.sm.active.Set(1)
 	}
+	d.loadNotices()
 	for i, r := range cfg.Routes.Routes {
 		for _, n := range r.Integrations {
 			if d.byName[n] == nil {
@@ -158,6 +174,11 @@ func (d *Dispatcher) Send(ev Event) {
 		d.remember(ev)
 		return
 	}
+	at := ev.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	d.expireNotices(at)
 	if ev.Fingerprint == "" {
 		d.log.Error("notification without fingerprint; sent to the log only", zap.String("class", ev.Class), zap.String("replica", ev.Replica))
 		d.byName[IntegrationLog].Enqueue(ev)
@@ -222,7 +243,8 @@ func (d *Dispatcher) openIncidents() []Event {
 }
 
 // reportFailure returns the callback with which integration's queue reports
-// a permanently failed event: a warning notice goes to every other
+// an event it will never deliver (failed permanently, retries exhausted,
+// dropped from a full outbox): a warning notice goes to every other
 // integration, so a page that cannot reach PagerDuty shows up in Slack and
 // the other way round. Notices about notices are not sent.
 func (d *Dispatcher) reportFailure(integration string) func(Event, error) {
@@ -231,6 +253,12 @@ func (d *Dispatcher) reportFailure(integration string) func(Event, error) {
 			return
 		}
 		notice := DeliveryFailureNotice(integration, ev, err)
+		d.noticesMu.Lock()
+		if d.notices[integration] == nil {
+			d.notices[integration] = map[string]Event{}
+		}
+		d.notices[integration][notice.Fingerprint] = notice
+		d.noticesMu.Unlock()
 		for _, q := range d.queues {
 			if q.name != integration {
 				q.Enqueue(notice)
@@ -239,20 +267,110 @@ func (d *Dispatcher) reportFailure(integration string) func(Event, error) {
 	}
 }
 
+// delivered returns the callback with which integration's queue reports a
+// delivery the provider accepted: the integration works again, so the
+// notices about its failures are resolved.
+func (d *Dispatcher) delivered(integration string) func(Event, time.Time) {
+	return func(ev Event, now time.Time) {
+		d.noticesMu.Lock()
+		open := d.notices[integration]
+		delete(d.notices, integration)
+		d.noticesMu.Unlock()
+		if len(open) == 0 {
+			return
+		}
+		why := fmt.Sprintf("%s delivers again (it accepted the %s of %s on %s at %s).",
+			integration, ev.Kind, ev.Class, ev.Replica, now.UTC().Format(time.RFC3339))
+		d.resolveNotices(integration, open, why, now)
+	}
+}
+
+// expireNotices resolves the notices that stayed open longer than the
+// failing integration's notice retention.
+func (d *Dispatcher) expireNotices(now time.Time) {
+	type expired struct {
+		integration string
+		notices     map[string]Event
+		retention   time.Duration
+	}
+	var due []expired
+	d.noticesMu.Lock()
+	for integration, open := range d.notices {
+		q := d.byName[integration]
+		if q == nil {
+			continue
+		}
+		e := expired{integration: integration, notices: map[string]Event{}, retention: q.opts.NoticeRetention}
+		for fp, n := range open {
+			if now.Sub(n.At) >= e.retention {
+				e.notices[fp] = n
+				delete(open, fp)
+			}
+		}
+		if len(open) == 0 {
+			delete(d.notices, integration)
+		}
+		if len(e.notices) > 0 {
+			due = append(due, e)
+		}
+	}
+	d.noticesMu.Unlock()
+	for _, e := range due {
+		why := fmt.Sprintf("Notice expired: %s has delivered nothing for %s since this failure and may still be broken; check its credentials and the watchdog log lines with integration=%s.",
+			e.integration, e.retention, e.integration)
+		d.resolveNotices(e.integration, e.notices, why, now)
+	}
+}
+
+// resolveNotices sends the resolve of each notice to the integrations that
+// have it open or pending.
+func (d *Dispatcher) resolveNotices(integration string, notices map[string]Event, why string, now time.Time) {
+	for _, fp := range slices.Sorted(maps.Keys(notices)) {
+		r := resolveNotice(notices[fp], why, now)
+		for _, q := range d.queues {
+			if q.name != integration && q.Tracks(fp) {
+				q.Enqueue(r)
+			}
+		}
+	}
+}
+
+// loadNotices rebuilds the open notices from the queues' records and
+// outboxes (at start and on takeover).
+func (d *Dispatcher) loadNotices() {
+	open := map[string]map[string]Event{}
+	for _, q := range d.queues {
+		for fp, ev := range q.incidents() {
+			if ev.Class != ClassDeliveryFailure || isResolved(ev) || ev.Integration == "" {
+				continue
+			}
+			if open[ev.Integration] == nil {
+				open[ev.Integration] = map[string]Event{}
+			}
+			if cur, ok := open[ev.Integration][fp]; !ok || ev.At.After(cur.At) {
+				open[ev.Integration][fp] = ev
+			}
+		}
+	}
+	d.noticesMu.Lock()
+	d.notices = open
+	d.noticesMu.Unlock()
+}
+
 // DeliveryFailureNotice is the warning event reporting that integration
-// could not deliver ev. It carries the incident's own summary and first
-// steps, so the humans who get the notice can act on the incident.
+// will not deliver ev. It names the incident and carries its summary and
+// first steps, so the humans who get the notice can act on it; for a lost
+// resolve it says the incident ended and must be closed by hand.
 func DeliveryFailureNotice(integration string, ev Event, err error) Event {
 	reason := ReasonOf(err)
 	if IsPermanent(err) && reason == ReasonUnknown {
 		reason = ReasonClientError
 	}
-	what := fmt.Sprintf("%s %s", ev.Severity, ev.Kind)
 	msg := err.Error()
 	if r := []rune(msg); len(r) > 300 {
 		msg = string(r[:300]) + "…(truncated)"
 	}
-	return Event{
+	n := Event{
 		Fingerprint: "delivery-failure-" + integration + "-" + ev.Fingerprint,
 		Seq:         ev.Seq,
 		Kind:        KindTrigger,
@@ -262,15 +380,40 @@ func DeliveryFailureNotice(integration string, ev Event, err error) Event {
 		Replica:     ev.Replica,
 		Model:       ev.Model,
 		Layer:       ev.Layer,
-		Summary:     fmt.Sprintf("%s could not deliver the %s of %s on %s: %s", integration, what, ev.Class, ev.Replica, ev.Summary),
-		Diagnosis: fmt.Sprintf("Delivery to %s failed permanently (reason %s): %s. The incident below may not have reached on-call through %s; treat this message as the page.",
-			integration, reason, msg, integration),
-		Evidence:   ev.Evidence,
-		Emergency:  append([]string{fmt.Sprintf("Handle the %s incident on %s as if paged.", ev.Class, ev.Replica)}, ev.Emergency...),
-		RootCause:  []string{fmt.Sprintf("Check the %s integration's credentials and the watchdog log lines with integration=%s.", integration, integration)},
-		RunbookURL: ev.RunbookURL,
-		AlertURL:   ev.AlertURL,
-		StartsAt:   ev.At,
-		At:         ev.At,
+		Evidence:    ev.Evidence,
+		RootCause:   []string{fmt.Sprintf("Check the %s integration's credentials and the watchdog log lines with integration=%s.", integration, integration)},
+		RunbookURL:  ev.RunbookURL,
+		AlertURL:    ev.AlertURL,
+		Integration: integration,
+		StartsAt:    ev.At,
+		At:          ev.At,
 	}
+	if isResolved(ev) {
+		n.Summary = fmt.Sprintf("%s could not deliver the RESOLVE of %s on %s (incident %s): it ended, but %s may still show it open. %s",
+			integration, ev.Class, ev.Replica, ev.Fingerprint, integration, ev.Summary)
+		n.Diagnosis = fmt.Sprintf("Delivery to %s failed (reason %s): %s. The %s incident on %s is over according to the watchdog, but %s was not told.",
+			integration, reason, msg, ev.Class, ev.Replica, integration)
+		n.Emergency = []string{fmt.Sprintf("Resolve the %s incident on %s by hand in %s (dedup key %s).", ev.Class, ev.Replica, integration, ev.Fingerprint)}
+		return n
+	}
+	n.Summary = fmt.Sprintf("%s could not deliver the %s %s of %s on %s (incident %s): %s",
+		integration, ev.Severity, ev.Kind, ev.Class, ev.Replica, ev.Fingerprint, ev.Summary)
+	n.Diagnosis = fmt.Sprintf("Delivery to %s failed (reason %s): %s. The incident below may not have reached on-call through %s; treat this message as the page.",
+		integration, reason, msg, integration)
+	n.Emergency = append([]string{fmt.Sprintf("Handle the %s incident on %s as if paged.", ev.Class, ev.Replica)}, ev.Emergency...)
+	return n
+}
+
+// resolveNotice closes notice n at at, saying why; the incident the notice
+// was about is not resolved by it, and the text says so.
+func resolveNotice(n Event, why string, at time.Time) Event {
+	r := n
+	r.Seq++
+	r.Kind, r.Status = KindResolve, StatusResolved
+	r.EndsAt, r.At = at, at
+	r.Summary = fmt.Sprintf("Delivery-failure notice closed: %s This says nothing about the incident itself. The notice was: %s", why, n.Summary)
+	r.Diagnosis = fmt.Sprintf("%s The event %s lost was not re-sent; the incident's current state is in the watchdog's /api/v1/alerts, and its next update or resolve goes to %s again.",
+		why, n.Integration, n.Integration)
+	r.Emergency, r.Evidence = nil, nil
+	return r
 }

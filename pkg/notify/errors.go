@@ -38,6 +38,10 @@ var Reasons = []Reason{
 // has open). The queue treats it as success and counts it as skipped.
 var ErrNothingToSend = errors.New("nothing to send")
 
+// ErrOutboxFull is wrapped by the error reported for an event a full
+// outbox dropped (reason queue_full).
+var ErrOutboxFull = errors.New("notification outbox full")
+
 type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }

@@ -22,6 +22,8 @@ type Metrics struct {
 	queueLen  *prometheus.GaugeVec
 	latency   *prometheus.HistogramVec
 	saveFails *prometheus.CounterVec
+	// recordsEvicted counts incident records forgotten beyond max_records.
+	recordsEvicted *prometheus.CounterVec
 }
 
 // NewMetrics registers the notification metrics on reg.
@@ -54,6 +56,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "watchdog_notification_state_save_failures_total",
 			Help: "Failed writes of the integration's outbox and incident records.",
 		}, []string{"integration"}),
+		recordsEvicted: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "watchdog_notification_records_evicted_total",
+			Help: "Incident records forgotten because the integration kept more than max_records.",
+		}, []string{"integration"}),
 	}
 }
 
@@ -70,6 +76,7 @@ func (m *Metrics) initFor(integration string, oldestAge func() float64) {
 	m.queueLen.WithLabelValues(integration)
 	m.latency.WithLabelValues(integration)
 	m.saveFails.WithLabelValues(integration)
+	m.recordsEvicted.WithLabelValues(integration)
 	promauto.With(m.reg).NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "watchdog_notification_oldest_undelivered_age_seconds",
 		Help:        "Age of the oldest undelivered notification in the integration's outbox, 0 when empty.",

@@ -73,6 +73,7 @@ type Event struct {
 	Explains    []string  `json:"explains,omitempty"`     // classes this one causes
 	RunbookURL  string    `json:"runbook_url,omitempty"`
 	AlertURL    string    `json:"alert_url,omitempty"`
+	Integration string    `json:"integration,omitempty"` // a delivery-failure notice: the integration that failed
 	StartsAt    time.Time `json:"starts_at"`
 	EndsAt      time.Time `json:"ends_at,omitempty"`
 	At          time.Time `json:"at"` // when the event was produced

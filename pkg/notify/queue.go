@@ -1,12 +1,15 @@
 package notify
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,13 +32,34 @@ type QueueOptions struct {
 	// DrainTimeout bounds the delivery of what is pending at shutdown; what
 	// is left stays in the persisted outbox for the next start.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
-	// MaxPending bounds the outbox; beyond it superseded updates are evicted
-	// first (counted and logged).
+	// MaxPending bounds the outbox. A full outbox drops the oldest firing
+	// update or repeat first, then the oldest trigger, and never a resolve:
+	// resolves are admitted beyond the bound. Every drop is counted, logged
+	// and reported through the other integrations.
 	MaxPending int `yaml:"max_pending"`
 	// ResolvedRetention is how long a resolved incident record is kept to
 	// recognise a duplicate resolve.
 	ResolvedRetention time.Duration `yaml:"resolved_retention"`
+	// MaxRecords caps the incident records kept (they are persisted with the
+	// outbox, in HA in a ConfigMap of at most 1 MiB). Beyond it the oldest
+	// resolved records go first, then the oldest open delivery-failure
+	// notices, then the oldest open incidents (counted and logged).
+	MaxRecords int `yaml:"max_records"`
+	// NoticeRetention bounds how long a delivery-failure notice stays open
+	// when the failing integration delivers nothing again: then it is
+	// resolved as expired and its records pruned.
+	NoticeRetention time.Duration `yaml:"notice_retention"`
+	// MaxRetryAfter caps the wait a provider may ask for with Retry-After
+	// (and a wait restored from the persisted state), so that one bad or
+	// hostile header cannot silence an integration for hours.
+	MaxRetryAfter time.Duration `yaml:"max_retry_after"`
 }
+
+// Defaults that callers outside this package (configuration) name.
+const (
+	DefaultMaxRetryAfter = 5 * time.Minute
+	DefaultMaxRecords    = 1000
+)
 
 // DefaultQueueOptions are the defaults for every integration.
 func DefaultQueueOptions() QueueOptions {
@@ -47,6 +71,9 @@ func DefaultQueueOptions() QueueOptions {
 		DrainTimeout:      10 * time.Second,
 		MaxPending:        10000,
 		ResolvedRetention: 7 * 24 * time.Hour,
+		MaxRecords:        DefaultMaxRecords,
+		NoticeRetention:   24 * time.Hour,
+		MaxRetryAfter:     DefaultMaxRetryAfter,
 	}
 }
 
@@ -76,6 +103,15 @@ func (o QueueOptions) withDefaults() QueueOptions {
 	if o.ResolvedRetention <= 0 {
 		o.ResolvedRetention = d.ResolvedRetention
 	}
+	if o.MaxRecords <= 0 {
+		o.MaxRecords = d.MaxRecords
+	}
+	if o.NoticeRetention <= 0 {
+		o.NoticeRetention = d.NoticeRetention
+	}
+	if o.MaxRetryAfter <= 0 {
+		o.MaxRetryAfter = d.MaxRetryAfter
+	}
 	return o
 }
 
@@ -93,8 +129,13 @@ func (o QueueOptions) Validate() error {
 	neg("attempt_timeout", o.AttemptTimeout)
 	neg("drain_timeout", o.DrainTimeout)
 	neg("resolved_retention", o.ResolvedRetention)
+	neg("notice_retention", o.NoticeRetention)
+	neg("max_retry_after", o.MaxRetryAfter)
 	if o.MaxPending < 0 {
 		errs = append(errs, fmt.Errorf("max_pending: must not be negative, got %d", o.MaxPending))
+	}
+	if o.MaxRecords < 0 {
+		errs = append(errs, fmt.Errorf("max_records: must not be negative, got %d", o.MaxRecords))
 	}
 	if o.MaxBackoff > 0 && o.InitialBackoff > o.MaxBackoff {
 		errs = append(errs, fmt.Errorf("max_backoff: %s is below initial_backoff %s", o.MaxBackoff, o.InitialBackoff))
@@ -206,7 +247,10 @@ type Queue struct {
 	now      func() time.Time
 	rand     func() float64
 	onFailed func(ev Event, err error)
-	group    atomic.Pointer[drainGroup] // set by the dispatcher for the duration of Run
+	// onDelivered is told of every event the provider accepted: the
+	// integration works (again).
+	onDelivered func(ev Event, now time.Time)
+	group       atomic.Pointer[drainGroup] // set by the dispatcher for the duration of Run
 
 	wake chan struct{}
 
@@ -300,6 +344,19 @@ func (q *Queue) load(now time.Time) (queueDoc, error) {
 	for _, p := range d.Outbox {
 		if p.ID >= d.NextID {
 			d.NextID = p.ID + 1
+		}
+	}
+	// A wait restored from disk is capped like a fresh one: the document
+	// may come from a build without the cap, or the clock may have jumped.
+	if limit := now.Add(q.opts.MaxRetryAfter); d.HoldUntil.After(limit) {
+		q.log.Warn("restored Retry-After hold exceeds max_retry_after; capped",
+			zap.Time("hold_until", d.HoldUntil), zap.Duration("max_retry_after", q.opts.MaxRetryAfter))
+		d.HoldUntil = limit
+	}
+	latest := now.Add(max(q.opts.MaxRetryAfter, q.opts.MaxBackoff))
+	for _, p := range d.Outbox {
+		if p.NotBefore.After(latest) {
+			p.NotBefore = latest
 		}
 	}
 	return d, nil
@@ -416,14 +473,45 @@ func (q *Queue) Enqueue(ev Event) {
 		q.mu.Unlock()
 		return
 	}
-	q.enqueueLocked(ev, at)
+	dropped := q.enqueueLocked(ev, at)
+	var full error
+	if len(dropped) > 0 {
+		full = WithReason(fmt.Errorf("%w: %d undelivered notifications waiting (max_pending %d)",
+			ErrOutboxFull, len(q.state.Outbox), q.opts.MaxPending), ReasonQueueFull)
+		for _, d := range dropped {
+			q.m.failures.WithLabelValues(q.name, string(ReasonQueueFull)).Inc()
+			q.lostLocked(d, full, 0)
+		}
+	}
 	q.saveLocked(at)
 	q.m.queueLen.WithLabelValues(q.name).Set(float64(len(q.state.Outbox)))
+	onFailed := q.onFailed
 	q.mu.Unlock()
 	if g := q.group.Load(); g != nil {
 		g.setBusy(q)
 	}
 	q.poke()
+	if onFailed != nil {
+		for _, d := range dropped {
+			onFailed(d, full)
+		}
+	}
+}
+
+// lostLocked counts and loudly logs an event that will never be delivered.
+func (q *Queue) lostLocked(ev Event, err error, attempts int) {
+	q.m.total.WithLabelValues(q.name, ResultFailed).Inc()
+	q.log.Error("NOTIFICATION LOST: "+lostWhy(err),
+		zap.String("fingerprint", ev.Fingerprint), zap.String("kind", string(ev.Kind)),
+		zap.String("class", ev.Class), zap.String("severity", ev.Severity), zap.String("replica", ev.Replica),
+		zap.String("reason", string(ReasonOf(err))), zap.Int("attempts", attempts), zap.Error(err))
+}
+
+func lostWhy(err error) string {
+	if errors.Is(err, ErrOutboxFull) {
+		return "dropped from a full outbox"
+	}
+	return "delivery failed permanently"
 }
 
 // drainGroup lets the queues of one dispatcher finish their drains
@@ -466,7 +554,28 @@ func isFiringUpdate(ev Event) bool {
 	return (ev.Kind == KindUpdate || ev.Kind == KindRepeat) && ev.Status != StatusResolved
 }
 
-func (q *Queue) enqueueLocked(ev Event, at time.Time) {
+// Priorities of events in a full outbox: the lowest goes first. A resolve
+// closes a page someone may be working on, a trigger opens one, an update
+// or repeat only refreshes what the integration already shows.
+const (
+	priorityUpdate = iota
+	priorityTrigger
+	priorityResolve
+)
+
+func priority(ev Event) int {
+	switch {
+	case isResolved(ev):
+		return priorityResolve
+	case ev.Kind == KindTrigger:
+		return priorityTrigger
+	}
+	return priorityUpdate
+}
+
+// enqueueLocked adds ev to the outbox and returns what a full outbox
+// dropped for it (ev itself when everything waiting matters more).
+func (q *Queue) enqueueLocked(ev Event, at time.Time) (dropped []Event) {
 	box := q.state.Outbox
 	switch {
 	case isFiringUpdate(ev):
@@ -482,7 +591,7 @@ func (q *Queue) enqueueLocked(ev Event, at time.Time) {
 					ev.Kind = KindUpdate
 				}
 				p.Event = ev
-				return
+				return nil
 			}
 			break
 		}
@@ -499,41 +608,39 @@ func (q *Queue) enqueueLocked(ev Event, at time.Time) {
 		box = kept
 	}
 	if len(box) >= q.opts.MaxPending {
-		box = q.evictLocked(box)
+		victim := q.victimLocked(box)
+		switch {
+		case victim >= 0 && priority(box[victim].Event) <= priority(ev) && priority(box[victim].Event) < priorityResolve:
+			dropped = append(dropped, box[victim].Event)
+			box = slices.Delete(box, victim, victim+1)
+		case priority(ev) == priorityResolve:
+			// Resolves are never dropped for space: the outbox holds only
+			// resolves (and the event in flight), so it grows past the bound.
+			q.log.Warn("notification outbox full of resolves; keeping this resolve beyond max_pending",
+				zap.String("fingerprint", ev.Fingerprint), zap.Int("pending", len(box)), zap.Int("max_pending", q.opts.MaxPending))
+		default:
+			q.state.Outbox = box
+			return []Event{ev}
+		}
 	}
 	q.state.Outbox = append(box, &pending{ID: q.state.NextID, Event: ev, EnqueuedAt: at})
 	q.state.NextID++
+	return dropped
 }
 
-// evictLocked removes one event from a full outbox: the oldest update, else
-// the oldest trigger, else the oldest event. It is counted as failed.
-func (q *Queue) evictLocked(box []*pending) []*pending {
+// victimLocked is the index of the oldest pending event of the lowest
+// priority that is not in flight, -1 when there is none.
+func (q *Queue) victimLocked(box []*pending) int {
 	victim := -1
-	for _, pick := range []func(Event) bool{
-		isFiringUpdate,
-		func(ev Event) bool { return ev.Kind != KindResolve },
-		func(Event) bool { return true },
-	} {
-		for i, p := range box {
-			if p.ID != q.inflight && pick(p.Event) {
-				victim = i
-				break
-			}
+	for i, p := range box {
+		if p.ID == q.inflight {
+			continue
 		}
-		if victim >= 0 {
-			break
+		if victim < 0 || priority(p.Event) < priority(box[victim].Event) {
+			victim = i
 		}
 	}
-	if victim < 0 {
-		return box
-	}
-	ev := box[victim].Event
-	q.m.total.WithLabelValues(q.name, ResultFailed).Inc()
-	q.m.failures.WithLabelValues(q.name, string(ReasonQueueFull)).Inc()
-	q.log.Error("notification outbox full: dropped the oldest event",
-		zap.String("fingerprint", ev.Fingerprint), zap.String("kind", string(ev.Kind)),
-		zap.Int("max_pending", q.opts.MaxPending))
-	return append(box[:victim], box[victim+1:]...)
+	return victim
 }
 
 // pickLocked selects the next event to attempt at now: the oldest head of an
@@ -709,8 +816,11 @@ func (q *Queue) attempt(ctx context.Context, id uint64, ev Event, gen uint64) {
 	var failed error
 	switch {
 	case err == nil || errors.Is(err, ErrNothingToSend):
-		rec.Open = send.Kind != KindResolve && send.Status != StatusResolved
+		rec.Open = !isResolved(send)
 		rec.Last = send
+		if !rec.Open {
+			rec.Last = slim(send)
+		}
 		rec.UpdatedAt = now
 		q.removeLocked(idx)
 		if err == nil {
@@ -741,6 +851,11 @@ func (q *Queue) attempt(ctx context.Context, id uint64, ev Event, gen uint64) {
 		default:
 			q.m.retries.WithLabelValues(q.name).Inc()
 			if d, isRA := RetryAfterOf(err); isRA {
+				if d > q.opts.MaxRetryAfter {
+					q.log.Warn("provider asked to wait longer than max_retry_after; waiting the cap",
+						zap.Duration("retry_after", d), zap.Duration("max_retry_after", q.opts.MaxRetryAfter))
+					d = q.opts.MaxRetryAfter
+				}
 				q.state.HoldUntil = now.Add(d)
 				p.NotBefore = q.state.HoldUntil
 			} else {
@@ -757,19 +872,74 @@ func (q *Queue) attempt(ctx context.Context, id uint64, ev Event, gen uint64) {
 		if failed != nil {
 			q.removeLocked(idx)
 			delete(q.lastErr, ev.Fingerprint)
-			q.m.total.WithLabelValues(q.name, ResultFailed).Inc()
-			q.log.Error("NOTIFICATION LOST: delivery failed permanently",
-				zap.String("fingerprint", ev.Fingerprint), zap.String("kind", string(send.Kind)),
-				zap.String("class", ev.Class), zap.String("severity", ev.Severity), zap.String("replica", ev.Replica),
-				zap.String("reason", string(reason)), zap.Int("attempts", p.Attempts), zap.Error(failed))
+			q.lostLocked(send, failed, p.Attempts)
 		}
 	}
 	q.saveLocked(now)
 	q.m.queueLen.WithLabelValues(q.name).Set(float64(len(q.state.Outbox)))
-	onFailed := q.onFailed
+	onFailed, onDelivered := q.onFailed, q.onDelivered
 	q.mu.Unlock()
 	if failed != nil && onFailed != nil {
 		onFailed(send, failed)
+	}
+	if err == nil && onDelivered != nil {
+		onDelivered(send, now)
+	}
+}
+
+// slim is what a resolved record keeps of its last event: enough to
+// recognise a duplicate resolve and a new episode, without the texts that
+// make up most of a record's size.
+func slim(ev Event) Event {
+	return Event{
+		Fingerprint: ev.Fingerprint, Seq: ev.Seq, Kind: ev.Kind, Status: ev.Status,
+		Class: ev.Class, Severity: ev.Severity, Replica: ev.Replica, Integration: ev.Integration,
+		StartsAt: ev.StartsAt, EndsAt: ev.EndsAt, At: ev.At,
+	}
+}
+
+// pruneLocked bounds the incident records: resolved ones after the
+// resolved retention, delivery-failure notices once resolved (nothing
+// repeats their resolve) or after the notice retention, and then any
+// beyond MaxRecords, least useful first.
+func (q *Queue) pruneLocked(now time.Time) {
+	for fp, inc := range q.state.Incidents {
+		notice := inc.Last.Class == ClassDeliveryFailure
+		switch {
+		case notice && (!inc.Open || now.Sub(inc.UpdatedAt) > q.opts.NoticeRetention):
+			delete(q.state.Incidents, fp)
+		case !inc.Open && now.Sub(inc.UpdatedAt) > q.opts.ResolvedRetention:
+			delete(q.state.Incidents, fp)
+		}
+	}
+	over := len(q.state.Incidents) - q.opts.MaxRecords
+	if over <= 0 {
+		return
+	}
+	rank := func(inc *Incident) int {
+		switch {
+		case !inc.Open:
+			return 0
+		case inc.Last.Class == ClassDeliveryFailure:
+			return 1
+		}
+		return 2
+	}
+	recs := slices.Collect(maps.Values(q.state.Incidents))
+	slices.SortFunc(recs, func(a, b *Incident) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), a.UpdatedAt.Compare(b.UpdatedAt), cmp.Compare(a.Fingerprint, b.Fingerprint))
+	})
+	open := 0
+	for _, inc := range recs[:over] {
+		delete(q.state.Incidents, inc.Fingerprint)
+		if inc.Open {
+			open++
+		}
+	}
+	q.m.recordsEvicted.WithLabelValues(q.name).Add(float64(over))
+	if open > 0 {
+		q.log.Warn("incident records beyond max_records: forgot the oldest open ones; their next event opens a new page",
+			zap.Int("evicted", over), zap.Int("open_evicted", open), zap.Int("max_records", q.opts.MaxRecords))
 	}
 }
 
@@ -781,11 +951,7 @@ func (q *Queue) removeLocked(i int) {
 }
 
 func (q *Queue) saveLocked(now time.Time) {
-	for fp, inc := range q.state.Incidents {
-		if !inc.Open && now.Sub(inc.UpdatedAt) > q.opts.ResolvedRetention {
-			delete(q.state.Incidents, fp)
-		}
-	}
+	q.pruneLocked(now)
 	if q.store == nil || q.standby {
 		return
 	}

@@ -54,12 +54,18 @@ func newRig(t *testing.T, store *notifytest.MemStore, pd, sl *notifytest.Recorde
 // the recorders.
 func newCopy(t *testing.T, store *notifytest.MemStore, pd, sl *notifytest.Recorder, standby bool) *rig {
 	t.Helper()
+	return newCopyWith(t, store, pd, sl, standby, testOpts, testOpts)
+}
+
+// newCopyWith is newCopy with the queue options of each integration.
+func newCopyWith(t *testing.T, store *notifytest.MemStore, pd, sl *notifytest.Recorder, standby bool, pdOpts, slOpts notify.QueueOptions) *rig {
+	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	r := &rig{pd: pd, sl: sl, store: store, reg: prometheus.NewRegistry(), logs: logs, logOut: &bytes.Buffer{}}
 	d, err := notify.NewDispatcher(notify.DispatcherConfig{
 		Integrations: []notify.Integration{
-			{Name: "pagerduty", Notifier: pd, Options: testOpts},
-			{Name: "slack", Notifier: sl, Options: testOpts},
+			{Name: "pagerduty", Notifier: pd, Options: pdOpts},
+			{Name: "slack", Notifier: sl, Options: slOpts},
 		},
 		Routes:     notify.DefaultRoutes(),
 		Store:      store,

@@ -102,6 +102,7 @@ func (d *Dispatcher) SetActive(active bool, now time.Time) error {
 			errs = append(errs, fmt.Errorf("integration %s: %w", q.name, err))
 		}
 	}
+	d.loadNotices()
 	d.missedMu.Lock()
 	missed := d.missed
 	d.missed = map[string]Event{}
