@@ -234,11 +234,20 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	if err != nil {
 		return err
 	}
+	probe := cfg.Scrape.HealthProbe
+	if !probe.Enabled {
+		probe = config.HealthProbe{} // a zero interval turns probing off
+	}
 	scraper, err := scrape.New(targets, scrape.Options{
 		Interval:     cfg.Scrape.Interval,
 		Timeout:      cfg.Scrape.Timeout,
 		MaxBodyBytes: cfg.Scrape.MaxBodyBytes,
 		MaxSeries:    cfg.Scrape.MaxSeries,
+		// /health_generate of engine targets, so a hang with nothing in
+		// flight is seen.
+		HealthProbeInterval:    probe.Interval,
+		HealthProbeTimeout:     probe.Timeout,
+		HealthProbeConcurrency: probe.MaxConcurrent,
 		Client:       &http.Client{Transport: dio.transport()},
 	}, store, reg, logger.Named("scrape"))
 	if err != nil {

@@ -33,7 +33,7 @@ type Config struct {
 	// ListenAddress of the daemon's own HTTP server (/metrics, /api, /runbooks).
 	ListenAddress string `yaml:"listen_address"`
 	// ExternalURL is how people reach the daemon; it makes links in pages
-	// absolute. Empty gives daemon-relative links.
+	// absolute. Empty derives one from this daemon's address (PageLinkBase).
 	ExternalURL string `yaml:"external_url"`
 	LogLevel    string `yaml:"log_level"`
 	// StateDir keeps incidents and delivery state across restarts; empty
@@ -58,6 +58,9 @@ type Config struct {
 	Notify    Notify           `yaml:"notify"`
 	// Runbooks overrides the runbook link of a class (a team's own wiki).
 	Runbooks map[string]string `yaml:"runbooks"`
+	// PodIP is this pod's IP (POD_IP, from the downward API), one source of
+	// a derived external URL (PageLinkBase); not a YAML setting.
+	PodIP string `yaml:"-"`
 }
 
 // Scrape settings shared by every target.
@@ -66,6 +69,21 @@ type Scrape struct {
 	Timeout      time.Duration `yaml:"timeout"` // 0: 80% of the interval
 	MaxBodyBytes int64         `yaml:"max_body_bytes"`
 	MaxSeries    int           `yaml:"max_series"`
+	// HealthProbe asks every engine target's /health_generate to generate
+	// one token, so an engine that hangs while nobody calls it is seen.
+	HealthProbe HealthProbe `yaml:"health_probe"`
+}
+
+// HealthProbe settings: the active /health_generate probe of engine
+// targets (gateways are never probed).
+type HealthProbe struct {
+	Enabled  bool          `yaml:"enabled"`
+	Interval time.Duration `yaml:"interval"`
+	// Timeout of one probe; above SGLang's own 20 s health-check timeout,
+	// so a stuck engine's 503 arrives before the watchdog gives up.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxConcurrent bounds the probes in flight across all targets.
+	MaxConcurrent int `yaml:"max_concurrent"`
 }
 
 // Evaluation settings.
@@ -92,6 +110,10 @@ type Notify struct {
 	Routes    []notify.Route `yaml:"routes"`
 	Slack     Slack          `yaml:"slack"`
 	PagerDuty PagerDuty      `yaml:"pagerduty"`
+	// MaxRetryAfter caps the wait a provider's Retry-After imposes on
+	// every notification of its integration (also a wait restored after a
+	// restart), so one bad header cannot silence paging for hours.
+	MaxRetryAfter time.Duration `yaml:"max_retry_after"`
 }
 
 // Slack settings. Bot-token mode (token + channel) updates messages in
@@ -128,6 +150,12 @@ func Default() Config {
 			Interval:     5 * time.Second,
 			MaxBodyBytes: 16 << 20,
 			MaxSeries:    20000,
+			HealthProbe: HealthProbe{
+				Enabled:       true,
+				Interval:      30 * time.Second,
+				Timeout:       25 * time.Second,
+				MaxConcurrent: 32,
+			},
 		},
 		Evaluation:  Evaluation{Interval: 5 * time.Second},
 		Detectors:   detect.DefaultConfig(),
@@ -139,6 +167,8 @@ func Default() Config {
 			Routes:    notify.DefaultRoutes().Routes,
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
 			PagerDuty: PagerDuty{EventsURL: DefaultPagerDutyURL},
+
+			MaxRetryAfter: notify.DefaultMaxRetryAfter,
 		},
 	}
 }
@@ -153,6 +183,7 @@ type envVars struct {
 	LogLevel       *string        `env:"WATCHDOG_LOG_LEVEL"`
 	StateDir       *string        `env:"WATCHDOG_STATE_DIR"`
 	ExternalURL    *string        `env:"WATCHDOG_EXTERNAL_URL"`
+	PodIP          *string        `env:"POD_IP"`
 
 	SlackBotToken      *string `env:"SLACK_BOT_TOKEN"`
 	SlackBotTokenFile  *string `env:"SLACK_BOT_TOKEN_FILE"`
@@ -194,6 +225,7 @@ func Load(base Config, environ map[string]string) (Config, error) {
 	set(&cfg.LogLevel, ev.LogLevel)
 	set(&cfg.StateDir, ev.StateDir)
 	set(&cfg.ExternalURL, ev.ExternalURL)
+	set(&cfg.PodIP, ev.PodIP)
 	if ev.ScrapeInterval != nil {
 		cfg.Scrape.Interval = *ev.ScrapeInterval
 	}
@@ -350,6 +382,17 @@ func (c Config) Validate() error {
 	if c.Scrape.MaxSeries <= 0 {
 		add("scrape.max_series: must be positive")
 	}
+	if hp := c.Scrape.HealthProbe; hp.Enabled {
+		if hp.Interval <= 0 {
+			add("scrape.health_probe.interval: must be positive, got %s", hp.Interval)
+		}
+		if hp.Timeout <= 0 || (hp.Interval > 0 && hp.Timeout >= hp.Interval) {
+			add("scrape.health_probe.timeout: must be positive and below scrape.health_probe.interval (%s), got %s", hp.Interval, hp.Timeout)
+		}
+		if hp.MaxConcurrent <= 0 {
+			add("scrape.health_probe.max_concurrent: must be positive, got %d", hp.MaxConcurrent)
+		}
+	}
 	if c.Evaluation.Interval <= 0 {
 		add("evaluation.interval: must be positive, got %s", c.Evaluation.Interval)
 	}
@@ -398,6 +441,9 @@ func (c Config) Validate() error {
 	}
 	if err := (notify.RouteConfig{Routes: c.Notify.Routes}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("notify.%w", err))
+	}
+	if c.Notify.MaxRetryAfter <= 0 {
+		add("notify.max_retry_after: must be positive, got %s", c.Notify.MaxRetryAfter)
 	}
 	s := c.Notify.Slack
 	if s.BotToken != "" && s.Channel == "" {

@@ -261,34 +261,47 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // decodeSection decodes n over *dst, rejecting keys that are not fields
-// of T. The known keys come from encoding *dst: every settings field is
-// encoded (none is omitempty).
+// of T, nested settings included. The known keys come from encoding *dst:
+// every settings field is encoded (none is omitempty, and none is a map,
+// whose keys would be free).
 func decodeSection[T any](dst *T, path string, n *yaml.Node) []string {
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
+	var fields yaml.Node
+	if err := fields.Encode(dst); err != nil {
+		return []string{fmt.Sprintf("line %d: %s: %v", n.Line, path, err)}
 	}
-	var problems []string
-	if n.Kind == yaml.MappingNode {
-		var fields yaml.Node
-		if err := fields.Encode(dst); err != nil {
-			return []string{fmt.Sprintf("line %d: %s: %v", n.Line, path, err)}
-		}
-		known := map[string]bool{}
-		for i := 0; i+1 < len(fields.Content); i += 2 {
-			known[fields.Content[i].Value] = true
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if k := n.Content[i]; !known[k.Value] {
-				problems = append(problems, fmt.Sprintf("line %d: %s.%s: no such field", k.Line, path, k.Value))
-			}
-		}
-	}
+	problems := unknownKeys(n, &fields, path)
 	if err := n.Decode(dst); err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
 			return append(problems, fmt.Sprintf("line %d: %s: %v", n.Line, path, err))
 		}
 		problems = append(problems, te.Errors...)
+	}
+	return problems
+}
+
+// unknownKeys lists the keys of the mapping given that known lacks, with
+// their line and path, descending into mappings both have.
+func unknownKeys(given, known *yaml.Node, path string) []string {
+	if given.Kind == yaml.AliasNode {
+		given = given.Alias
+	}
+	if given.Kind != yaml.MappingNode || known.Kind != yaml.MappingNode {
+		return nil // a type mismatch is Decode's to report
+	}
+	fields := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(known.Content); i += 2 {
+		fields[known.Content[i].Value] = known.Content[i+1]
+	}
+	var problems []string
+	for i := 0; i+1 < len(given.Content); i += 2 {
+		k := given.Content[i]
+		field, ok := fields[k.Value]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("line %d: %s.%s: no such field", k.Line, path, k.Value))
+			continue
+		}
+		problems = append(problems, unknownKeys(given.Content[i+1], field, path+"."+k.Value)...)
 	}
 	return problems
 }
