@@ -243,12 +243,12 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Timeout:      cfg.Scrape.Timeout,
 		MaxBodyBytes: cfg.Scrape.MaxBodyBytes,
 		MaxSeries:    cfg.Scrape.MaxSeries,
+		Client:       &http.Client{Transport: dio.transport()},
 		// /health_generate of engine targets, so a hang with nothing in
 		// flight is seen.
 		HealthProbeInterval:    probe.Interval,
 		HealthProbeTimeout:     probe.Timeout,
 		HealthProbeConcurrency: probe.MaxConcurrent,
-		Client:       &http.Client{Transport: dio.transport()},
 	}, store, reg, logger.Named("scrape"))
 	if err != nil {
 		return fmt.Errorf("scrape: %w", err)
