@@ -276,6 +276,8 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Logger:       logger.Named("notify"),
 		Registerer:   reg,
 		LogWriter:    alertsOut,
+
+		MaxRetryAfter: cfg.Notify.MaxRetryAfter,
 	}, now)
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)

@@ -28,6 +28,7 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 		{"bad-route.yaml", []string{"notify.routes[0].severities[0]"}},
 		{"bad-syntax.yaml", []string{"yaml"}},
 		{"bad-slack-without-channel.yaml", []string{"notify.slack.channel"}},
+		{"bad-notify-max-retry-after.yaml", []string{"notify.max_retry_after"}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -160,5 +161,21 @@ func TestNoTargetsIsAClearError(t *testing.T) {
 	_, err := Load(Default(), map[string]string{})
 	if err == nil || !strings.Contains(err.Error(), "WATCHDOG_TARGETS") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestNotifyMaxRetryAfterDefaultsAndParses(t *testing.T) {
+	if got := Default().Notify.MaxRetryAfter; got != 5*time.Minute {
+		t.Errorf("default max_retry_after = %s, want 5m", got)
+	}
+	cfg, err := Parse(Default(), []byte("targets: [{name: a, url: 'http://127.0.0.1:30000'}]\nnotify:\n  max_retry_after: 90s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Notify.MaxRetryAfter != 90*time.Second {
+		t.Errorf("max_retry_after = %s, want 90s", cfg.Notify.MaxRetryAfter)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("valid setting rejected: %v", err)
 	}
 }
