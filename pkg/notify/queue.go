@@ -35,7 +35,9 @@ type QueueOptions struct {
 	// MaxPending bounds the outbox. A full outbox drops the oldest firing
 	// update or repeat first, then the oldest trigger, and never a resolve:
 	// resolves are admitted beyond the bound. Every drop is counted, logged
-	// and reported through the other integrations.
+	// and reported through the other integrations. At the default a full
+	// outbox is about 1.8 MB of JSON, 140 KB as the HA ConfigMap store
+	// compresses it: a share of the ConfigMap's 1 MiB.
 	MaxPending int `yaml:"max_pending"`
 	// ResolvedRetention is how long a resolved incident record is kept to
 	// recognise a duplicate resolve.
@@ -69,7 +71,7 @@ func DefaultQueueOptions() QueueOptions {
 		MaxRetryDuration:  30 * time.Minute,
 		AttemptTimeout:    15 * time.Second,
 		DrainTimeout:      10 * time.Second,
-		MaxPending:        10000,
+		MaxPending:        1000,
 		ResolvedRetention: 7 * 24 * time.Hour,
 		MaxRecords:        DefaultMaxRecords,
 		NoticeRetention:   24 * time.Hour,

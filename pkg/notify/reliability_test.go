@@ -412,16 +412,23 @@ func TestPersistedStateStaysBounded(t *testing.T) {
 		const (
 			incidents  = 150
 			maxRecords = 20
-			// An open record carries the whole last event (about 2.7 KB for
-			// the sample pages); the outbox holds at most the event in
-			// flight and the ones behind it of this round.
-			openRecordBytes = 3 << 10
-			bound           = (maxRecords + 4) * openRecordBytes
+			maxPending = 20
+			// An open record or a pending event carries a whole event
+			// (under 3 KB for the sample pages), a resolved record a slim one.
+			eventBytes = 3 << 10
+			bound      = (maxRecords + maxPending + 4) * eventBytes
 		)
 		opts := testOpts
 		opts.MaxRecords = maxRecords
+		opts.MaxPending = maxPending
 		store := notifytest.NewMemStore()
-		pd := &notifytest.Recorder{}
+		var pdDown atomic.Bool
+		pd := &notifytest.Recorder{Fail: func(notify.Event, int) error {
+			if pdDown.Load() {
+				return notify.WithReason(errors.New("pagerduty: connection refused"), notify.ReasonNetwork)
+			}
+			return nil
+		}}
 		// Slack fails permanently on every fifth attempt: each failure is a
 		// notice in PagerDuty and the log, resolved by Slack's next delivery.
 		sl := &notifytest.Recorder{Fail: func(_ notify.Event, n int) error {
@@ -458,6 +465,19 @@ func TestPersistedStateStaysBounded(t *testing.T) {
 				largest[in] = max(largest[in], len(store.Raw("notify-"+in)))
 			}
 		}
+		// Then PagerDuty is unreachable while twice its outbox bound of
+		// incidents fire: the outbox stays bounded too.
+		pdDown.Store(true)
+		for i := range 2 * maxPending {
+			r.d.Send(incident(fmt.Sprintf("%016x", incidents+i), "replica-down", time.Now()))
+			advance(time.Second)
+			for _, in := range integrations {
+				largest[in] = max(largest[in], len(store.Raw("notify-"+in)))
+			}
+		}
+		if _, pending := persisted(t, store, "pagerduty"); pending != maxPending {
+			t.Errorf("pagerduty outbox holds %d events, want the bound %d", pending, maxPending)
+		}
 		r.stop()
 		if n := len(notices(pd.Delivered())); n < incidents/5 {
 			t.Fatalf("only %d notices reached pagerduty; the test means to drive many", n)
@@ -486,8 +506,9 @@ func TestPersistedStateStaysBounded(t *testing.T) {
 				t.Errorf("%s keeps %d notice records; resolved notices must be pruned", in, noticeRecs)
 			}
 			raw := store.Raw("notify-" + in)
-			t.Logf("%s: %d bytes (%d gzipped) for %d records: %d open (%d B each), %d resolved (%d B each); largest %d bytes",
-				in, len(raw), gzipLen(raw), len(recs), open, openBytes/max(1, open), resolved, resolvedBytes/max(1, resolved), largest[in])
+			_, pending := persisted(t, store, in)
+			t.Logf("%s: %d bytes (%d gzipped) for %d records: %d open (%d B each), %d resolved (%d B each); %d pending; largest %d bytes",
+				in, len(raw), gzipLen(raw), len(recs), open, openBytes/max(1, open), resolved, resolvedBytes/max(1, resolved), pending, largest[in])
 		}
 	})
 }
