@@ -54,88 +54,47 @@ func (l *LogNotifier) Notify(_ context.Context, ev Event) error {
 // replicas are replaced so one event cannot forge the lines of another.
 func FormatText(ev Event) string {
 	var b strings.Builder
-	state := strings.ToUpper(ev.Severity)
-	if ev.Status == StatusResolved || ev.Kind == KindResolve {
-		state = "RESOLVED"
+	fmt.Fprintf(&b, "=== %s ===\n", clean(Title(ev)))
+	line := func(label, value string) {
+		if value != "" {
+			fmt.Fprintf(&b, "%-13s %s\n", label+":", clean(value))
+		}
 	}
-	fmt.Fprintf(&b, "=== [%s] %s on %s (%s) ===\n", state, clean(ev.Class), clean(ev.Replica), ev.Kind)
-	if ev.Model != "" {
-		fmt.Fprintf(&b, "model:       %s\n", clean(ev.Model))
-	}
-	if ev.Layer != "" {
-		fmt.Fprintf(&b, "layer:       %s\n", clean(ev.Layer))
-	}
-	fmt.Fprintf(&b, "summary:     %s\n", clean(ev.Summary))
-	if ev.Diagnosis != "" {
-		fmt.Fprintf(&b, "diagnosis:   %s\n", clean(ev.Diagnosis))
-	}
-	if ev.Triage != "" {
-		fmt.Fprintf(&b, "triage:      %s\n", clean(ev.Triage))
-	}
+	// One greppable line per event: state, class, replica, kind.
+	line("event", fmt.Sprintf("%s %s on %s (%s) #%d", StateWord(ev), ev.Class, ev.Replica, ev.Kind, ev.Seq))
+	line("model", ev.Model)
+	line("layer", ev.Layer)
+	line("diagnosis", strings.TrimSpace(ev.Diagnosis))
+	line("triage", Triage(ev))
 	if !ev.StartsAt.IsZero() {
-		fmt.Fprintf(&b, "since:       %s\n", ev.StartsAt.UTC().Format("2006-01-02 15:04:05Z"))
+		line("since", ev.StartsAt.UTC().Format("2006-01-02 15:04:05Z"))
 	}
-	if !ev.EndsAt.IsZero() && !ev.StartsAt.IsZero() {
-		fmt.Fprintf(&b, "resolved:    %s (lasted %s)\n", ev.EndsAt.UTC().Format("2006-01-02 15:04:05Z"), ev.EndsAt.Sub(ev.StartsAt).Round(1e9))
+	if Resolved(ev) && !ev.EndsAt.IsZero() {
+		line("resolved", ev.EndsAt.UTC().Format("2006-01-02 15:04:05Z"))
 	}
-	if len(ev.Evidence) > 0 {
+	if Resolved(ev) {
+		if rs := Recoveries(ev); len(rs) > 0 {
+			b.WriteString("recovered (now, peak):\n")
+			for _, r := range rs {
+				fmt.Fprintf(&b, "  - %s\n", clean(r.Text()))
+			}
+		}
+	} else if fs := Shown(ev.Evidence); len(fs) > 0 {
 		b.WriteString("evidence:\n")
-		for _, f := range ev.Evidence {
+		for _, f := range fs {
 			fmt.Fprintf(&b, "  - %s\n", clean(FormatField(f)))
 		}
 	}
-	if len(ev.Emergency) > 0 {
-		fmt.Fprintf(&b, "do now:      %s\n", clean(ev.Emergency[0]))
+	if !Resolved(ev) && len(ev.Emergency) > 0 {
+		line("do now", ev.Emergency[0])
 	}
-	if len(ev.ExplainedBy) > 0 {
-		fmt.Fprintf(&b, "explained by: %s\n", clean(strings.Join(ev.ExplainedBy, ", ")))
-	}
-	if ev.RunbookURL != "" {
-		fmt.Fprintf(&b, "runbook:     %s\n", clean(ev.RunbookURL))
-	}
-	fmt.Fprintf(&b, "fingerprint: %s\n\n", clean(ev.Fingerprint))
+	line("explained by", strings.Join(ev.ExplainedBy, ", "))
+	line("explains", strings.Join(ev.Explains, ", "))
+	line("runbook", ev.RunbookURL)
+	line("alert", ev.AlertURL)
+	line("fingerprint", ev.Fingerprint)
+	b.WriteString("\n")
 	return b.String()
-}
-
-// FormatField renders one evidence number as "name: value unit (baseline
-// b unit, threshold t)".
-func FormatField(f Field) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", f.Name, FormatValue(f.Value, f.Unit))
-	var extra []string
-	if f.HasBase {
-		extra = append(extra, "baseline "+FormatValue(f.Baseline, f.Unit))
-	}
-	if f.Threshold != "" {
-		extra = append(extra, "rule "+f.Threshold)
-	}
-	if len(extra) > 0 {
-		fmt.Fprintf(&b, " (%s)", strings.Join(extra, ", "))
-	}
-	return b.String()
-}
-
-// FormatValue renders a number with its unit, compactly.
-func FormatValue(v float64, unit string) string {
-	var s string
-	switch unit {
-	case "%":
-		return fmt.Sprintf("%.1f%%", v)
-	case "ratio":
-		return fmt.Sprintf("%.1f%%", v*100)
-	default:
-		s = fmt.Sprintf("%.3g", v)
-		if v >= 1000 || v <= -1000 {
-			s = fmt.Sprintf("%.0f", v)
-		}
-	}
-	if unit != "" {
-		if strings.HasPrefix(unit, "/") {
-			return s + unit
-		}
-		return s + " " + unit
-	}
-	return s
 }
 
 func clean(s string) string {

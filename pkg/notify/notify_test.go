@@ -19,38 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
-	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 )
-
-func TestLogNotifierWritesReadableBlockAndStructuredLine(t *testing.T) {
-	var out bytes.Buffer
-	core, logs := observer.New(zapcore.InfoLevel)
-	n := notify.NewLogNotifier(&out, zap.New(core))
-	ev := notifytest.PreemptStorm(notifytest.T0)
-	ev.Model = "evil\nmodel: forged line"
-	if err := n.Notify(context.Background(), ev); err != nil {
-		t.Fatal(err)
-	}
-	text := out.String()
-	for _, want := range []string{
-		"[CRITICAL] preempt_storm on llama-70b-0", "summary:", "diagnosis:", "evidence:",
-		"retractions: 4.2/s (baseline 0.05/s, rule > 1/s and > 10x baseline)",
-		"KV cache usage: 97.0% (baseline 71.0%", "do now:      Shift traffic away",
-		"explained by: cache_collapse", "model:       evil model: forged line",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("block lacks %q:\n%s", want, text)
-		}
-	}
-	if logs.Len() != 1 || logs.All()[0].ContextMap()["fingerprint"] != ev.Fingerprint {
-		t.Errorf("structured line: %v", logs.All())
-	}
-	out.Reset()
-	_ = n.Notify(context.Background(), notifytest.Resolve(ev, notifytest.T0.Add(90*time.Second)))
-	if !strings.Contains(out.String(), "[RESOLVED]") || !strings.Contains(out.String(), "lasted 1m30s") {
-		t.Errorf("resolve block:\n%s", out.String())
-	}
-}
 
 func TestErrorClassification(t *testing.T) {
 	base := errors.New("boom")

@@ -155,7 +155,7 @@ func TestRestartWithStateDir(t *testing.T) {
 		t.Errorf("the original message was not updated to resolved: %q", parents[0].Text)
 	}
 	replies := w.slack.Replies(origTS)
-	if len(replies) != 1 || !strings.Contains(replies[0].Text, "Resolved") {
+	if len(replies) != 1 || !strings.Contains(replies[0].Text, "[RESOLVED]") {
 		t.Errorf("thread replies %+v, want one resolve reply", replies)
 	}
 	if n := len(d2.OpenIncidents()); n != 0 {

@@ -148,7 +148,7 @@ func (n *Notifier) NotifyIncident(ctx context.Context, ev notify.Event, inc *not
 // BuildEvent renders ev as an Events API v2 event.
 func BuildEvent(ev notify.Event, routingKey string) *pd.V2Event {
 	action := "trigger"
-	if ev.Kind == notify.KindResolve || ev.Status == notify.StatusResolved {
+	if notify.Resolved(ev) {
 		action = "resolve"
 	}
 	e := &pd.V2Event{
@@ -192,14 +192,9 @@ func DedupKey(fingerprint string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Summary is "[SEVERITY] class on replica: summary", at most 1024 runes.
+// Summary is the page's title (notify.Title), at most 1024 runes.
 func Summary(ev notify.Event) string {
-	state := strings.ToUpper(ev.Severity)
-	if ev.Kind == notify.KindResolve || ev.Status == notify.StatusResolved {
-		state = "RESOLVED"
-	}
-	s := fmt.Sprintf("[%s] %s on %s: %s", state, ev.Class, ev.Replica, ev.Summary)
-	return truncate(oneLine(s), MaxSummary)
+	return truncate(oneLine(notify.Title(ev)), MaxSummary)
 }
 
 func severity(s string) string {
@@ -211,12 +206,21 @@ func severity(s string) string {
 }
 
 type evidence struct {
-	Name      string  `json:"name"`
-	Text      string  `json:"text"`
-	Value     float64 `json:"value"`
-	Baseline  float64 `json:"baseline,omitempty"`
-	Unit      string  `json:"unit,omitempty"`
-	Threshold string  `json:"threshold,omitempty"`
+	Name      string   `json:"name"`
+	Text      string   `json:"text"`
+	Value     float64  `json:"value"`
+	Baseline  *float64 `json:"baseline,omitempty"`
+	Unit      string   `json:"unit,omitempty"`
+	Threshold string   `json:"threshold,omitempty"`
+}
+
+// recovery is one signal of a resolve: its value now beside its peak.
+type recovery struct {
+	Name string   `json:"name"`
+	Text string   `json:"text"`
+	Now  *float64 `json:"now,omitempty"`
+	Peak *float64 `json:"peak,omitempty"`
+	Unit string   `json:"unit,omitempty"`
 }
 
 type customDetails struct {
@@ -228,6 +232,7 @@ type customDetails struct {
 	Model       string     `json:"model,omitempty"`
 	Layer       string     `json:"layer,omitempty"`
 	Evidence    []evidence `json:"evidence,omitempty"`
+	Recovered   []recovery `json:"recovered,omitempty"`
 	Emergency   []string   `json:"emergency_steps,omitempty"`
 	RootCause   []string   `json:"root_cause_steps,omitempty"`
 	ExplainedBy []string   `json:"explained_by,omitempty"`
@@ -246,8 +251,8 @@ func details(ev notify.Event) customDetails {
 	d := customDetails{
 		Status:      string(ev.Status),
 		Kind:        string(ev.Kind),
-		Diagnosis:   truncate(ev.Diagnosis, maxDetailString),
-		Triage:      truncate(ev.Triage, maxDetailString),
+		Diagnosis:   truncate(strings.TrimSpace(ev.Diagnosis), maxDetailString),
+		Triage:      truncate(notify.Triage(ev), maxDetailString),
 		Replica:     truncate(ev.Replica, maxDetailString),
 		Model:       truncate(ev.Model, maxDetailString),
 		Layer:       truncate(ev.Layer, maxDetailString),
@@ -265,27 +270,48 @@ func details(ev notify.Event) customDetails {
 		}
 		return out
 	}
-	d.Emergency = strs(ev.Emergency)
+	if !notify.Resolved(ev) {
+		d.Emergency = strs(ev.Emergency)
+	}
 	d.RootCause = strs(ev.RootCause)
 	d.ExplainedBy = strs(ev.ExplainedBy)
 	d.Explains = strs(ev.Explains)
-	fields := ev.Evidence
-	if len(fields) > maxDetailItems {
-		d.Truncated = true
-		fields = fields[:maxDetailItems]
-	}
-	for _, f := range fields {
-		e := evidence{
-			Name:      truncate(f.Name, 200),
-			Text:      truncate(notify.FormatField(f), 500),
-			Value:     finite(f.Value),
-			Unit:      truncate(f.Unit, 50),
-			Threshold: truncate(f.Threshold, 200),
+	if notify.Resolved(ev) {
+		rs := notify.Recoveries(ev)
+		if len(rs) > maxDetailItems {
+			d.Truncated = true
+			rs = rs[:maxDetailItems]
 		}
-		if f.HasBase {
-			e.Baseline = finite(f.Baseline)
+		for _, r := range rs {
+			rec := recovery{Name: truncate(r.Name, 200), Text: truncate(r.Text(), 500)}
+			if r.Now != nil {
+				rec.Now, rec.Unit = &r.Now.Value, truncate(r.Now.Unit, 50)
+			}
+			if r.Peak != nil {
+				rec.Peak, rec.Unit = &r.Peak.Value, truncate(r.Peak.Unit, 50)
+			}
+			d.Recovered = append(d.Recovered, rec)
 		}
-		d.Evidence = append(d.Evidence, e)
+	} else {
+		fields := notify.Shown(ev.Evidence)
+		if len(fields) > maxDetailItems {
+			d.Truncated = true
+			fields = fields[:maxDetailItems]
+		}
+		for _, f := range fields {
+			e := evidence{
+				Name:      truncate(f.Name, 200),
+				Text:      truncate(notify.FormatField(f), 500),
+				Value:     f.Value,
+				Unit:      truncate(f.Unit, 50),
+				Threshold: truncate(notify.Rule(f), 200),
+			}
+			if f.HasBase && notify.Finite(f.Baseline) {
+				b := f.Baseline
+				e.Baseline = &b
+			}
+			d.Evidence = append(d.Evidence, e)
+		}
 	}
 	if !ev.StartsAt.IsZero() {
 		d.StartsAt = ev.StartsAt.UTC().Format(time.RFC3339)
@@ -297,14 +323,6 @@ func details(ev notify.Event) customDetails {
 		}
 	}
 	return d
-}
-
-// finite keeps NaN/Inf out of JSON, which cannot encode them.
-func finite(v float64) float64 {
-	if v != v || v > 1e300 || v < -1e300 {
-		return 0
-	}
-	return v
 }
 
 const truncMark = "…(truncated)"

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	slackapi "github.com/slack-go/slack"
@@ -103,46 +102,26 @@ func link(raw, label string) string {
 	return "<" + s + "|" + Escape(label) + ">"
 }
 
-func resolved(ev notify.Event) bool {
-	return ev.Kind == notify.KindResolve || ev.Status == notify.StatusResolved
-}
+func resolved(ev notify.Event) bool { return notify.Resolved(ev) }
 
-func marker(ev notify.Event) (emoji, word string) {
+func emoji(ev notify.Event) string {
 	if resolved(ev) {
-		return ":white_check_mark:", "RESOLVED"
+		return ":white_check_mark:"
 	}
 	switch ev.Severity {
 	case "critical":
-		return ":red_circle:", "CRITICAL"
+		return ":red_circle:"
 	case "warning":
-		return ":large_orange_circle:", "WARNING"
+		return ":large_orange_circle:"
 	default:
-		return ":large_blue_circle:", strings.ToUpper(Escape(ev.Severity))
+		return ":large_blue_circle:"
 	}
-}
-
-func duration(ev notify.Event) time.Duration {
-	if ev.StartsAt.IsZero() {
-		return 0
-	}
-	end := ev.EndsAt
-	if end.IsZero() {
-		end = ev.At
-	}
-	return end.Sub(ev.StartsAt).Round(time.Second)
 }
 
 // FallbackText is the message's top-level text: notifications, screen
-// readers, clients without Block Kit.
+// readers, clients without Block Kit. It is the page's title.
 func FallbackText(ev notify.Event) string {
-	_, word := marker(ev)
-	s := fmt.Sprintf("[%s] %s on %s: %s", word, Escape(ev.Class), Escape(ev.Replica), Escape(ev.Summary))
-	if resolved(ev) {
-		if d := duration(ev); d > 0 {
-			s += fmt.Sprintf(" (resolved after %s)", d)
-		}
-	}
-	return Truncate(s, MaxFallbackText)
+	return Truncate(Escape(notify.Title(ev)), MaxFallbackText)
 }
 
 func mrkdwn(s string) *slackapi.TextBlockObject {
@@ -166,25 +145,27 @@ func steps(title string, in []string) string {
 	return b.String()
 }
 
-// Blocks renders ev as the incident's Block Kit message: header, summary,
-// diagnosis, evidence as fields (value vs baseline), the emergency steps,
-// the root-cause steps, explanation and links. Limits are enforced and every
-// string from a replica is escaped.
+// Blocks renders ev as the incident's Block Kit message: the title as
+// header, the diagnosis with the layer triage and the facts, the evidence
+// (value vs baseline) or, on a resolve, each signal recovered vs its peak,
+// the emergency steps while firing, the root-cause steps, the explanation
+// and the links. Limits are enforced and every string from a replica is
+// escaped.
 func Blocks(ev notify.Event) []slackapi.Block {
-	emoji, word := marker(ev)
-	header := Truncate(fmt.Sprintf("%s %s · %s · %s", emoji, word, Escape(ev.Class), Escape(ev.Replica)), MaxHeader)
+	title := Escape(notify.Title(ev))
+	header := Truncate(emoji(ev)+" "+title, MaxHeader)
 	blocks := []slackapi.Block{slackapi.NewHeaderBlock(slackapi.NewTextBlockObject(slackapi.PlainTextType, header, true, false))}
 
-	var status string
-	if resolved(ev) {
-		status = "*Resolved*"
-		if d := duration(ev); d > 0 {
-			status += fmt.Sprintf(" after %s", d)
-		}
-		status += ". Last known state:\n"
+	var body []string
+	if utf8.RuneCountInString(emoji(ev)+" "+title) > MaxHeader {
+		body = append(body, "*"+title+"*") // the header had to be cut: the whole title once
 	}
-	blocks = append(blocks, section(status+"*"+Escape(ev.Summary)+"*"))
-
+	if d := strings.TrimSpace(ev.Diagnosis); d != "" {
+		body = append(body, "*Diagnosis*\n"+Escape(d))
+	}
+	if t := notify.Triage(ev); t != "" {
+		body = append(body, "*Layer triage*: "+Escape(t))
+	}
 	var facts []*slackapi.TextBlockObject
 	addFact := func(name, value string) {
 		if value != "" {
@@ -197,35 +178,39 @@ func Blocks(ev notify.Event) []slackapi.Block {
 	if !ev.StartsAt.IsZero() {
 		addFact("Since", fmt.Sprintf("<!date^%d^{date_short_pretty} {time}|%s>", ev.StartsAt.Unix(), ev.StartsAt.UTC().Format("2006-01-02 15:04 UTC")))
 	}
-	diag := "*Diagnosis*\n" + Escape(ev.Diagnosis)
-	if ev.Diagnosis == "" {
-		diag = "*Diagnosis*\n(none)"
+	if len(body) == 0 {
+		body = append(body, "*"+title+"*")
 	}
-	if ev.Triage != "" {
-		diag += "\n*Layer triage*: " + Escape(ev.Triage)
-	}
-	blocks = append(blocks, slackapi.NewSectionBlock(mrkdwn(Truncate(diag, MaxSectionText)), facts, nil))
+	blocks = append(blocks, slackapi.NewSectionBlock(mrkdwn(Truncate(strings.Join(body, "\n"), MaxSectionText)), facts, nil))
 
-	if len(ev.Evidence) > 0 {
-		fields := ev.Evidence
-		title := "*Evidence* (value vs baseline)"
-		if len(fields) > maxEvidence {
-			title += fmt.Sprintf(" — %d more truncated", len(fields)-maxEvidence)
-			fields = fields[:maxEvidence]
+	var items []string
+	heading := "*Evidence* (value vs baseline)"
+	if resolved(ev) {
+		heading = "*Recovered* (now vs peak)"
+		for _, r := range notify.Recoveries(ev) {
+			items = append(items, "*"+Escape(r.Name)+"*\n"+Escape(r.Value()))
 		}
-		for i := 0; i < len(fields); i += MaxFields {
-			var objs []*slackapi.TextBlockObject
-			for _, f := range fields[i:min(i+MaxFields, len(fields))] {
-				objs = append(objs, mrkdwn(Truncate(evidenceText(f), MaxFieldText)))
-			}
-			var text *slackapi.TextBlockObject
-			if i == 0 {
-				text = mrkdwn(title)
-			}
-			blocks = append(blocks, slackapi.NewSectionBlock(text, objs, nil))
+	} else {
+		for _, f := range notify.Shown(ev.Evidence) {
+			items = append(items, "*"+Escape(f.Name)+"*\n"+Escape(notify.FieldValue(f)))
 		}
 	}
-	if len(ev.Emergency) > 0 {
+	if len(items) > maxEvidence {
+		heading += fmt.Sprintf(" — %d more truncated", len(items)-maxEvidence)
+		items = items[:maxEvidence]
+	}
+	for i := 0; i < len(items); i += MaxFields {
+		var objs []*slackapi.TextBlockObject
+		for _, it := range items[i:min(i+MaxFields, len(items))] {
+			objs = append(objs, mrkdwn(Truncate(it, MaxFieldText)))
+		}
+		var text *slackapi.TextBlockObject
+		if i == 0 {
+			text = mrkdwn(heading)
+		}
+		blocks = append(blocks, slackapi.NewSectionBlock(text, objs, nil))
+	}
+	if len(ev.Emergency) > 0 && !resolved(ev) {
 		blocks = append(blocks, section(steps(":rotating_light: *Do now*", ev.Emergency)))
 	}
 	if len(ev.RootCause) > 0 {
@@ -245,28 +230,19 @@ func Blocks(ev notify.Event) []slackapi.Block {
 	if l := link(ev.RunbookURL, "Runbook"); l != "" {
 		links = append(links, l)
 	}
-	if l := link(ev.AlertURL, "Alert API"); l != "" {
+	if l := link(ev.AlertURL, "Alert"); l != "" {
 		links = append(links, l)
 	}
-	links = append(links, fmt.Sprintf("fingerprint `%s` · event %d", Escape(ev.Fingerprint), ev.Seq))
-	blocks = append(blocks, slackapi.NewContextBlock("", mrkdwn(Truncate(strings.Join(links, " · "), MaxSectionText))))
+	links = append(links, fmt.Sprintf("%s · fingerprint `%s` · event %d", Escape(ev.Class), Escape(ev.Fingerprint), ev.Seq))
+	linkBlock := slackapi.NewContextBlock("", mrkdwn(Truncate(strings.Join(links, " · "), MaxSectionText)))
 
-	if len(blocks) > MaxBlocks {
-		blocks = append(blocks[:MaxBlocks-1], section("…(further blocks truncated)"))
+	// The links come last and are never the block that is cut.
+	if len(blocks) > MaxBlocks-1 {
+		blocks = append(blocks[:MaxBlocks-2], section("…(further blocks truncated)"))
 	}
+	blocks = append(blocks, linkBlock)
 	shrink(blocks)
 	return blocks
-}
-
-func evidenceText(f notify.Field) string {
-	s := "*" + Escape(f.Name) + "*\n" + Escape(notify.FormatValue(f.Value, f.Unit))
-	if f.HasBase {
-		s += " vs " + Escape(notify.FormatValue(f.Baseline, f.Unit))
-	}
-	if f.Threshold != "" {
-		s += " (" + Escape(f.Threshold) + ")"
-	}
-	return s
 }
 
 // shrink cuts the longest texts until the message's total text fits
@@ -316,14 +292,10 @@ func texts(b slackapi.Block) []*slackapi.TextBlockObject {
 // for the thread reply; "" when nothing a human needs to hear changed.
 func ChangeText(last, ev notify.Event) string {
 	if resolved(ev) {
-		s := ":white_check_mark: *Resolved*"
-		if d := duration(ev); d > 0 {
-			s += fmt.Sprintf(" after %s", d)
-		}
-		return s + "."
+		return Truncate(":white_check_mark: "+Escape(notify.Title(ev)), MaxSectionText)
 	}
 	if ev.Kind == notify.KindRepeat {
-		return fmt.Sprintf(":repeat: Still firing after %s: %s", duration(ev), Escape(ev.Summary))
+		return Truncate(fmt.Sprintf(":repeat: Still firing after %s: %s", notify.FormatDuration(notify.Lasted(ev)), Escape(notify.Headline(ev))), MaxSectionText)
 	}
 	var parts []string
 	if last.Severity != "" && last.Severity != ev.Severity {
@@ -345,7 +317,7 @@ func ChangeText(last, ev notify.Event) string {
 	for _, f := range last.Evidence {
 		seen[f.Name] = true
 	}
-	for _, f := range ev.Evidence {
+	for _, f := range notify.Shown(ev.Evidence) {
 		if !seen[f.Name] {
 			added = append(added, Escape(notify.FormatField(f)))
 		}

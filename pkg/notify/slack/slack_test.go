@@ -69,6 +69,16 @@ func messageJSON(t *testing.T, text, blocks string) []byte {
 	return out.Bytes()
 }
 
+// recoveredValues are a replica's values as an incident resolves, named
+// the way the alert tracker names them.
+func recoveredValues() []notify.Field {
+	return []notify.Field{
+		{Name: "queued requests", Value: 4},
+		{Name: "KV cache usage", Value: 0.62, Unit: "ratio"},
+		{Name: "time to first token p99", Value: 0.41, Unit: "s"},
+	}
+}
+
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("testdata", name)
@@ -124,6 +134,7 @@ func TestLifecycleAndGoldenMessages(t *testing.T) {
 			inc.Last = esc
 			res := notifytest.Resolve(esc, notifytest.T0.Add(17*time.Minute+12*time.Second))
 			res.Severity = ev.Severity
+			res.Recovered = recoveredValues()
 			if err := n.NotifyIncident(ctx5(t), res, inc); err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +146,8 @@ func TestLifecycleAndGoldenMessages(t *testing.T) {
 				t.Errorf("parent updated %d times, want 2", parent.Updates)
 			}
 			replies := srv.Replies(parent.TS)
-			if len(replies) != 2 || !strings.Contains(replies[0].Text, "scalated") || !strings.Contains(replies[1].Text, "Resolved* after 17m12s") {
+			if len(replies) != 2 || !strings.Contains(replies[0].Text, "scalated") || !strings.Contains(replies[1].Text, "[RESOLVED]") ||
+				!strings.Contains(replies[1].Text, "recovered after 17 min; queue 4") {
 				t.Errorf("thread replies %+v", replies)
 			}
 			var lastUpdate notifytest.Request
@@ -143,7 +155,7 @@ func TestLifecycleAndGoldenMessages(t *testing.T) {
 				if r.Method == "chat.update" {
 					lastUpdate = r
 				}
-				if r.Method == "chat.postMessage" && r.Form.Get("thread_ts") != "" && strings.Contains(r.Form.Get("text"), "Resolved") && r.Form.Get("reply_broadcast") != "true" {
+				if r.Method == "chat.postMessage" && r.Form.Get("thread_ts") != "" && strings.Contains(r.Form.Get("text"), "[RESOLVED]") && r.Form.Get("reply_broadcast") != "true" {
 					t.Error("the resolve reply is not broadcast to the channel")
 				}
 			}

@@ -1,0 +1,297 @@
+package notify
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+)
+
+// This file is the one place that turns an event's numbers and state into
+// words. The log, Slack and PagerDuty renderers all call it, so a value
+// reads the same on every page: ratios as percent, seconds and counts with
+// three significant digits (detect.FormatNumber, which the diagnose report
+// shares), rates with "/s".
+
+// Finite reports whether v can be shown: NaN and ±Inf are never printed;
+// the field carrying them is left out instead.
+func Finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// FormatValue renders v in unit: "ratio" (a fraction 0-1) as percent, "%"
+// as percent, "/s" and other "/x" units glued to the number, any other unit
+// after a space. v must be finite (see Finite).
+func FormatValue(v float64, unit string) string {
+	switch unit {
+	case "ratio":
+		return detect.FormatNumber(v*100) + "%"
+	case "%":
+		return detect.FormatNumber(v) + "%"
+	case "":
+		return detect.FormatNumber(v)
+	}
+	if strings.HasPrefix(unit, "/") {
+		return detect.FormatNumber(v) + unit
+	}
+	return detect.FormatNumber(v) + " " + unit
+}
+
+// Shown returns the fields whose value can be printed, in order.
+func Shown(fields []Field) []Field {
+	var out []Field
+	for _, f := range fields {
+		if Finite(f.Value) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// hasBaseline reports whether the field carries a printable baseline.
+func hasBaseline(f Field) bool { return f.HasBase && Finite(f.Baseline) }
+
+// Rule is the field's threshold as it should be printed: a rule relative
+// to a baseline ("≥ 5x baseline") says nothing when there is no baseline,
+// so it is dropped then.
+func Rule(f Field) string {
+	if f.Threshold == "" {
+		return ""
+	}
+	if !hasBaseline(f) && strings.Contains(strings.ToLower(f.Threshold), "baseline") {
+		return ""
+	}
+	return f.Threshold
+}
+
+// FieldValue is the value with its baseline and rule: "8.1 s (baseline
+// 0.42 s; rule >= 3x baseline)". Without a baseline, only the value and
+// an absolute rule.
+func FieldValue(f Field) string {
+	s := FormatValue(f.Value, f.Unit)
+	var extra []string
+	if hasBaseline(f) {
+		extra = append(extra, "baseline "+FormatValue(f.Baseline, f.Unit))
+	}
+	if r := Rule(f); r != "" {
+		extra = append(extra, "rule "+r)
+	}
+	if len(extra) > 0 {
+		s += " (" + strings.Join(extra, "; ") + ")"
+	}
+	return s
+}
+
+// FormatField is "name: value (baseline b; rule r)".
+func FormatField(f Field) string { return f.Name + ": " + FieldValue(f) }
+
+// Recovery is one signal of a resolve: its value as the incident ends
+// beside its value at the incident's worst round.
+type Recovery struct {
+	Name    string
+	Now     *Field // nil when the replica no longer reports it
+	Peak    *Field // nil when the signal was not part of the evidence
+	Summary bool   // a user-facing signal (queue, time to first token, aborts) shown in the title
+}
+
+// Text is "name: 3 (peak 294)", "name: 3" or "name: peak 294".
+func (r Recovery) Text() string { return r.Name + ": " + r.Value() }
+
+// Value is "3 (peak 294)", "3" or "peak 294".
+func (r Recovery) Value() string {
+	switch {
+	case r.Now != nil && r.Peak != nil:
+		return FormatValue(r.Now.Value, r.Now.Unit) + " (peak " + FormatValue(r.Peak.Value, r.Peak.Unit) + ")"
+	case r.Now != nil:
+		return FormatValue(r.Now.Value, r.Now.Unit)
+	case r.Peak != nil:
+		return "peak " + FormatValue(r.Peak.Value, r.Peak.Unit)
+	}
+	return ""
+}
+
+// signal identifies what a field measures, so a recovered value finds the
+// peak evidence of the same quantity although detectors and the snapshot
+// name it differently ("KV cache usage (max in range)" vs "KV cache
+// usage"); short is its name in a title.
+type signal struct {
+	key, short string
+	user       bool // what users feel: shown in the resolve's title
+}
+
+// signals are matched in order; the first whose every word occurs in the
+// field's name (and whose unit agrees) wins.
+var signals = []struct {
+	words []string
+	units []string
+	sig   signal
+}{
+	{[]string{"queued requests"}, []string{""}, signal{"queue", "queue", true}},
+	{[]string{"time to first token", "p99"}, []string{"s"}, signal{"ttft_p99", "p99 TTFT", true}},
+	{[]string{"ttft p99"}, []string{"s"}, signal{"ttft_p99", "p99 TTFT", true}},
+	{[]string{"aborted requests"}, []string{"/s"}, signal{"aborts", "aborted", true}},
+	{[]string{"running requests"}, []string{""}, signal{"running", "running", false}},
+	{[]string{"kv cache usage"}, []string{"ratio"}, signal{"kv", "KV usage", false}},
+	{[]string{"hit rate"}, []string{"ratio"}, signal{"hit_rate", "hit rate", false}},
+	{[]string{"retracted requests"}, []string{"/s"}, signal{"retractions", "retracted", false}},
+	{[]string{"inter-token latency p99"}, []string{"s"}, signal{"itl_p99", "p99 ITL", false}},
+}
+
+func signalOf(f Field) (signal, bool) {
+	name := strings.ToLower(f.Name)
+	for _, s := range signals {
+		unitOK := false
+		for _, u := range s.units {
+			unitOK = unitOK || u == f.Unit
+		}
+		if !unitOK {
+			continue
+		}
+		all := true
+		for _, w := range s.words {
+			all = all && strings.Contains(name, w)
+		}
+		if all && !strings.HasPrefix(name, "triage:") {
+			return s.sig, true
+		}
+	}
+	return signal{}, false
+}
+
+// Recoveries pairs a resolve's recovered values with its peak evidence,
+// signal by signal: first every recovered value (with its peak when the
+// evidence has the same signal), then the peak evidence nothing recovered
+// matched. Non-finite values are left out.
+func Recoveries(ev Event) []Recovery {
+	peaks := Shown(ev.Evidence)
+	used := make([]bool, len(peaks))
+	var out []Recovery
+	for _, now := range Shown(ev.Recovered) {
+		r := Recovery{Name: now.Name, Now: &now}
+		if sig, ok := signalOf(now); ok {
+			r.Summary = sig.user
+			for i := range peaks {
+				if used[i] {
+					continue
+				}
+				if ps, ok := signalOf(peaks[i]); ok && ps.key == sig.key {
+					r.Peak, used[i] = &peaks[i], true
+					break
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	for i := range peaks {
+		if !used[i] {
+			out = append(out, Recovery{Name: peaks[i].Name, Peak: &peaks[i]})
+		}
+	}
+	return out
+}
+
+// Resolved reports whether ev ends its incident.
+func Resolved(ev Event) bool { return ev.Kind == KindResolve || ev.Status == StatusResolved }
+
+// StateWord is the page's state in one word: RESOLVED, CRITICAL, WARNING,
+// INFO.
+func StateWord(ev Event) string {
+	if Resolved(ev) {
+		return "RESOLVED"
+	}
+	if ev.Severity == "" {
+		return "INFO"
+	}
+	return strings.ToUpper(ev.Severity)
+}
+
+// Headline is the event's one line: where, what is happening and what
+// users feel. Events built without one fall back to the replica and the
+// finding's summary.
+func Headline(ev Event) string {
+	if h := strings.TrimSpace(ev.Headline); h != "" {
+		return h
+	}
+	switch {
+	case ev.Replica != "" && ev.Summary != "":
+		return ev.Replica + ": " + ev.Summary
+	case ev.Summary != "":
+		return ev.Summary
+	case ev.Replica != "":
+		return ev.Replica + ": " + ev.Class
+	}
+	return ev.Class
+}
+
+// Title is the page's title on every integration: "[CRITICAL] headline",
+// or for a resolve "[RESOLVED] headline — recovered after 12 min; queue 3
+// (peak 294), p99 TTFT 0.4 s (peak 8.1 s)".
+func Title(ev Event) string {
+	s := "[" + StateWord(ev) + "] " + Headline(ev)
+	if !Resolved(ev) {
+		return s
+	}
+	s += " — recovered"
+	if d := Lasted(ev); d > 0 {
+		s += " after " + FormatDuration(d)
+	}
+	var parts []string
+	for _, r := range Recoveries(ev) {
+		if r.Summary {
+			sig, _ := signalOf(*r.Now)
+			parts = append(parts, sig.short+" "+r.Value())
+		}
+	}
+	if len(parts) > 0 {
+		s += "; " + strings.Join(parts, ", ")
+	}
+	return s
+}
+
+// Lasted is how long the incident has been (or was) firing; 0 when unknown.
+func Lasted(ev Event) time.Duration {
+	if ev.StartsAt.IsZero() {
+		return 0
+	}
+	end := ev.EndsAt
+	if end.IsZero() {
+		end = ev.At
+	}
+	if end.Before(ev.StartsAt) {
+		return 0
+	}
+	return end.Sub(ev.StartsAt)
+}
+
+// FormatDuration renders a duration for people: "45 s", "12 min",
+// "1 h 5 min", "2 d 3 h".
+func FormatDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	case d < 24*time.Hour:
+		h, m := int(d.Hours()), int(d.Minutes())%60
+		if m == 0 {
+			return fmt.Sprintf("%d h", h)
+		}
+		return fmt.Sprintf("%d h %d min", h, m)
+	}
+	days, h := int(d.Hours())/24, int(d.Hours())%24
+	if h == 0 {
+		return fmt.Sprintf("%d d", days)
+	}
+	return fmt.Sprintf("%d d %d h", days, h)
+}
+
+// Triage is the triage line to show, "" when there is none or the
+// diagnosis already carries it.
+func Triage(ev Event) string {
+	t := strings.TrimSpace(ev.Triage)
+	if t == "" || strings.Contains(ev.Diagnosis, t) {
+		return ""
+	}
+	return t
+}

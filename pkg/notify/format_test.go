@@ -1,0 +1,131 @@
+package notify_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+func TestFormatValueOneStylePerUnit(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		unit string
+		want string
+	}{
+		{0.545, "ratio", "54.5%"},
+		{1, "ratio", "100%"},
+		{0.04, "ratio", "4%"},
+		{97, "%", "97%"},
+		{8.1, "s", "8.1 s"},
+		{0.41234, "s", "0.412 s"},
+		{0.625, "/s", "0.625/s"},
+		{1830, "tokens/s", "1830 tokens/s"},
+		{294, "", "294"},
+		{3900.4, "tokens", "3900 tokens"},
+	} {
+		if got := notify.FormatValue(c.v, c.unit); got != c.want {
+			t.Errorf("FormatValue(%v, %q) = %q, want %q", c.v, c.unit, got, c.want)
+		}
+	}
+}
+
+func TestFieldWithoutBaselineDropsRelativeRule(t *testing.T) {
+	rel := notify.Field{Name: "retracted requests/s", Value: 0.625, Unit: "/s", Threshold: ">= 5x baseline"}
+	if got := notify.FormatField(rel); got != "retracted requests/s: 0.625/s" {
+		t.Errorf("no baseline: %q", got)
+	}
+	rel.Baseline, rel.HasBase = math.NaN(), true
+	if got := notify.FormatField(rel); got != "retracted requests/s: 0.625/s" {
+		t.Errorf("NaN baseline: %q", got)
+	}
+	rel.Baseline = 0.1
+	if got := notify.FormatField(rel); got != "retracted requests/s: 0.625/s (baseline 0.1/s; rule >= 5x baseline)" {
+		t.Errorf("with baseline: %q", got)
+	}
+	abs := notify.Field{Name: "KV cache usage", Value: 1, Unit: "ratio", Threshold: ">= 99%"}
+	if got := notify.FormatField(abs); got != "KV cache usage: 100% (rule >= 99%)" {
+		t.Errorf("absolute rule: %q", got)
+	}
+	shown := notify.Shown([]notify.Field{{Name: "a", Value: math.NaN()}, {Name: "b", Value: 1}, {Name: "c", Value: math.Inf(1)}})
+	if len(shown) != 1 || shown[0].Name != "b" {
+		t.Errorf("Shown = %+v, want only the finite field", shown)
+	}
+}
+
+func TestTitle(t *testing.T) {
+	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	ev := notify.Event{Class: "preempt_storm", Severity: "critical", Replica: "sgl-b", Kind: notify.KindTrigger, Status: notify.StatusFiring,
+		Summary: "Preemption storm: 0.625 retracted requests/s", StartsAt: at, At: at}
+	if got := notify.Title(ev); got != "[CRITICAL] sgl-b: Preemption storm: 0.625 retracted requests/s" {
+		t.Errorf("fallback title %q", got)
+	}
+	ev.Headline = "sgl-b: requests preempted 0.6/s, KV cache full; queue 294, p99 TTFT 8.1 s"
+	if got := notify.Title(ev); got != "[CRITICAL] "+ev.Headline {
+		t.Errorf("title %q", got)
+	}
+	res := ev
+	res.Kind, res.Status, res.EndsAt, res.At = notify.KindResolve, notify.StatusResolved, at.Add(12*time.Minute), at.Add(12*time.Minute)
+	res.Headline = "sgl-b: requests preempted, KV cache full"
+	res.Evidence = []notify.Field{
+		{Name: "retracted requests/s", Value: 0.625, Unit: "/s"},
+		{Name: "queued requests", Value: 294},
+		{Name: "TTFT p99", Value: 8.1, Unit: "s"},
+		{Name: "KV cache usage (max in range)", Value: 1, Unit: "ratio"},
+		{Name: "triage: running requests (avg)", Value: 12},
+	}
+	res.Recovered = []notify.Field{
+		{Name: "queued requests", Value: 3},
+		{Name: "running requests", Value: 40},
+		{Name: "KV cache usage", Value: 0.55, Unit: "ratio"},
+		{Name: "retracted requests", Value: 0, Unit: "/s"},
+		{Name: "time to first token p99", Value: 0.4, Unit: "s"},
+		{Name: "inter-token latency p99", Value: math.NaN(), Unit: "s"},
+	}
+	want := "[RESOLVED] sgl-b: requests preempted, KV cache full — recovered after 12 min; queue 3 (peak 294), p99 TTFT 0.4 s (peak 8.1 s)"
+	if got := notify.Title(res); got != want {
+		t.Errorf("resolve title\n got %q\nwant %q", got, want)
+	}
+	var texts []string
+	for _, r := range notify.Recoveries(res) {
+		texts = append(texts, r.Text())
+	}
+	wantTexts := []string{
+		"queued requests: 3 (peak 294)",
+		"running requests: 40",
+		"KV cache usage: 55% (peak 100%)",
+		"retracted requests: 0/s (peak 0.625/s)",
+		"time to first token p99: 0.4 s (peak 8.1 s)",
+		"triage: running requests (avg): peak 12",
+	}
+	if strings.Join(texts, "\n") != strings.Join(wantTexts, "\n") {
+		t.Errorf("recoveries\n got %q\nwant %q", texts, wantTexts)
+	}
+}
+
+func TestTriageShownOnce(t *testing.T) {
+	ev := notify.Event{Diagnosis: "KV pool full.", Triage: "admission bottleneck: 3 running, 200 queued"}
+	if notify.Triage(ev) != ev.Triage {
+		t.Errorf("triage dropped")
+	}
+	ev.Diagnosis += " Layer triage: " + ev.Triage
+	if notify.Triage(ev) != "" {
+		t.Errorf("triage shown although the diagnosis states it")
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		45 * time.Second:                "45 s",
+		12*time.Minute + 30*time.Second: "12 min",
+		time.Hour:                       "1 h",
+		65 * time.Minute:                "1 h 5 min",
+		51 * time.Hour:                  "2 d 3 h",
+	} {
+		if got := notify.FormatDuration(d); got != want {
+			t.Errorf("FormatDuration(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
