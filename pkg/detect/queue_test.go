@@ -100,7 +100,8 @@ func TestQueueLatencyVariants(t *testing.T) {
 				t.Errorf("layer %s, want %s", f.Layer, tt.layer)
 			}
 			withTriage(t, f, tt.triage)
-			contains(t, "diagnosis", f.Diagnosis, tt.want...)
+			// The triage is its own line on the page, beside the diagnosis.
+			contains(t, "diagnosis and triage", f.Diagnosis+" "+f.Triage, tt.want...)
 		})
 	}
 }

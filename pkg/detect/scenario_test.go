@@ -467,10 +467,11 @@ func (s *scenario) stopCounters(at time.Duration) *scenario {
 	return s
 }
 
-// withTriage asserts the finding carries a layer triage with the verdict.
+// withTriage asserts the finding carries a layer triage with the verdict,
+// once: in its triage line, not again in the diagnosis.
 func withTriage(t *testing.T, f detect.Finding, want detect.TriageVerdict) {
 	t.Helper()
-	if f.TriageVerdict != want || !strings.Contains(f.Triage, "Next step:") || !strings.Contains(f.Diagnosis, "Layer triage:") {
+	if f.TriageVerdict != want || !strings.Contains(f.Triage, "Next step:") || strings.Contains(f.Diagnosis, "Layer triage:") {
 		t.Errorf("triage = %q (%s), want %s; diagnosis: %s", f.Triage, f.TriageVerdict, want, f.Diagnosis)
 	}
 }

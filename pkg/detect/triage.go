@@ -48,11 +48,13 @@ type TriageResult struct {
 	// when exposed, else the highest num_running_reqs in the lookback.
 	Capacity       float64 `json:"capacity,omitempty"`
 	CapacitySource string  `json:"capacity_source,omitempty"`
-	KVUsage        float64 `json:"kv_usage,omitempty"`
-	KVUsageOK      bool    `json:"-"`
-	RunningHigh    bool    `json:"running_high"`
-	WaitingHigh    bool    `json:"waiting_high"`
-	LatencyHigh    bool    `json:"latency_high"`
+	// KVUsage is the highest KV cache usage (0-1) in the triage range, of
+	// the fullest data-parallel rank: what the KV detectors' verdicts read.
+	KVUsage     float64 `json:"kv_usage,omitempty"`
+	KVUsageOK   bool    `json:"-"`
+	RunningHigh bool    `json:"running_high"`
+	WaitingHigh bool    `json:"waiting_high"`
+	LatencyHigh bool    `json:"latency_high"`
 	// Reason states the numbers behind the verdict; NextStep what to do.
 	Reason   string `json:"reason"`
 	NextStep string `json:"next_step"`
@@ -131,7 +133,14 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	} else if v, ok := w.Max(Sel(series.NumRunningReqs), now.Add(-c.CapacityLookback), now); ok && v > 0 {
 		t.Capacity, t.CapacitySource = v, "the highest running count in the last "+dur(c.CapacityLookback)
 	}
-	t.KVUsage, t.KVUsageOK = kvUsage(w, w.Avg, from, now)
+	// KV usage is read as its highest value in the range, on the fullest
+	// rank, the way preempt_storm reads "KV pool full". A pool that is full
+	// blocks admission whenever it is full: between bursts of retractions
+	// it drains for a moment, so an average over the range (0.545 where the
+	// pool hit 100% every few scrapes) would call a memory-bound replica
+	// "room left" and send on-call to --max-running-requests. The verdict
+	// that claims unused room must only be given when the pool never filled.
+	t.KVUsage, t.KVUsageOK = kvUsage(w, w.Max, from, now)
 	kvFull := t.KVUsageOK && t.KVUsage >= c.KVFullUsage
 
 	t.WaitingHigh = queued >= c.MinQueued && queued >= c.QueuedToRunning*running
@@ -148,7 +157,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	}
 	nums += fmt.Sprintf(", %s queued", num(queued))
 	if t.KVUsageOK {
-		nums += fmt.Sprintf(", KV usage %s", num(t.KVUsage))
+		nums += fmt.Sprintf(", KV cache usage up to %s%%", num(t.KVUsage*100))
 	}
 	t.Reason = nums
 
@@ -156,6 +165,9 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	case t.RunningHigh && t.WaitingHigh:
 		t.Verdict, t.Layer = TriageSaturated, LayerQueue
 		t.NextStep = "the replica works at its limit and requests wait for a slot: add replicas or shed load at the router (max concurrency with a fast 503); raising --max-running-requests only helps while KV usage leaves room"
+		if kvFull {
+			t.NextStep = "the replica works at its limit and the KV pool is full, so requests wait for memory as much as for a slot: add replicas or shed load at the router (max concurrency with a fast 503); do not raise --max-running-requests, the pool has no room for more"
+		}
 	case t.WaitingHigh && kvFull:
 		t.Verdict, t.Layer = TriageAdmission, LayerMemory
 		t.NextStep = "admission is blocked by KV memory (the pool is full, waiting requests cannot be admitted): find what holds the KV — long outputs without max_new_tokens, a collapsed prefix hit rate, retractions (see kv_saturation, cache_collapse, preempt_storm)"
@@ -197,13 +209,11 @@ func (c TriageConfig) latencyUp(w Window, now time.Time) bool {
 	return false
 }
 
-// annotate puts the triage into a finding: the page line, the verdict, the
-// numbers as evidence and one sentence in the diagnosis.
+// annotate gives a finding the triage: the page line and the verdict.
+// The line is not repeated in the diagnosis nor its numbers in the
+// evidence: a page shows the triage once, and the assessment replaces it
+// with the replica's one triage of the round.
 func (t TriageResult) annotate(f *Finding) {
 	f.Triage = t.String()
 	f.TriageVerdict = t.Verdict
-	f.Evidence = append(f.Evidence, t.Evidence()...)
-	if t.Verdict != TriageUnknown {
-		f.Diagnosis = sentence(f.Diagnosis, "Layer triage: "+t.Label()+" — "+t.Reason+".")
-	}
 }

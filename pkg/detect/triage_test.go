@@ -3,6 +3,7 @@ package detect_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -81,6 +82,9 @@ func TestTriageNumbers(t *testing.T) {
 		t.Errorf("triage = %+v", tr)
 	}
 	contains(t, "triage line", tr.String(), "admission bottleneck (running low, waiting high)", "8 running (capacity 40", "47 queued")
+	if strings.Contains(tr.String(), "n/a") {
+		t.Errorf("triage line prints n/a: %s", tr)
+	}
 	if ev := tr.Evidence(); len(ev) != 2 || ev[0].Value != 8 || ev[0].Baseline != 40 || ev[1].Value != 47 {
 		t.Errorf("evidence = %+v", ev)
 	}
@@ -94,4 +98,75 @@ func TestTriageOnPreemptStormAndCacheCollapse(t *testing.T) {
 	c := one(t, run(t, runbookSnapshot(), detect.CacheCollapse))
 	withTriage(t, c, detect.TriageAdmission)
 	contains(t, "triage", c.Triage, "KV memory")
+}
+
+// kvFullInBursts is a KV pool that hits 100% every third scrape during a
+// storm and drains to 30% between the retractions: its average over the
+// triage minute is about 0.53, its highest value 1.
+func kvFullInBursts(el time.Duration) float64 {
+	if el < incident {
+		return 0.5
+	}
+	if (el/(5*time.Second))%3 == 0 {
+		return 1
+	}
+	return 0.3
+}
+
+// The triage reads KV usage as the preemption detector does (the highest
+// value in the range on the fullest rank). A storm whose pool fills in
+// bursts is admission blocked by KV memory, never "the scheduler leaves
+// room unused", which would send on-call to raise --max-running-requests.
+func TestTriageAgreesWithKVFullStorm(t *testing.T) {
+	s := preemptStorm(2).with(
+		gauge(series.NumRunningReqs, stepAt(incident, 40, 8)),
+		gauge(series.NumQueueReqs, stepAt(incident, 2, 60)),
+		gauge(series.TokenUsage, kvFullInBursts),
+		gauge(series.FullTokenUsage, kvFullInBursts))
+	f := one(t, run(t, s, detect.PreemptStorm))
+	if kv := evidenceNamed(t, f, "KV cache usage"); kv.Value < 0.99 {
+		t.Fatalf("the storm's own evidence should say the pool filled: %+v", kv)
+	}
+	tr := triageOf(t, s)
+	for what, got := range map[string]string{"Triage": tr.String(), "the finding's triage": f.Triage} {
+		if strings.Contains(got, "leaves room unused") {
+			t.Errorf("%s contradicts a full KV pool: %s", what, got)
+		}
+		contains(t, what, got, "admission is blocked by KV memory", "KV cache usage up to 100%")
+	}
+	if tr.Verdict != detect.TriageAdmission || tr.Layer != detect.LayerMemory || tr.KVUsage != 1 {
+		t.Errorf("verdict %s layer %s KV %v, want admission_bottleneck in kv_memory at KV 1", tr.Verdict, tr.Layer, tr.KVUsage)
+	}
+	if f.TriageVerdict != tr.Verdict {
+		t.Errorf("finding verdict %s, Triage %s", f.TriageVerdict, tr.Verdict)
+	}
+
+	// The same replica at its cap: saturated, and told not to raise the cap
+	// into a full pool.
+	sat := triageOf(t, s.with(gauge(series.NumRunningReqs, constant(40))))
+	if sat.Verdict != detect.TriageSaturated || !strings.Contains(sat.NextStep, "do not raise --max-running-requests") {
+		t.Errorf("saturated with a full pool: %s", sat)
+	}
+}
+
+// The triage is a page line of its own: a finding's diagnosis does not
+// repeat it, and its numbers are not added to the evidence a second time.
+func TestTriageIsNotRepeatedInDiagnosisOrEvidence(t *testing.T) {
+	for _, tc := range []struct {
+		s     *scenario
+		class detect.Class
+	}{{preemptStorm(2), detect.PreemptStorm}, {runbookSnapshot(), detect.CacheCollapse}} {
+		f := one(t, run(t, tc.s, tc.class))
+		if f.Triage == "" {
+			t.Fatalf("%s carries no triage", tc.class)
+		}
+		if strings.Contains(f.Diagnosis, "Layer triage") || strings.Contains(f.Diagnosis, f.Triage) {
+			t.Errorf("%s diagnosis repeats the triage: %s", tc.class, f.Diagnosis)
+		}
+		for _, e := range f.Evidence {
+			if strings.HasPrefix(e.Name, "triage:") {
+				t.Errorf("%s evidence repeats the triage numbers: %+v", tc.class, e)
+			}
+		}
+	}
 }
