@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -283,7 +285,8 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return fmt.Errorf("notify: %w", err)
 	}
 
-	tracker := alert.NewTracker(cfg.Alerts, alert.Links{ExternalURL: cfg.ExternalURL, Runbooks: cfg.Runbooks})
+	// Page links are set once the listen address is bound (pipeline.links).
+	tracker := alert.NewTracker(cfg.Alerts, alert.Links{})
 	var saved []alert.Alert
 	if err := stateStore.Load(eval.AlertsDocument, &saved, now); err != nil {
 		logger.Error("alert state unreadable; starting without it", zap.Error(err))
@@ -310,6 +313,9 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return err
 	}
 	p := &pipeline{scraper: scraper, loop: loop, dispatcher: dispatcher, logger: logger.Named("reload"), discovered: cfg.Discovery.Enabled() || cfg.Discovery.Shard.Total > 1}
+	p.pages = slices.ContainsFunc(dispatcher.Integrations(), func(n string) bool {
+		return n == notify.IntegrationSlack || n == notify.IntegrationPagerDuty
+	})
 	var disc *discovery.Discoverer
 	if p.discovered {
 		var kube kubernetes.Interface
@@ -329,12 +335,14 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		reloadFn = func() error { return reloader.Reload(time.Now()) }
 	}
 	srv, err := server.New(cfg.ListenAddress, server.Options{
-		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: reloadFn,
+		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: reloadFn, Notices: p.notices,
 		Listen: dio.listen,
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
 	}
+	p.listen = srv.Addr()
+	tracker.SetConfig(cfg.Alerts, p.links(cfg, logger)) // before the first round
 	logger.Info("watchdog started", zap.String("version", buildVersion()), zap.String("listen", srv.Addr()),
 		zap.Int("targets", len(targets)), zap.Int("detectors", len(detectors)), zap.Strings("integrations", dispatcher.Integrations()),
 		zap.String("state_dir", stateDir.Path()))
@@ -445,6 +453,11 @@ type pipeline struct {
 	scraper    *scrape.Manager
 	loop       *eval.Loop
 	logger     *zap.Logger
+
+	listen string // the bound listen address, a source of page links
+	pages  bool   // Slack or PagerDuty is configured
+	// linkWarning is the page-link notice for /readyz ("" for none).
+	linkWarning atomic.Pointer[string]
 }
 
 // apply makes the running pipeline use next. Everything is validated
@@ -476,11 +489,35 @@ func (p *pipeline) apply(old, next config.Config) error {
 		}
 		p.retire(removedNames(old.Targets, next.Targets), time.Now())
 	}
-	p.loop.Reconfigure(assess.New(detectors, assess.Config{Triage: next.Detectors.Triage, Correlation: next.Correlation}), next.Alerts, alert.Links{ExternalURL: next.ExternalURL, Runbooks: next.Runbooks})
+	p.loop.Reconfigure(assess.New(detectors, assess.Config{Triage: next.Detectors.Triage, Correlation: next.Correlation}), next.Alerts, p.links(next, p.logger))
 	p.dispatcher.SetRoutes(routes) // validated above
 
 	if restart := restartOnly(old, next); len(restart) > 0 {
 		p.logger.Warn("some changed settings take effect only after a restart", zap.Strings("settings", restart))
+	}
+	return nil
+}
+
+// links are the URLs pages carry: external_url, or an address of this
+// daemon derived from where it listens (config.PageLinkBase). When Slack or
+// PagerDuty would send links nobody configured, it is said loudly (logged
+// when it starts or changes, and in /readyz).
+func (p *pipeline) links(cfg config.Config, logger *zap.Logger) alert.Links {
+	base := cfg.PageLinkBase(p.listen, os.Hostname)
+	warning := ""
+	if p.pages {
+		warning = base.Warning()
+	}
+	if old := p.linkWarning.Swap(&warning); warning != "" && (old == nil || *old != warning) {
+		logger.Warn(warning, zap.String("links_base", base.URL), zap.String("derived_from", string(base.Source)))
+	}
+	return alert.Links{ExternalURL: base.URL, Runbooks: cfg.Runbooks}
+}
+
+// notices are the operator warnings /readyz shows.
+func (p *pipeline) notices() []string {
+	if w := p.linkWarning.Load(); w != nil && *w != "" {
+		return []string{*w}
 	}
 	return nil
 }

@@ -39,6 +39,9 @@ type Options struct {
 	Now func() time.Time
 	// Reload applies the configuration again (POST /-/reload); nil: 404.
 	Reload func() error
+	// Notices returns operator warnings shown in /readyz (e.g. page links
+	// no one configured); they do not make the daemon unready. nil: none.
+	Notices func() []string
 	// Listen binds the address; nil: net.Listen. Tests pass an in-memory
 	// network's.
 	Listen func(network, address string) (net.Listener, error)
@@ -147,11 +150,17 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		return
 	default:
 	}
+	detail := ""
+	if s.opts.Notices != nil {
+		for _, n := range s.opts.Notices() {
+			detail += "\nwarning: " + n
+		}
+	}
 	select {
 	case <-s.opts.Alerts.Ready():
-		w.Write([]byte("ready\n"))
+		w.Write([]byte("ready" + detail + "\n"))
 	default:
-		http.Error(w, "waiting for the first evaluation round", http.StatusServiceUnavailable)
+		http.Error(w, "waiting for the first evaluation round"+detail, http.StatusServiceUnavailable)
 	}
 }
 

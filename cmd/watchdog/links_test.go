@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
+)
+
+// linksConfig makes a preempt storm page within seconds.
+const linksConfig = `
+scrape: {interval: 100ms}
+evaluation: {interval: 100ms}
+detectors:
+  preempt_storm: {range: 2s, baseline: 5s, min_retractions_per_second: 1, critical_retractions_per_second: 2}
+alerts: {for: 300ms, keep_firing_for: 1s, resolved_retention: 1m, restore_grace: 2s}
+`
+
+// linkDaemon runs the real daemon on one fake replica with the given extra
+// environment; it returns the replica, the daemon's base URL and its logs.
+func linkDaemon(t *testing.T, extra map[string]string) (*fakeReplica, string, *lines) {
+	t.Helper()
+	rep := newFakeReplica()
+	srv := httptest.NewServer(rep)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "watchdog.yaml")
+	if err := os.WriteFile(cfgPath, []byte(linksConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"WATCHDOG_CONFIG":         cfgPath,
+		"WATCHDOG_TARGETS":        "r0=" + srv.URL,
+		"WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	collect(outR)
+	logs := collect(errR)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, nil, env, outW, errW)
+		outW.Close()
+		errW.Close()
+		done <- err
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	})
+	startLine := logs.waitFor(t, "start log line", func(s string) bool { return strings.Contains(s, "watchdog started") })
+	var started struct{ Listen string }
+	if err := json.Unmarshal([]byte(startLine), &started); err != nil || started.Listen == "" {
+		t.Fatalf("start line %q: %v", startLine, err)
+	}
+	return rep, "http://" + started.Listen, logs
+}
+
+// readyBody returns /readyz's body once it answers 200, asking again after
+// each scrape of the replica (readiness follows the first evaluation).
+func readyBody(t *testing.T, rep *fakeReplica, base string) string {
+	t.Helper()
+	for range 50 {
+		if code, body := get(t, base+"/readyz"); code == 200 {
+			return body
+		}
+		rep.waitScrapes(t, 1)
+	}
+	t.Fatal("/readyz never answered 200")
+	return ""
+}
+
+// Slack and PagerDuty configured without external_url: the daemon says so
+// at start-up and in /readyz (staying ready), and the pages carry absolute
+// runbook and alert links to this daemon's address, which answer.
+func TestPagesLinkToTheDaemonWithoutExternalURL(t *testing.T) {
+	slackSrv := notifytest.NewSlackServer()
+	t.Cleanup(slackSrv.Close)
+	pd := notifytest.NewPagerDutyServer()
+	t.Cleanup(pd.Close)
+	pdEvents := make(chan notifytest.Request, 100)
+	pd.Respond(func(_ int, r notifytest.Request) notifytest.Response { pdEvents <- r; return notifytest.Response{} })
+	rep, base, logs := linkDaemon(t, map[string]string{
+		"SLACK_BOT_TOKEN": secretToken, "SLACK_CHANNEL": "#oncall", "SLACK_API_URL": slackSrv.APIURL(),
+		"PAGERDUTY_ROUTING_KEY": secretKey, "PAGERDUTY_EVENTS_URL": pd.EventsURL(),
+	})
+
+	// Logged before the start line, which linkDaemon has waited for.
+	var warn string
+	for _, l := range strings.Split(logs.text(), "\n") {
+		if strings.Contains(l, "external_url is not set") {
+			warn = l
+		}
+	}
+	var w struct{ Level, LinksBase, DerivedFrom string }
+	if err := json.Unmarshal([]byte(strings.NewReplacer("links_base", "LinksBase", "derived_from", "DerivedFrom").Replace(warn)), &w); err != nil {
+		t.Fatalf("warning line %q: %v", warn, err)
+	}
+	if w.Level != "warn" || w.LinksBase != base || w.DerivedFrom != "listen_address" {
+		t.Errorf("warning %+v, want level warn, links_base %s from listen_address", w, base)
+	}
+	if body := readyBody(t, rep, base); !strings.HasPrefix(body, "ready\n") || !strings.Contains(body, "warning: external_url is not set") || !strings.Contains(body, base) {
+		t.Errorf("/readyz body %q lacks the external_url warning naming %s", body, base)
+	}
+
+	rep.waitScrapes(t, 30)
+	rep.setStorm(true)
+	var ev struct {
+		Action    string              `json:"event_action"`
+		DedupKey  string              `json:"dedup_key"`
+		ClientURL string              `json:"client_url"`
+		Links     []map[string]string `json:"links"`
+	}
+	for ev.Action != "trigger" {
+		select {
+		case r := <-pdEvents:
+			if err := json.Unmarshal(r.Body, &ev); err != nil {
+				t.Fatal(err)
+			}
+		case <-t.Context().Done():
+			t.Fatal("no PagerDuty trigger")
+		}
+	}
+	runbookURL, alertURL := base+"/runbooks/preempt_storm", base+"/api/v1/alerts?fingerprint="+ev.DedupKey
+	hrefs := map[string]bool{}
+	for _, l := range ev.Links {
+		hrefs[l["href"]] = true
+	}
+	if !hrefs[runbookURL] || !hrefs[alertURL] || ev.ClientURL != alertURL {
+		t.Errorf("PagerDuty links %v, client_url %q; want %s and %s", ev.Links, ev.ClientURL, runbookURL, alertURL)
+	}
+	if code, body := get(t, runbookURL); code != 200 || body == "" {
+		t.Errorf("runbook link answers %d", code)
+	}
+	if body := getJSON(t, alertURL, nil); !strings.Contains(body, ev.DedupKey) || !strings.Contains(body, "preempt_storm") {
+		t.Errorf("alert link answers %s", body)
+	}
+	var slackBlocks string
+	for _, r := range slackSrv.Requests() {
+		if r.Method == "chat.postMessage" && r.Form.Get("thread_ts") == "" && strings.Contains(r.Form.Get("blocks"), "preempt_storm") {
+			// JSON escapes <, > and & in strings.
+			slackBlocks = strings.NewReplacer(`\u003c`, "<", `\u003e`, ">", `\u0026`, "&").Replace(r.Form.Get("blocks"))
+		}
+	}
+	for _, u := range []string{runbookURL, alertURL} {
+		if !strings.Contains(slackBlocks, "<"+u+"|") {
+			t.Errorf("the Slack page does not link %s: %s", u, slackBlocks)
+		}
+	}
+}
+
+// No warning when external_url is set (its links are used) or when nothing
+// pages (only the log integration).
+func TestNoLinkWarningWhenConfiguredOrNotPaging(t *testing.T) {
+	slackSrv := notifytest.NewSlackServer()
+	t.Cleanup(slackSrv.Close)
+	for name, env := range map[string]map[string]string{
+		"external_url set": {"WATCHDOG_EXTERNAL_URL": "https://watchdog.example.com/",
+			"SLACK_BOT_TOKEN": secretToken, "SLACK_CHANNEL": "#oncall", "SLACK_API_URL": slackSrv.APIURL()},
+		"no paging integration": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep, base, logs := linkDaemon(t, env)
+			if body := readyBody(t, rep, base); body != "ready\n" {
+				t.Errorf("/readyz body %q, want no warning", body)
+			}
+			if strings.Contains(logs.text(), "external_url") {
+				t.Errorf("logged an external_url warning:\n%s", logs.text())
+			}
+		})
+	}
+}
