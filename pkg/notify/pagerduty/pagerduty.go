@@ -151,6 +151,7 @@ func BuildEvent(ev notify.Event, routingKey string) *pd.V2Event {
 	if notify.Resolved(ev) {
 		action = "resolve"
 	}
+	custom := details(ev)
 	e := &pd.V2Event{
 		RoutingKey: routingKey,
 		Action:     action,
@@ -163,7 +164,7 @@ func BuildEvent(ev notify.Event, routingKey string) *pd.V2Event {
 			Component: oneLine(ev.Model),
 			Group:     oneLine(ev.Class),
 			Class:     oneLine(ev.Class),
-			Details:   details(ev),
+			Details:   &custom,
 		},
 	}
 	if !ev.At.IsZero() {
@@ -175,9 +176,16 @@ func BuildEvent(ev notify.Event, routingKey string) *pd.V2Event {
 	if isHTTP(ev.AlertURL) {
 		e.ClientURL = ev.AlertURL
 	}
-	for _, l := range []struct{ href, text string }{{ev.RunbookURL, "Runbook: " + ev.Class}, {ev.AlertURL, "Alert in sglang-watchdog"}} {
+	// Links need an absolute URL; a path on the watchdog (no base URL is
+	// known) goes to the details, so the page still names it.
+	for _, l := range []struct {
+		href, text string
+		path       *string
+	}{{ev.RunbookURL, "Runbook: " + ev.Class, &custom.Runbook}, {ev.AlertURL, "Alert in sglang-watchdog", &custom.Alert}} {
 		if isHTTP(l.href) {
 			e.Links = append(e.Links, map[string]string{"href": l.href, "text": l.text})
+		} else if strings.HasPrefix(l.href, "/") {
+			*l.path = truncate(l.href, maxDetailString)
 		}
 	}
 	return e
@@ -243,6 +251,10 @@ type customDetails struct {
 	Fingerprint string     `json:"fingerprint"`
 	Seq         uint64     `json:"seq"`
 	Truncated   bool       `json:"truncated,omitempty"`
+	// Runbook and Alert are paths on the watchdog, set when no base URL
+	// makes them links.
+	Runbook string `json:"runbook,omitempty"`
+	Alert   string `json:"alert,omitempty"`
 }
 
 // details caps every string and list so the event stays far below the

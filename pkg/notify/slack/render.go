@@ -91,10 +91,15 @@ func isWordByte(c byte) bool {
 	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
-// link renders a trusted, configured URL as a mrkdwn link, or "" when it is
-// not an http(s) URL. Characters that would end the link are encoded.
+// link renders a trusted, configured URL as a mrkdwn link. A path on the
+// watchdog itself (no base URL is known) is shown as text, so the page
+// still names its runbook and alert; anything else gives "". Characters
+// that would end the link are encoded.
 func link(raw, label string) string {
 	u, err := url.Parse(raw)
+	if err == nil && u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/") {
+		return Escape(label) + ": `" + Escape(u.String()) + "` on the watchdog"
+	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return ""
 	}
