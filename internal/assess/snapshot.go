@@ -78,8 +78,8 @@ var hitRateSources = []struct {
 // maxRunningRequests is the 2024 releases' batch cap gauge.
 const maxRunningRequests = "sglang:max_running_requests"
 
-// gatewayInFlight is the gateway's in-flight requests per worker.
-const gatewayInFlight = "smg_worker_requests_active"
+// GatewayInFlight is the gateway's in-flight requests per worker.
+const GatewayInFlight = "smg_worker_requests_active"
 
 // ReadSnapshot reads w over (from, to]. arrivalEndpoints selects the
 // inference endpoints of sglang:http_requests_active ("|"-separated), so
@@ -157,8 +157,8 @@ func ReadSnapshot(w detect.Window, from, to time.Time, arrivalEndpoints string) 
 	s.QueueTimeMean = histogramMean(w, series.QueueTimeSeconds, from, to)
 	s.E2EP99 = ptr(w.Quantile(0.99, series.E2ERequestLatency, nil, from, to))
 
-	if w.Has(gatewayInFlight) {
-		s.HTTPInFlight = ptr(w.Last(detect.Sel(gatewayInFlight)))
+	if w.Has(GatewayInFlight) {
+		s.HTTPInFlight = ptr(w.Last(detect.Sel(GatewayInFlight)))
 	} else {
 		s.HTTPInFlight = ptr(w.Last(detect.Selector{Name: series.HTTPRequestsActive,
 			Match: []detect.Match{{Label: "endpoint", Value: arrivalEndpoints}}}))

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
@@ -57,8 +59,6 @@ type Options struct {
 	// Detectors are the daemon's detector settings to adapt; nil:
 	// detect.DefaultConfig().
 	Detectors *detect.Config
-	// Thresholds of the layer triage; zero: DefaultThresholds().
-	Thresholds Thresholds
 	// RunbookBase makes runbook links absolute (the daemon's external
 	// URL); "" leaves them daemon-relative (/runbooks/<class>).
 	RunbookBase string
@@ -87,9 +87,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.HealthTimeout == 0 {
 		o.HealthTimeout = scrape.DefaultHealthProbeTimeout
-	}
-	if o.Thresholds == (Thresholds{}) {
-		o.Thresholds = DefaultThresholds()
 	}
 	var errs []error
 	if o.Interval < 0 {
@@ -125,20 +122,22 @@ type Report struct {
 
 // TargetReport is one replica's diagnosis.
 type TargetReport struct {
-	Name       string         `json:"name"`   // replica name
-	Target     string         `json:"target"` // target name
-	URL        string         `json:"url"`    // without credentials or query
-	Kind       string         `json:"kind"`   // engine or gateway (by its exposition)
-	Model      string         `json:"model,omitempty"`
-	EngineType string         `json:"engine_type,omitempty"`
-	Up         bool           `json:"up"` // the last scrape succeeded
-	Scrapes    int            `json:"scrapes"`
-	Failed     int            `json:"failed_scrapes"`
-	Errors     []ScrapeError  `json:"errors,omitempty"`
-	Health     *HealthResult  `json:"health_generate,omitempty"`
-	State      State          `json:"state"`
-	Layer      Verdict        `json:"layer"`
-	Findings   []FindingEntry `json:"findings"`
+	Name       string        `json:"name"`   // replica name
+	Target     string        `json:"target"` // target name
+	URL        string        `json:"url"`    // without credentials or query
+	Kind       string        `json:"kind"`   // engine or gateway (by its exposition)
+	Model      string        `json:"model,omitempty"`
+	EngineType string        `json:"engine_type,omitempty"`
+	Up         bool          `json:"up"` // the last scrape succeeded
+	Scrapes    int           `json:"scrapes"`
+	Failed     int           `json:"failed_scrapes"`
+	Errors     []ScrapeError `json:"errors,omitempty"`
+	Health     *HealthResult `json:"health_generate,omitempty"`
+	// State and Layer are the assessment's snapshot and layer triage of
+	// the replica, the same the daemon computes (internal/assess).
+	State    assess.Snapshot `json:"state"`
+	Layer    Layer           `json:"layer"`
+	Findings []FindingEntry  `json:"findings"`
 }
 
 // ScrapeError is one failed scrape.
@@ -331,6 +330,8 @@ func Diagnose(obs Observation, base detect.Config, opts Options) (*Report, error
 	if err != nil {
 		return nil, fmt.Errorf("detectors: %w", err)
 	}
+	assessor := assess.New(detectors, assess.Config{Triage: cfg.Triage, Correlation: correlate.DefaultConfig(),
+		ArrivalEndpoints: detect.Get[detect.RetryAvalancheConfig](cfg).ArrivalEndpoints})
 
 	store, err := window.New(window.Options{
 		Retention:          cfg.MaxLookback() + lookback,
@@ -385,7 +386,7 @@ func Diagnose(obs Observation, base detect.Config, opts Options) (*Report, error
 			tr := base
 			tr.Name, tr.Model, tr.EngineType = r.Name, r.Model, r.EngineType
 			store.View(r.Name, func(w detect.Window) {
-				analyzeReplica(&tr, w, detectors, now, lookback, lastOK.Sub(firstOK), opts)
+				analyzeReplica(&tr, w, assessor, now, lastOK.Sub(firstOK), opts)
 			})
 			rep.Targets = append(rep.Targets, tr)
 		}
@@ -422,45 +423,48 @@ func withHealth(scrapes []series.Scrape, p *scrape.HealthProbe) []series.Scrape 
 	return out
 }
 
-// analyzeReplica fills the state, layer and findings of one replica.
-func analyzeReplica(tr *TargetReport, w detect.Window, detectors []detect.Detector, now time.Time, lookback, observed time.Duration, opts Options) {
-	from := now.Add(-lookback)
-	st := w.Scrape()
-	tr.Up = st.Up
-	if w.Has(series.GatewayHTTPRequestsTotal) || w.Has(gatewayInFlight) {
+// Layer is the replica's layer triage as the daemon computes it, or
+// "down" when the last scrape failed.
+type Layer struct {
+	detect.TriageResult
+	Down    bool   `json:"down,omitempty"`
+	Label   string `json:"label"`
+	Runbook string `json:"runbook"`
+}
+
+// analyzeReplica fills the state, layer and findings of one replica from
+// the assessment of its window.
+func analyzeReplica(tr *TargetReport, w detect.Window, assessor *assess.Assessor, now time.Time, observed time.Duration, opts Options) {
+	round := assessor.AssessWindow(w, now)
+	st := round.Replicas[0]
+	tr.Up = st.Scrape.Up
+	if w.Has(series.GatewayHTTPRequestsTotal) || w.Has(assess.GatewayInFlight) {
 		tr.Kind = scrape.KindGateway
 	}
-	arrivals := detect.Get[detect.RetryAvalancheConfig](detect.DefaultConfig()).ArrivalEndpoints
-	if opts.Detectors != nil && detect.Get[detect.RetryAvalancheConfig](*opts.Detectors).ArrivalEndpoints != "" {
-		arrivals = detect.Get[detect.RetryAvalancheConfig](*opts.Detectors).ArrivalEndpoints
-	}
-	if !st.LastSuccess.IsZero() {
-		tr.State = readState(w, from, now, arrivals)
+	if !st.Scrape.LastSuccess.IsZero() {
+		tr.State = st.Snapshot
 		tr.State.ObservedSeconds = observed.Seconds()
 	}
-	switch {
-	case !st.Up:
-		tr.Layer = Verdict{Layer: LayerDown, Label: "down", Runbook: "/runbooks/replica_down",
-			Reason: fmt.Sprintf("the last scrape failed (%s)", st.Reason),
-			Next:   "see the scrape errors above"}
-	default:
-		tr.Layer = Triage(tr.State, opts.Thresholds)
+	tr.Layer = Layer{TriageResult: st.Triage, Label: st.Triage.Label(), Runbook: "/runbooks/triage"}
+	if !st.Scrape.Up {
+		tr.Layer = Layer{Down: true, Label: "down", Runbook: "/runbooks/replica_down",
+			TriageResult: detect.TriageResult{Reason: fmt.Sprintf("the last scrape failed (%s)", st.Scrape.Reason),
+				NextStep: "see the scrape errors above"}}
 	}
 	tr.Layer.Runbook = runbookLink(opts.RunbookBase, tr.Layer.Runbook)
 
-	var found []detect.Finding
-	for _, d := range detectors {
-		found = append(found, d.Detect(w, now)...)
+	explainedBy := map[detect.Class][]detect.Class{}
+	for _, inc := range round.Incidents {
+		for _, m := range inc.Members[1:] {
+			explainedBy[m.Class] = append(explainedBy[m.Class], inc.Cause())
+		}
 	}
+	found := slices.Clone(st.Findings)
 	sort.SliceStable(found, func(i, j int) bool { return found[i].Severity > found[j].Severity })
 	tr.Findings = make([]FindingEntry, 0, len(found))
 	for _, f := range found {
 		e := findingEntry(f)
-		for _, cause := range found {
-			if cause.Class != f.Class && detect.Explains(cause, f) {
-				e.ExplainedBy = append(e.ExplainedBy, cause.Class)
-			}
-		}
+		e.ExplainedBy = explainedBy[f.Class]
 		tr.Findings = append(tr.Findings, e)
 	}
 }
@@ -540,7 +544,7 @@ func (r *Report) summarize() {
 		if t.Health.Failed() {
 			health++
 		}
-		if t.Layer.Layer == LayerStuck {
+		if t.Layer.Verdict == detect.TriageStuck {
 			stuck++
 		}
 	}

@@ -41,7 +41,7 @@ func TestDiagnoseHealthyHeavyLoad(t *testing.T) {
 		t.Fatalf("healthy engine reported an incident: %s", rep.Summary)
 	}
 	tr := rep.Targets[0]
-	if len(tr.Findings) != 0 || tr.Layer.Layer != LayerHealthy || !tr.Up {
+	if len(tr.Findings) != 0 || tr.Layer.Verdict != detect.TriageNoPressure || !tr.Up {
 		t.Errorf("findings %v, layer %+v, up %v; want none, healthy, up", classes(tr), tr.Layer, tr.Up)
 	}
 	s := tr.State
@@ -110,7 +110,7 @@ func TestDiagnosePreemptStorm(t *testing.T) {
 	if f.Evidence[0].Value == nil || *f.Evidence[0].Value != 3 || f.Evidence[0].Baseline != nil {
 		t.Errorf("retraction evidence %+v, want 3/s without a baseline", f.Evidence[0])
 	}
-	if tr.Layer.Layer != LayerAdmission || !strings.Contains(tr.Layer.Reason, "KV pool is full") {
+	if tr.Layer.Verdict != detect.TriageAdmission || tr.Layer.Layer != detect.LayerMemory {
 		t.Errorf("layer %+v, want an admission bottleneck on a full KV pool", tr.Layer)
 	}
 	err := rep.Err()
@@ -132,7 +132,7 @@ func TestDiagnoseQueueWaitDominates(t *testing.T) {
 	b.itl = append(slices.Clone(a.itl), repeat(0.03, 500)...)
 	rep := diagnoseOne(t, 10*time.Second, observe(t, "e", 10*time.Second, expo(a), expo(b)))
 	l := rep.Targets[0].Layer
-	if l.Layer != LayerAdmission || !strings.Contains(l.Reason, "queue wait is 2.3s of 2.8s") || !strings.Contains(l.Next, "scheduling side") {
+	if l.Verdict != detect.TriageAdmission || !strings.Contains(l.Reason, "queue wait") || !strings.Contains(l.NextStep, "scheduling side") {
 		t.Errorf("layer %+v, want the scheduling side with queue wait 2.3s of 2.8s", l)
 	}
 }
@@ -144,7 +144,7 @@ func TestDiagnoseSlowDecodeIsExecutionSide(t *testing.T) {
 	b.decode += 500
 	b.itl = append(slices.Clone(a.itl), repeat(0.5, 100)...)
 	rep := diagnoseOne(t, 10*time.Second, observe(t, "e", 10*time.Second, expo(a), expo(b)))
-	if l := rep.Targets[0].Layer; l.Layer != LayerExecution || !strings.Contains(l.Reason, "inter-token p99") {
+	if l := rep.Targets[0].Layer; l.Verdict != detect.TriageExecution || !strings.Contains(l.Reason, "inter-token p99") {
 		t.Errorf("layer %+v, want the single-request execution side", l)
 	}
 }
@@ -156,7 +156,7 @@ func TestDiagnoseStuck(t *testing.T) {
 	a := engineState{running: 20, queued: 4, kvUsage: 0.5, decode: 1e6, finished: 100,
 		ttft: repeat(0.2, 50), queueTime: repeat(0.01, 50), itl: repeat(0.03, 500), e2e: repeat(4, 50)}
 	rep := diagnoseOne(t, 15*time.Second, observe(t, "e", 15*time.Second, expo(a), expo(a)))
-	if l := rep.Targets[0].Layer; l.Layer != LayerStuck {
+	if l := rep.Targets[0].Layer; l.Verdict != detect.TriageStuck {
 		t.Errorf("frozen engine over 15s: layer %+v, want stuck", l)
 	}
 	if !errors.Is(rep.Err(), ErrIncident) || !strings.Contains(rep.Summary, "no progress") {
@@ -164,7 +164,7 @@ func TestDiagnoseStuck(t *testing.T) {
 	}
 
 	rep = diagnoseOne(t, 5*time.Second, observe(t, "e", 5*time.Second, expo(a), expo(a)))
-	if l := rep.Targets[0].Layer; l.Layer == LayerStuck || rep.Incident {
+	if l := rep.Targets[0].Layer; l.Verdict == detect.TriageStuck || rep.Incident {
 		t.Errorf("5s is shorter than the decode log interval may take: layer %+v, incident %v", l, rep.Incident)
 	}
 }
@@ -187,14 +187,16 @@ func TestDiagnoseMetricsDisabled(t *testing.T) {
 		t.Fatalf("%d targets, want 2", len(rep.Targets))
 	}
 	off := rep.Targets[0]
-	if off.Up || off.Failed != 2 || off.Layer.Layer != LayerDown {
-		t.Errorf("404 target: up %v, failed %d, layer %q", off.Up, off.Failed, off.Layer.Layer)
+	if off.Up || off.Failed != 2 || !off.Layer.Down {
+		t.Errorf("404 target: up %v, failed %d, layer %q", off.Up, off.Failed, off.Layer.Label)
 	}
 	if len(off.Errors) != 2 || !strings.Contains(off.Errors[0].Hint, "--enable-metrics") {
 		t.Errorf("errors %+v, want the --enable-metrics hint", off.Errors)
 	}
-	if got := classes(off); !slices.Contains(got, "replica_down:critical") {
-		t.Errorf("findings %v, want replica_down critical", got)
+	// A 404 is a server that answers: metrics are off, the replica is
+	// not dead.
+	if got := classes(off); !slices.Contains(got, "metrics_blind:warning") || slices.Contains(got, "replica_down:critical") {
+		t.Errorf("findings %v, want metrics_blind warning and no critical replica_down", got)
 	}
 	if strings.Contains(off.URL, "s3cret") || strings.Contains(off.URL, "pw") {
 		t.Errorf("URL %q shows credentials", off.URL)
@@ -220,7 +222,7 @@ func TestDiagnoseRestartBetweenScrapes(t *testing.T) {
 	b := engineState{running: 2, queued: 0, kvUsage: 0.05, decode: 300, prefillCompute: 2000, finished: 3,
 		ttft: repeat(0.2, 3), queueTime: repeat(0.01, 3), itl: repeat(0.03, 300), e2e: repeat(2, 3)}
 	rep := diagnoseOne(t, 10*time.Second, observe(t, "e", 10*time.Second, expo(a), expo(b)))
-	if got := classes(rep.Targets[0]); !slices.Contains(got, "replica_down:warning") {
+	if got := classes(rep.Targets[0]); !slices.Contains(got, "replica_restarted:warning") {
 		t.Errorf("findings %v, want the restart warning", got)
 	}
 }
@@ -264,8 +266,8 @@ func TestDiagnoseFixtures(t *testing.T) {
 	old := readFixture(t, "pr1853-2024-11-first-release-name-label.prom")
 	rep = diagnoseOne(t, 5*time.Second, observe(t, "old", 5*time.Second, old, old))
 	tr = rep.Targets[0]
-	if deref(tr.State.MaxRunningRequests) != 2231.0 || tr.Layer.Layer != LayerUnknown || len(tr.Findings) != 0 {
-		t.Errorf("2024 exposition: cap %v, layer %q, findings %v", deref(tr.State.MaxRunningRequests), tr.Layer.Layer, classes(tr))
+	if deref(tr.State.MaxRunningRequests) != 2231.0 || tr.Layer.Verdict != detect.TriageUnknown || len(tr.Findings) != 0 {
+		t.Errorf("2024 exposition: cap %v, layer %q, findings %v", deref(tr.State.MaxRunningRequests), tr.Layer.Verdict, classes(tr))
 	}
 	if !strings.Contains(tr.Model, "Llama-3.2-3B") {
 		t.Errorf("model %q from the legacy name label", tr.Model)
@@ -298,8 +300,8 @@ func TestReportRendering(t *testing.T) {
 		"layer: admission bottleneck", "CRITICAL preempt_storm", "diagnosis: KV cache layer",
 		"do now", "1. Lower --max-running-requests", "runbook: https://watchdog.example/runbooks/preempt_storm",
 		"== gone:30000", "refused: dial tcp: connection refused", "-> nothing answers there",
-		"CRITICAL replica_down", "not judged by a one-shot", "cache_collapse", "retry_avalanche",
-		"INCIDENT: 2 critical finding(s), 1 replica(s) down",
+		"layer: down", "not judged by a one-shot", "cache_collapse", "retry_avalanche",
+		"INCIDENT: 1 critical finding(s), 1 replica(s) down",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text report lacks %q", want)
@@ -321,10 +323,13 @@ func TestReportRendering(t *testing.T) {
 	var doc struct {
 		Incident bool `json:"incident"`
 		Targets  []struct {
-			Name     string         `json:"name"`
-			Up       bool           `json:"up"`
-			State    map[string]any `json:"state"`
-			Layer    struct{ Layer string }
+			Name  string         `json:"name"`
+			Up    bool           `json:"up"`
+			State map[string]any `json:"state"`
+			Layer struct {
+				Verdict string
+				Down    bool
+			}
 			Errors   []struct{ Reason, Hint string }
 			Findings []struct {
 				Class, Severity, Runbook string
@@ -341,13 +346,13 @@ func TestReportRendering(t *testing.T) {
 		t.Fatalf("JSON: incident %v, %d targets, %d detector notes", doc.Incident, len(doc.Targets), len(doc.Detectors))
 	}
 	st := doc.Targets[0]
-	if st.Name != "storm" || !st.Up || st.State["running_requests"] != 8.0 || st.Layer.Layer != LayerAdmission ||
+	if st.Name != "storm" || !st.Up || st.State["running_requests"] != 8.0 || st.Layer.Verdict != string(detect.TriageAdmission) ||
 		st.Health == nil || !st.Health.Up || len(st.Findings) == 0 || st.Findings[0].Class != "preempt_storm" ||
 		st.Findings[0].Severity != "critical" || len(st.Findings[0].Evidence) == 0 {
 		t.Errorf("JSON storm target: %+v", st)
 	}
 	gone := doc.Targets[1]
-	if gone.Up || len(gone.Errors) != 2 || gone.Errors[0].Reason != "refused" || len(gone.Findings) == 0 || gone.Findings[0].Class != "replica_down" {
+	if gone.Up || len(gone.Errors) != 2 || gone.Errors[0].Reason != "refused" || !gone.Layer.Down {
 		t.Errorf("JSON down target: %+v", gone)
 	}
 }

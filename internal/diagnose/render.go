@@ -85,7 +85,7 @@ func writeTarget(p *printer, t TargetReport) {
 
 	l := t.Layer
 	p.wrap("  ", "layer: ", l.Label+" — "+l.Reason)
-	p.wrap("    ", "next: ", l.Next+" ("+l.Runbook+")")
+	p.wrap("    ", "next: ", l.NextStep+" ("+l.Runbook+")")
 
 	if len(t.Findings) == 0 {
 		p.f("  findings: none\n")

@@ -76,6 +76,19 @@ type TriageConfig struct {
 	// its value in the LatencyBaseline before.
 	LatencyRatio    float64       `yaml:"latency_ratio"`
 	LatencyBaseline time.Duration `yaml:"latency_baseline"`
+	// SlowTTFT and SlowInterToken judge latency when no baseline covers
+	// the range (a young replica, a one-shot `diagnose`): a p99 at or above
+	// them is "high". They are for the triage only; nothing pages on them.
+	SlowTTFT       time.Duration `yaml:"slow_ttft"`
+	SlowInterToken time.Duration `yaml:"slow_inter_token"`
+	// QueueWaitShare: when latency is high and the mean queue wait is at
+	// least this share of the mean time to first token, the time goes to
+	// waiting for admission (the scheduling side), not to execution.
+	QueueWaitShare float64 `yaml:"queue_wait_share"`
+	// StuckMinRange: requests running while the decode progress counter
+	// does not move over the range is "stuck" only when the range is at
+	// least this long (SGLang moves the counter every 40 decode steps).
+	StuckMinRange time.Duration `yaml:"stuck_min_range"`
 }
 
 // DefaultConfig returns the production defaults, tuned for a 5 s scrape
@@ -100,6 +113,10 @@ func defaultTriage() TriageConfig {
 		KVFullUsage:         0.9,
 		LatencyRatio:        1.5,
 		LatencyBaseline:     time.Hour,
+		SlowTTFT:            2500 * time.Millisecond,
+		SlowInterToken:      200 * time.Millisecond,
+		QueueWaitShare:      0.5,
+		StuckMinRange:       10 * time.Second,
 	}
 }
 
@@ -113,6 +130,10 @@ func (c TriageConfig) validate(e *configErrors) {
 	e.fraction("kv_full_usage", c.KVFullUsage)
 	e.check(c.LatencyRatio > 1, "latency_ratio", "must be greater than 1, got %v", c.LatencyRatio)
 	e.positiveDuration("latency_baseline", c.LatencyBaseline)
+	e.positiveDuration("slow_ttft", c.SlowTTFT)
+	e.positiveDuration("slow_inter_token", c.SlowInterToken)
+	e.fraction("queue_wait_share", c.QueueWaitShare)
+	e.positiveDuration("stuck_min_range", c.StuckMinRange)
 }
 
 // configErrors collects validation problems, each prefixed with the YAML

@@ -29,6 +29,9 @@ const (
 	TriageFullBatch TriageVerdict = "full_batch"
 	// TriageNoPressure: few running, few waiting, latency normal.
 	TriageNoPressure TriageVerdict = "no_pressure"
+	// TriageStuck: requests are held but decoding makes no progress — a
+	// hang (see engine_hang) or a stall.
+	TriageStuck TriageVerdict = "stuck"
 	// TriageUnknown: the replica does not expose the running/queued gauges.
 	TriageUnknown TriageVerdict = "unknown"
 )
@@ -73,6 +76,8 @@ func (t TriageResult) Label() string {
 		return "full batch, nothing waiting (running high, waiting low)"
 	case TriageNoPressure:
 		return "no load pressure (running low, waiting low)"
+	case TriageStuck:
+		return "stuck (requests held, no decode progress)"
 	}
 	return "unknown (running/queued gauges not exposed)"
 }
@@ -130,7 +135,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	capKnown := false
 	if v, ok := w.Last(Sel(maxRunningRequests)); ok && v > 0 {
 		t.Capacity, t.CapacitySource, capKnown = v, "max_running_requests", true
-	} else if v, ok := w.Max(Sel(series.NumRunningReqs), now.Add(-c.CapacityLookback), now); ok && v > 0 {
+	} else if v, ok := w.Max(Sel(series.NumRunningReqs), now.Add(-c.CapacityLookback), now); ok && v > 0 && c.seenLongEnough(w, now) {
 		t.Capacity, t.CapacitySource = v, "the highest running count in the last "+dur(c.CapacityLookback)
 	}
 	// KV usage is read as its highest value in the range, on the fullest
@@ -149,7 +154,11 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	// "full" when the batch evidently cannot grow: requests wait, or the KV
 	// pool is full. A steady replica always sits at its own recent maximum.
 	t.RunningHigh = nearCap && (capKnown || t.WaitingHigh || kvFull)
-	t.LatencyHigh = latencyHigh || c.latencyUp(w, now)
+	slow := ""
+	if !latencyHigh {
+		latencyHigh, slow = c.latencyUp(w, now)
+	}
+	t.LatencyHigh = latencyHigh
 
 	nums := fmt.Sprintf("%s running", num(running))
 	if t.Capacity > 0 {
@@ -159,9 +168,18 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	if t.KVUsageOK {
 		nums += fmt.Sprintf(", KV cache usage up to %s%%", num(t.KVUsage*100))
 	}
+	if slow != "" {
+		nums += ", " + slow
+	}
 	t.Reason = nums
+	progress, progressOK := decodeProgress(w, from, now)
+	queueWait, waitOK := c.queueWaitShare(w, from, now)
 
 	switch {
+	case progressOK && progress == 0 && running >= 1 && c.Range >= c.StuckMinRange:
+		t.Verdict, t.Layer = TriageStuck, LayerProcess
+		t.Reason = nums + fmt.Sprintf(", the decode progress counter did not move in %s", dur(c.Range))
+		t.NextStep = "requests are held but nothing is generated: probe /health_generate, read the scheduler's last log lines and py-spy dump the scheduler process; a collective (NCCL) hang needs a restart of every rank (see engine_hang)"
 	case t.RunningHigh && t.WaitingHigh:
 		t.Verdict, t.Layer = TriageSaturated, LayerQueue
 		t.NextStep = "the replica works at its limit and requests wait for a slot: add replicas or shed load at the router (max concurrency with a fast 503); raising --max-running-requests only helps while KV usage leaves room"
@@ -180,6 +198,10 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 		if kvFull && !capKnown {
 			t.NextStep = "the batch is as large as the KV pool allows and nothing waits yet: there is no headroom for a burst; per-request latency follows the batch size — add replicas before the queue starts to grow"
 		}
+	case t.LatencyHigh && waitOK && queueWait.share >= c.QueueWaitShare:
+		t.Verdict, t.Layer = TriageAdmission, LayerQueue
+		t.Reason = nums + fmt.Sprintf(", queue wait is %ss of %ss to the first token", num(queueWait.wait), num(queueWait.ttft))
+		t.NextStep = "the time to first token goes to waiting for admission, the scheduling side: check --max-running-requests, --chunked-prefill-size and --schedule-policy, and what holds slots (long generations, retractions) before looking at kernels"
 	case t.LatencyHigh:
 		t.Verdict = TriageExecution
 		t.NextStep = "neither admission nor load explains the latency, the time goes into executing single requests: pick slow requests by rid in the request log, split their timeline (queue wait, prefill, decode; sglang:per_stage_req_latency_seconds), and only then profile the slow stage (torch profiler, nsys)"
@@ -190,23 +212,75 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	return t
 }
 
+// seenLongEnough reports whether the window covers enough history for the
+// highest running count to stand for the batch cap: ten triage ranges, or
+// the whole capacity lookback if shorter. Over a few scrapes the batch
+// always sits at its own maximum.
+func (c TriageConfig) seenLongEnough(w Window, now time.Time) bool {
+	first := w.Scrape().FirstSeen
+	return !first.IsZero() && now.Sub(first) >= min(c.CapacityLookback, 10*c.Range)
+}
+
 // latencyUp judges latency on its own: the p99 or the mean of TTFT,
 // inter-token or end-to-end latency over the triage range at least
 // LatencyRatio times its baseline. The mean matters because the triage
 // range is short: an incident that began before it has already put a few
 // percent of slow requests into the baseline, enough to lift its p99 but
-// not its mean.
-func (c TriageConfig) latencyUp(w Window, now time.Time) bool {
+// not its mean. Where no baseline covers a family (a young replica, a
+// one-shot), its p99 is compared with the absolute SlowTTFT or
+// SlowInterToken instead, and slow names the number that was high.
+func (c TriageConfig) latencyUp(w Window, now time.Time) (up bool, slow string) {
 	p := newPeriods(now, c.Range, c.LatencyBaseline)
 	for _, fam := range []string{series.TTFTSeconds, series.InterTokenLatency, series.E2ERequestLatency} {
-		if g, ok := p.quantile(w, 0.99, fam).growth(); ok && g >= c.LatencyRatio {
-			return true
+		q := p.quantile(w, 0.99, fam)
+		if g, ok := q.growth(); ok && g >= c.LatencyRatio {
+			return true, ""
 		}
 		if g, ok := p.histMean(w, fam).growth(); ok && g >= c.LatencyRatio {
-			return true
+			return true, ""
+		}
+		if q.baseOK || !q.nowOK {
+			continue
+		}
+		switch {
+		case fam == series.TTFTSeconds && q.now >= c.SlowTTFT.Seconds():
+			return true, fmt.Sprintf("time-to-first-token p99 %ss", num(q.now))
+		case fam == series.InterTokenLatency && q.now >= c.SlowInterToken.Seconds():
+			return true, fmt.Sprintf("inter-token p99 %ss", num(q.now))
 		}
 	}
-	return false
+	return false, ""
+}
+
+type queueWait struct{ wait, ttft, share float64 }
+
+// queueWaitShare is the mean queue wait over the mean time to first token
+// in (from, now].
+func (c TriageConfig) queueWaitShare(w Window, from, now time.Time) (queueWait, bool) {
+	mean := func(fam string) (float64, bool) {
+		n, okN := w.Increase(Sel(fam+"_count"), from, now)
+		sum, okS := w.Increase(Sel(fam+"_sum"), from, now)
+		if !okN || !okS || n <= 0 {
+			return 0, false
+		}
+		return sum / n, true
+	}
+	wait, okW := mean(series.QueueTimeSeconds)
+	ttft, okT := mean(series.TTFTSeconds)
+	if !okW || !okT || ttft <= 0 {
+		return queueWait{}, false
+	}
+	return queueWait{wait: wait, ttft: ttft, share: wait / ttft}, true
+}
+
+// decodeProgress is how far the realtime decode token counter moved in
+// (from, now]. Older releases count generated tokens only when a request
+// finishes, so a long generation looks flat there: no verdict from them.
+func decodeProgress(w Window, from, now time.Time) (float64, bool) {
+	if !w.Has(series.RealtimeTokensTotal) {
+		return 0, false
+	}
+	return w.Increase(Sel(series.RealtimeTokensTotal, "mode", "decode"), from, now)
 }
 
 // annotate gives a finding the triage: the page line and the verdict.
