@@ -153,14 +153,14 @@ func TestDiagnoseCommandErrors(t *testing.T) {
 }
 
 // TestDiagnoseMetricsOff: a server without --enable-metrics (404) is an
-// incident whose report says how to fix it; runbook links follow the
-// daemon's settings.
+// incident whose report says how to fix it — the watchdog is blind, the
+// replica is not dead; runbook links follow the daemon's settings.
 func TestDiagnoseMetricsOff(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	cfg := filepath.Join(t.TempDir(), "watchdog.yaml")
-	if err := os.WriteFile(cfg, []byte("runbooks:\n  replica_down: https://wiki.example/sglang/down\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("runbooks:\n  metrics_blind: https://wiki.example/sglang/blind\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"WATCHDOG_CONFIG": cfg, "WATCHDOG_EXTERNAL_URL": "https://watchdog.example"}
@@ -170,7 +170,7 @@ func TestDiagnoseMetricsOff(t *testing.T) {
 	if !errors.Is(err, diagnose.ErrIncident) {
 		t.Fatalf("diagnose = %v, want an incident\n%s", err, out)
 	}
-	for _, want := range []string{"HTTP 404", "--enable-metrics", "CRITICAL replica_down", "runbook: https://wiki.example/sglang/down", "replica(s) down"} {
+	for _, want := range []string{"HTTP 404", "--enable-metrics", "WARNING metrics_blind", "runbook: https://wiki.example/sglang/blind", "answering without usable metrics"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

@@ -427,9 +427,13 @@ func withHealth(scrapes []series.Scrape, p *scrape.HealthProbe) []series.Scrape 
 // "down" when the last scrape failed.
 type Layer struct {
 	detect.TriageResult
-	Down    bool   `json:"down,omitempty"`
-	Label   string `json:"label"`
-	Runbook string `json:"runbook"`
+	Down bool `json:"down,omitempty"`
+	// Unreachable: the last scrape found nothing answering (refused,
+	// timeout, DNS, a failed pod), as opposed to a server that answers
+	// without usable metrics (404, a login page).
+	Unreachable bool   `json:"unreachable,omitempty"`
+	Label       string `json:"label"`
+	Runbook     string `json:"runbook"`
 }
 
 // analyzeReplica fills the state, layer and findings of one replica from
@@ -447,9 +451,12 @@ func analyzeReplica(tr *TargetReport, w detect.Window, assessor *assess.Assessor
 	}
 	tr.Layer = Layer{TriageResult: st.Triage, Label: st.Triage.Label(), Runbook: "/runbooks/triage"}
 	if !st.Scrape.Up {
-		tr.Layer = Layer{Down: true, Label: "down", Runbook: "/runbooks/replica_down",
+		tr.Layer = Layer{Down: true, Unreachable: st.Scrape.Reason.Unreachable(), Label: "down", Runbook: "/runbooks/replica_down",
 			TriageResult: detect.TriageResult{Reason: fmt.Sprintf("the last scrape failed (%s)", st.Scrape.Reason),
 				NextStep: "see the scrape errors above"}}
+		if !tr.Layer.Unreachable {
+			tr.Layer.Label, tr.Layer.Runbook = "blind (the server answers, without usable metrics)", "/runbooks/metrics_blind"
+		}
 	}
 	tr.Layer.Runbook = runbookLink(opts.RunbookBase, tr.Layer.Runbook)
 
@@ -528,7 +535,7 @@ func runbookLink(base, path string) string {
 
 // summarize sets Incident and Summary.
 func (r *Report) summarize() {
-	var crit, warn, down, health, stuck int
+	var crit, warn, down, blind, health, stuck int
 	for _, t := range r.Targets {
 		for _, f := range t.Findings {
 			switch {
@@ -538,8 +545,12 @@ func (r *Report) summarize() {
 				warn++
 			}
 		}
-		if !t.Up {
+		switch {
+		case t.Up:
+		case t.Layer.Unreachable:
 			down++
+		default:
+			blind++
 		}
 		if t.Health.Failed() {
 			health++
@@ -548,7 +559,7 @@ func (r *Report) summarize() {
 			stuck++
 		}
 	}
-	r.Incident = crit+warn+down+health+stuck > 0
+	r.Incident = crit+warn+down+blind+health+stuck > 0
 	if !r.Incident {
 		r.Summary = fmt.Sprintf("no incident on %d replica(s)", len(r.Targets))
 		return
@@ -562,6 +573,7 @@ func (r *Report) summarize() {
 	add(crit, "critical finding(s)")
 	add(warn, "warning finding(s)")
 	add(down, "replica(s) down")
+	add(blind, "replica(s) answering without usable metrics")
 	add(health, "failed /health_generate probe(s)")
 	add(stuck, "replica(s) making no progress")
 	r.Summary = strings.Join(parts, ", ")

@@ -204,7 +204,7 @@ func TestDiagnoseMetricsDisabled(t *testing.T) {
 	if ok := rep.Targets[1]; ok.Incident() {
 		t.Errorf("the healthy target is blamed: %v", classes(ok))
 	}
-	if !errors.Is(rep.Err(), ErrIncident) || !strings.Contains(rep.Summary, "1 replica(s) down") {
+	if !errors.Is(rep.Err(), ErrIncident) || !strings.Contains(rep.Summary, "1 replica(s) answering without usable metrics") {
 		t.Errorf("summary %q", rep.Summary)
 	}
 }
