@@ -24,6 +24,7 @@ var incidentClasses = []string{
 	"cold_start",
 	"decode_slowdown",
 	"engine_hang",
+	"error_rate",
 	"fleet",
 	"kv_saturation",
 	"lora_thrash",

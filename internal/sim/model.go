@@ -31,6 +31,13 @@ import (
 // burst of long requests exhaust the pool within a demo phase.)
 type ServerConfig struct {
 	MaxRunningRequests int // --max-running-requests
+	// MaxQueuedRequests is --max-queued-requests (0: unbounded): a request
+	// arriving at a full waiting queue is rejected at once ("The request
+	// queue is full."), a 503 for a JSON request and, for a stream, an
+	// error event on an HTTP 200. A rejection is neither a finished nor an
+	// aborted request: SGLang counts only client/API aborts as aborted.
+	// Its client does not retry it.
+	MaxQueuedRequests  int
 	MaxTotalTokens     int // KV pool size in tokens (sglang:max_total_num_tokens)
 	ChunkedPrefillSize int // --chunked-prefill-size
 	MaxPrefillTokens   int // --max-prefill-tokens
@@ -683,6 +690,15 @@ func (e *engine) expireClients(t float64, rng *rand.Rand) (gone []*request) {
 func (e *engine) accept(r *request) {
 	e.http[epChat].requests++
 	e.http[epChat].active++
+	if e.cfg.MaxQueuedRequests > 0 && len(e.waiting) >= e.cfg.MaxQueuedRequests {
+		r.state = stDone
+		if r.streaming {
+			e.respond(epChat, 0)
+		} else {
+			e.respond(epChat, 2)
+		}
+		return
+	}
 	r.state, r.queued = stWaiting, r.arrived
 	e.waiting = append(e.waiting, r)
 	e.inflight = append(e.inflight, r)

@@ -273,6 +273,7 @@ func RunbookPath(c Class) string { return "/runbooks/" + string(c) }
 //	cache collapse -> KV pressure (kv_saturation) -> retractions
 //	(preempt_storm) -> queue growth and latency (decode_slowdown,
 //	queue_latency) -> client timeouts -> retries (retry_avalanche)
+//	-> failed requests (error_rate)
 //
 // as an order: a cause explains every finding further down the chain, not
 // only the next one, because the links in between need not be firing
@@ -288,7 +289,9 @@ func RunbookPath(c Class) string { return "/runbooks/" + string(c) }
 // (replica_down, process layer) explains the cold start and the slow first
 // tokens that follow (an empty prefix cache, a backlog to drain); a
 // target without metrics (metrics_blind, a 404) explains the scrape
-// failure replica_down reports for it.
+// failure replica_down reports for it. Failed requests (error_rate) are
+// where every cause ends: each cause class explains them, on the chain or
+// off it, and they explain nothing.
 //
 // The relation is acyclic and irreflexive, so grouping by it always finds
 // a root cause.
@@ -300,13 +303,15 @@ func Explains(cause, effect Finding) bool {
 	}
 	switch cause.Class {
 	case EngineHang:
-		return effect.Class == KVSaturation || latencyClass(effect.Class) || effect.Class == RetryAvalanche
+		return effect.Class == KVSaturation || latencyClass(effect.Class) || effect.Class == RetryAvalanche || effect.Class == ErrorRate
 	case LoraThrash:
-		return latencyClass(effect.Class) || effect.Class == RetryAvalanche
+		return latencyClass(effect.Class) || effect.Class == RetryAvalanche || effect.Class == ErrorRate
 	case PDTransferFailure, ColdStart:
-		return effect.Class == QueueLatency || effect.Class == RetryAvalanche
+		return effect.Class == QueueLatency || effect.Class == RetryAvalanche || effect.Class == ErrorRate
 	case ReplicaDown:
-		return cause.Layer == LayerProcess && (effect.Class == ColdStart || effect.Class == QueueLatency)
+		// Down or restarting, the replica fails or drops what it was serving.
+		return effect.Class == ErrorRate ||
+			(cause.Layer == LayerProcess && (effect.Class == ColdStart || effect.Class == QueueLatency))
 	case MetricsBlind:
 		return effect.Class == ReplicaDown && effect.Layer == LayerTransport
 	}
@@ -337,6 +342,10 @@ func chainStage(f Finding) (stage int, ok bool) {
 		return 38, true
 	case QueueLatency:
 		return 40, true
+	// Users' failed requests are the last link: whatever went wrong above
+	// them, this is what users feel.
+	case ErrorRate:
+		return 50, true
 	}
 	return 0, false
 }

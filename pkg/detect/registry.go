@@ -27,6 +27,7 @@ func Registry() []Entry {
 		detector(defaultColdStart),
 		detector(defaultLoraThrash),
 		detector(defaultPDTransferFailure),
+		detector(defaultErrorRate),
 		detector(defaultMetricsBlind),
 	}
 }

@@ -12,75 +12,70 @@ import (
 // its closest thing to a queue.
 const gatewayWorkerRequestsActive = "smg_worker_requests_active"
 
-// RetryAvalancheDetector pages when clients' retries feed on themselves:
-// the server slows, clients time out and retry, the retries add load
-// without adding completed work, the server slows further. Its fingerprint
-// is arrivals outgrowing completions (relative to the baseline) together
-// with rising client-visible failures; a super-linear backlog means the
-// loop has engaged. An organic surge raises arrivals and completions alike
-// with few failures, and is not paged.
+// RetryAvalancheDetector pages when retries feed on themselves: the server
+// slows, clients (or the gateway) time out or see errors and retry, the
+// retries add load without adding completed work, the server slows
+// further. Arrivals outgrowing completions is also what plain overload
+// looks like — more traffic than the replica serves, shed with 503 or
+// timing out — so the detector pages only with evidence of retries:
+//
+//   - behind the model gateway, the router's own retries
+//     (smg_worker_retries_total) and its upstream attempts per client
+//     request;
+//   - on an engine, arrivals beyond the offered load: the highest rate of
+//     fresh requests (arrivals minus failed requests) seen since arrivals
+//     began to grow. A surge arrives before its failures and sets that
+//     level; retries arrive after failures and exceed it.
+//
+// Without that evidence it is overload, and error_rate says so. A
+// super-linear backlog means the loop has engaged: critical.
 type RetryAvalancheDetector struct{ cfg RetryAvalancheConfig }
 
 // Class implements Detector.
 func (d *RetryAvalancheDetector) Class() Class { return RetryAvalanche }
 
-// trafficSignals are the series one kind of replica exposes for the
-// avalanche fingerprint.
-type trafficSignals struct {
-	arrivals, completions Selector
-	failures              []Selector
-	failureNames          []string
-	backlog               Selector
-	backlogName           string
-}
-
-func (d *RetryAvalancheDetector) signals(w Window) trafficSignals {
-	// Decide by what the replica exposes, not by the target's kind: the
-	// engines behind a gateway's /engine_metrics are engines.
-	if w.Has(series.GatewayHTTPRequestsTotal) {
-		paths := []Match{{Label: "path", Value: d.cfg.ArrivalEndpoints}}
-		return trafficSignals{
-			arrivals:    Selector{Name: series.GatewayHTTPRequestsTotal, Match: paths},
-			completions: Selector{Name: series.GatewayHTTPResponsesTotal, Match: paths},
-			failures: []Selector{
-				Sel(series.GatewayRetriesTotal),
-				{Name: series.GatewayHTTPResponsesTotal, Match: append(paths[:1:1], Match{Label: "status_code", Value: "5|408|429", Prefix: true})},
-			},
-			failureNames: []string{"worker retries/s", "5xx/408/429 responses/s"},
-			backlog:      Sel(gatewayWorkerRequestsActive),
-			backlogName:  "in-flight requests to workers",
-		}
-	}
-	endpoints := []Match{{Label: "endpoint", Value: d.cfg.ArrivalEndpoints}}
-	s := trafficSignals{
-		arrivals:    Selector{Name: series.HTTPRequestsTotal, Match: endpoints},
-		completions: Sel(series.NumRequestsTotal),
-		failures: []Selector{
-			Sel(series.NumAbortedRequestsTotal),
-			{Name: series.HTTPResponsesTotal, Match: append(endpoints[:1:1], Match{Label: "status_code", Value: "5|408|429|499", Prefix: true})},
-		},
-		failureNames: []string{"aborted requests/s", "5xx/408/429/499 responses/s"},
-		backlog:      Sel(series.NumQueueReqs),
-		backlogName:  "queued requests",
-	}
-	if !w.Has(series.NumQueueReqs) {
-		s.backlog, s.backlogName = Selector{Name: series.HTTPRequestsActive, Match: endpoints}, "active HTTP requests"
-	}
-	return s
-}
-
 // Detect implements Detector.
 func (d *RetryAvalancheDetector) Detect(w Window, now time.Time) []Finding {
+	t := trafficOf(w, d.cfg.ArrivalEndpoints)
+	if t.gateway {
+		return d.gateway(w, now, t)
+	}
+	return d.engine(w, now, t)
+}
+
+// backlog is the queue's growth over the range: its last quarter against
+// the quarter ending half a range earlier.
+type backlog struct {
+	m       measure
+	name    string
+	growing bool // super-linear: the loop has engaged
+}
+
+func (d *RetryAvalancheDetector) backlog(w Window, now time.Time, sel Selector, name string) backlog {
+	c := d.cfg
+	b := backlog{name: name}
+	b.m.now, b.m.nowOK = w.Avg(sel, now.Add(-c.Range/4), now)
+	b.m.base, b.m.baseOK = w.Avg(sel, now.Add(-c.Range*3/4), now.Add(-c.Range/2))
+	b.growing = b.m.nowOK && b.m.baseOK && b.m.now >= c.MinBacklog && b.m.now >= c.BacklogGrowthRatio*max(b.m.base, 1)
+	return b
+}
+
+func (b backlog) evidence(c RetryAvalancheConfig) Evidence {
+	return b.m.evidence(b.name+" (baseline: half a range earlier)", "",
+		fmt.Sprintf(">= %sx and >= %s for critical", num(c.BacklogGrowthRatio), num(c.MinBacklog)))
+}
+
+// engine judges an SGLang server from its own counters.
+func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
-	sig := d.signals(w)
 
 	// Enough traffic for ratios to mean something.
-	count, ok := w.Increase(sig.arrivals, p.rangeStart, now)
+	count, ok := w.Increase(t.arrivals, p.rangeStart, now)
 	if !ok || count < c.MinRequests {
 		return nil
 	}
-	arrivals := p.rate(w, sig.arrivals)
+	arrivals := p.rate(w, t.arrivals)
 	if !arrivals.nowOK || !arrivals.baseOK || !atLeastTimes(arrivals.now, arrivals.base, c.MinArrivalGrowth) {
 		return nil
 	}
@@ -88,7 +83,7 @@ func (d *RetryAvalancheDetector) Detect(w Window, now time.Time) []Finding {
 	// Amplification: arrivals per completion now, against the baseline's.
 	// Steady traffic sits near 1 (or whatever the mix makes it); retries
 	// push it up because a retried request arrives twice but completes once.
-	completions := p.rate(w, sig.completions)
+	completions := p.rate(w, t.completions)
 	amp := measure{}
 	if completions.nowOK {
 		amp.now, amp.nowOK = arrivals.now/max(completions.now, 1e-9), true
@@ -107,8 +102,10 @@ func (d *RetryAvalancheDetector) Detect(w Window, now time.Time) []Finding {
 		amp.now = min(amp.now, 1e6)
 	}
 
+	failureSels := t.retriable()
+	failureNames := []string{"aborted requests/s", "5xx/408/429/499 responses/s"}
 	var failureParts []measure
-	for _, sel := range sig.failures {
+	for _, sel := range failureSels {
 		failureParts = append(failureParts, p.rate(w, sel))
 	}
 	failures := sum(failureParts...)
@@ -119,61 +116,63 @@ func (d *RetryAvalancheDetector) Detect(w Window, now time.Time) []Finding {
 		return nil
 	}
 
-	// Backlog growth: the last quarter of the range against the quarter
-	// ending half a range earlier. Super-linear growth means the loop has
-	// engaged and the finding is critical.
-	backlog := measure{}
-	backlog.now, backlog.nowOK = w.Avg(sig.backlog, now.Add(-c.Range/4), now)
-	backlog.base, backlog.baseOK = w.Avg(sig.backlog, now.Add(-c.Range*3/4), now.Add(-c.Range/2))
-	growing := backlog.nowOK && backlog.baseOK && backlog.now >= c.MinBacklog &&
-		backlog.now >= c.BacklogGrowthRatio*max(backlog.base, 1)
+	// Retry evidence: arrivals beyond the offered load since arrivals grew.
+	offered := offeredLoad(w, now, t.arrivals, failureSels, c.Range/4, c.Baseline, c.MinArrivalGrowth*arrivals.base, arrivals.base)
+	retried := arrivals.now - offered
+	if retried < (c.MinAmplification-1)*offered {
+		return nil // the growth is fresh traffic: overload, not a retry loop
+	}
 
+	bl := d.backlog(w, now, Sel(series.NumQueueReqs), "queued requests")
+	if !w.Has(series.NumQueueReqs) {
+		bl = d.backlog(w, now, t.active, "active HTTP requests")
+	}
 	sev := Warning
-	if growing {
+	if bl.growing || (amp.nowOK && amp.now >= c.CriticalAmplification*max(amp.base, 1)) {
 		sev = Critical
 	}
 	f := finding(RetryAvalanche, w, sev, LayerClient)
 	f.Evidence = append(f.Evidence,
+		Evidence{Name: "retried arrivals/s (beyond the offered load)", Value: retried, Unit: "/s",
+			Threshold: fmt.Sprintf(">= %s%% of the offered load", num(100*(c.MinAmplification-1)))},
+		Evidence{Name: "offered load/s (highest fresh arrivals since the growth began)", Value: offered, Unit: "/s"},
 		arrivals.evidence("arrivals/s", "/s", fmt.Sprintf(">= %sx baseline", num(c.MinArrivalGrowth))),
 	)
 	if completions.nowOK {
 		f.Evidence = append(f.Evidence,
 			completions.evidence("completions/s", "/s", ""),
-			amp.evidence("arrivals per completion", "ratio", fmt.Sprintf(">= %sx baseline", num(c.MinAmplification))),
+			amp.evidence("arrivals per completion", "", fmt.Sprintf(">= %sx baseline (critical >= %sx)", num(c.MinAmplification), num(c.CriticalAmplification))),
 		)
 	}
 	f.Evidence = append(f.Evidence, failures.evidence("client-visible failures/s", "/s",
 		fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinFailuresPerSecond), num(c.FailureBaselineRatio))))
 	for i, part := range failureParts {
 		if part.nowOK {
-			f.Evidence = append(f.Evidence, part.evidence(sig.failureNames[i], "/s", ""))
+			f.Evidence = append(f.Evidence, part.evidence(failureNames[i], "/s", ""))
 		}
 	}
-	if backlog.nowOK {
-		e := backlog.evidence(sig.backlogName+" (baseline: half a range earlier)", "",
-			fmt.Sprintf(">= %sx and >= %s for critical", num(c.BacklogGrowthRatio), num(c.MinBacklog)))
-		f.Evidence = append(f.Evidence, e)
+	if bl.m.nowOK {
+		f.Evidence = append(f.Evidence, bl.evidence(c))
 	}
 	e2e := p.quantile(w, 0.99, series.E2ERequestLatency)
 	if e2e.nowOK {
 		f.Evidence = append(f.Evidence, e2e.evidence("end-to-end latency p99", "s", ""))
 	}
 
-	f.Summary = fmt.Sprintf("Retry avalanche: arrivals %s/s (baseline %s/s) outgrow completions, %s client-visible failures/s",
-		num(arrivals.now), num(arrivals.base), num(failures.now))
+	f.Summary = fmt.Sprintf("Retry avalanche: %s requests/s arrive for about %s/s of fresh traffic — %s/s are retries of failed requests (%s failures/s)",
+		num(arrivals.now), num(offered), num(retried), num(failures.now))
 	if completions.nowOK {
-		f.Summary = fmt.Sprintf("Retry avalanche: arrivals %s/s (baseline %s/s) outgrow completions (%s/s), %s client-visible failures/s",
-			num(arrivals.now), num(arrivals.base), num(completions.now), num(failures.now))
+		f.Summary += fmt.Sprintf("; %s/s complete", num(completions.now))
 	}
 	var diag strings.Builder
-	diag.WriteString("Client layer: clients are timing out and retrying. ")
+	fmt.Fprintf(&diag, "Client layer: clients are timing out and retrying. Fresh traffic is about %s requests/s (the highest rate of arrivals minus failed requests since arrivals began to grow; baseline %s/s), but %s/s arrive: the other %s/s are retries of the %s failed requests/s (aborts, timeouts, 5xx/429). ",
+		num(offered), num(arrivals.base), num(arrivals.now), num(retried), num(failures.now))
 	if completions.nowOK {
 		fmt.Fprintf(&diag, "Arrivals per completion is %s: retried requests arrive again without adding finished work. ", vsBaseline(amp, ""))
 	}
-	fmt.Fprintf(&diag, "Client-visible failures (aborts, timeouts, 5xx/429) run at %s. ", vsBaseline(failures, "/s"))
-	if growing {
+	if bl.growing {
 		fmt.Fprintf(&diag, "The %s grew from %s to %s within half a range: the feedback loop has engaged (slower service -> more timeouts -> more retries). ",
-			sig.backlogName, num(backlog.base), num(backlog.now))
+			bl.name, num(bl.m.base), num(bl.m.now))
 	}
 	diag.WriteString("The trigger is usually an upstream latency rise (prefix-cache collapse, preemption storm, a slow deploy); check those findings on the same replica. Adding replicas alone does not end it: every timeout turns into more than one new request, so load multiplies faster than capacity arrives, and new replicas start already overloaded — the retry rate itself must come down.")
 	f.Diagnosis = diag.String()
@@ -186,6 +185,129 @@ func (d *RetryAvalancheDetector) Detect(w Window, now time.Time) []Finding {
 		"Clients: exponential backoff with jitter and a cap, plus a retry budget (e.g. retries at most 10% of requests).",
 		"Add a circuit breaker at the gateway/clients so a struggling replica is shed instead of hammered.",
 		"Set request-level timeouts at the router so abandoned requests are cancelled on the server, not computed for nobody.",
+	}
+	return []Finding{f}
+}
+
+// offeredLoad estimates the fresh traffic behind the arrivals: the highest
+// rate of arrivals minus failed requests over slices of step, walking back
+// from now at most maxBack, stopping at the first slice whose arrivals fall
+// below stopBelow (0: never), and never below floor. A failed request that
+// is retried arrives again after its failure, so retries cannot raise the
+// estimate; a surge of new traffic arrives before its failures do, and
+// sets it.
+func offeredLoad(w Window, now time.Time, arrivals Selector, failures []Selector, step, maxBack time.Duration, stopBelow, floor float64) float64 {
+	offered := floor
+	for end := now; now.Sub(end) < maxBack; end = end.Add(-step) {
+		from := end.Add(-step)
+		arr, ok := w.Rate(arrivals, from, end)
+		if !ok || arr < stopBelow {
+			break
+		}
+		var failed float64
+		for _, sel := range failures {
+			if v, ok := w.Rate(sel, from, end); ok {
+				failed += v
+			}
+		}
+		offered = max(offered, arr-failed)
+	}
+	return offered
+}
+
+// gateway judges the model gateway from the router's retry counters: its
+// retries are the evidence, and the page leads with them.
+func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffic) []Finding {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	count, ok := w.Increase(t.arrivals, p.rangeStart, now)
+	if !ok || count < c.MinRequests {
+		return nil
+	}
+	retries := p.rate(w, t.retries)
+	if !retries.nowOK || retries.now < c.MinRetriesPerSecond ||
+		(retries.baseOK && !atLeastTimes(retries.now, retries.base, c.FailureBaselineRatio)) {
+		return nil
+	}
+	clients := p.rate(w, t.arrivals)
+	if !clients.nowOK || clients.now <= 0 {
+		return nil
+	}
+	// Upstream attempts per client request: one when nothing is retried.
+	attempts := p.rate(w, t.attempts)
+	amp, attemptsName := measure{}, "upstream attempts per client request"
+	if attempts.nowOK && attempts.now > 0 {
+		amp.now, amp.nowOK = attempts.now/clients.now, true
+		if attempts.baseOK && clients.baseOK && clients.base > 0 {
+			amp.base, amp.baseOK = attempts.base/clients.base, true
+		}
+	} else {
+		attemptsName = "upstream attempts per client request (requests + retries)"
+		amp.now, amp.nowOK = (clients.now+retries.now)/clients.now, true
+		if clients.baseOK && retries.baseOK && clients.base > 0 {
+			amp.base, amp.baseOK = (clients.base+retries.base)/clients.base, true
+		}
+	}
+	if amp.now < c.MinAmplification {
+		return nil
+	}
+	exhausted := p.rate(w, Sel(series.GatewayRetriesExhaustedTotal))
+	openBreakers, okBreakers := w.Max(Selector{Name: series.GatewayCircuitBreakerState, Combine: CombineMax}, p.rangeStart, now)
+	bl := d.backlog(w, now, t.active, "in-flight requests to workers")
+
+	sev := Warning
+	if bl.growing || amp.now >= c.CriticalAmplification {
+		sev = Critical
+	}
+	f := finding(RetryAvalanche, w, sev, LayerClient)
+	f.Evidence = append(f.Evidence,
+		retries.evidence("router retries/s", "/s", fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinRetriesPerSecond), num(c.FailureBaselineRatio))),
+		amp.evidence(attemptsName, "", fmt.Sprintf(">= %s (critical >= %s)", num(c.MinAmplification), num(c.CriticalAmplification))),
+		clients.evidence("client requests/s", "/s", ""),
+	)
+	if attempts.nowOK {
+		f.Evidence = append(f.Evidence, attempts.evidence("upstream attempts/s", "/s", ""))
+	}
+	if exhausted.nowOK {
+		f.Evidence = append(f.Evidence, exhausted.evidence("client requests failed after exhausting retries/s", "/s", ""))
+	}
+	if okBreakers && openBreakers > 0 {
+		f.Evidence = append(f.Evidence, Evidence{Name: "circuit breaker open or half-open on some worker (0 closed, 1 open, 2 half-open)", Value: openBreakers})
+	}
+	if bl.m.nowOK {
+		f.Evidence = append(f.Evidence, bl.evidence(c))
+	}
+
+	f.Summary = fmt.Sprintf("Router retries %s/s: %s upstream attempts per client request", num(retries.now), num(amp.now))
+	if amp.baseOK {
+		f.Summary += fmt.Sprintf(" (baseline %s)", num(amp.base))
+	}
+	if exhausted.nowOK && exhausted.now > 0 {
+		f.Summary += fmt.Sprintf("; %s client requests/s fail after exhausting retries", num(exhausted.now))
+	}
+	var diag strings.Builder
+	fmt.Fprintf(&diag, "Gateway layer: the router is retrying. %s client requests/s become %s upstream attempts per request (%s retries/s): every failed or timed-out attempt is sent again, so the workers see a multiple of the real traffic. ",
+		num(clients.now), num(amp.now), num(retries.now))
+	if exhausted.nowOK && exhausted.now > 0 {
+		fmt.Fprintf(&diag, "%s requests/s still fail after the last retry. ", num(exhausted.now))
+	}
+	if okBreakers && openBreakers > 0 {
+		diag.WriteString("Circuit breakers are open on some workers: their traffic lands on the rest. ")
+	}
+	if bl.growing {
+		fmt.Fprintf(&diag, "In-flight requests to the workers grew from %s to %s within half a range: the loop has engaged. ", num(bl.m.base), num(bl.m.now))
+	}
+	diag.WriteString("The retries start where an upstream fails or slows: look at the workers' own pages (preemption storm, KV saturation, engine hang, overload) for the trigger. Adding workers alone does not end it while each failure is multiplied.")
+	f.Diagnosis = diag.String()
+	f.Emergency = []string{
+		"Cut the router's retries now: lower --retry-max-retries (default 5) or disable retries, so one client request is one upstream attempt again.",
+		"Enforce a concurrency limit at the gateway and answer the excess at once with 429/503 and Retry-After.",
+		"Then fix or add the upstream capacity that made the attempts fail.",
+	}
+	f.RootCause = []string{
+		"A retry budget at the gateway (retries at most a small share of requests) with backoff and jitter (--retry-initial-backoff-ms, --retry-backoff-multiplier, --retry-jitter-factor).",
+		"Circuit breakers tuned to take a failing worker out before retries pile on it (--cb-failure-threshold).",
+		"Request-level timeouts at the router shorter than the clients' own, so abandoned attempts are cancelled upstream.",
 	}
 	return []Finding{f}
 }
@@ -212,15 +334,25 @@ type RetryAvalancheConfig struct {
 	MinArrivalGrowth float64 `yaml:"min_arrival_growth"`
 	// MinAmplification: (arrivals/completions now) over (arrivals/
 	// completions in the baseline) must reach it — retries add arrivals
-	// without adding completed work. An organic surge raises both.
+	// without adding completed work. An organic surge raises both. On an
+	// engine it also sets the retry evidence: arrivals must exceed the
+	// offered load (the highest rate of arrivals minus failed requests
+	// since the growth began) by MinAmplification-1 of it. On a gateway,
+	// upstream attempts per client request must reach it.
 	MinAmplification float64 `yaml:"min_amplification"`
 	// MinFailuresPerSecond is the absolute floor of client-visible failures
-	// (engine: aborted requests, 5xx/408/429/499 responses; gateway: worker
-	// retries and 5xx/408/429 responses).
+	// on an engine (aborted requests, 5xx/408/429/499 responses).
 	MinFailuresPerSecond float64 `yaml:"min_failures_per_second"`
-	// FailureBaselineRatio: failures per second must also be at least this
-	// many times the baseline.
+	// FailureBaselineRatio: failures per second (gateway: router retries
+	// per second) must also be at least this many times the baseline.
 	FailureBaselineRatio float64 `yaml:"failure_baseline_ratio"`
+	// MinRetriesPerSecond is the floor of the gateway's retries
+	// (smg_worker_retries_total, legacy sgl_router_retries_total).
+	MinRetriesPerSecond float64 `yaml:"min_retries_per_second"`
+	// CriticalAmplification makes the finding critical: arrivals per
+	// completion at least this many times the baseline's (engine), or
+	// this many upstream attempts per client request (gateway).
+	CriticalAmplification float64 `yaml:"critical_amplification"`
 	// BacklogGrowthRatio and MinBacklog make the finding critical: the
 	// backlog (queued requests; in-flight requests on a gateway) in the last
 	// quarter of Range is at least this many times what it was half a Range
@@ -233,17 +365,19 @@ type RetryAvalancheConfig struct {
 // interval.
 func defaultRetryAvalanche() RetryAvalancheConfig {
 	return RetryAvalancheConfig{
-		Enabled:              true,
-		Range:                2 * time.Minute,
-		Baseline:             time.Hour,
-		ArrivalEndpoints:     defaultInferenceEndpoints,
-		MinRequests:          100,
-		MinArrivalGrowth:     1.5,
-		MinAmplification:     1.3,
-		MinFailuresPerSecond: 0.2,
-		FailureBaselineRatio: 3,
-		BacklogGrowthRatio:   2,
-		MinBacklog:           10,
+		Enabled:               true,
+		Range:                 2 * time.Minute,
+		Baseline:              time.Hour,
+		ArrivalEndpoints:      defaultInferenceEndpoints,
+		MinRequests:           100,
+		MinArrivalGrowth:      1.5,
+		MinAmplification:      1.3,
+		MinFailuresPerSecond:  0.2,
+		FailureBaselineRatio:  3,
+		MinRetriesPerSecond:   0.5,
+		CriticalAmplification: 2,
+		BacklogGrowthRatio:    2,
+		MinBacklog:            10,
 	}
 }
 
@@ -279,6 +413,9 @@ func (c RetryAvalancheConfig) validate(e *configErrors) {
 	e.check(c.MinAmplification > 1, "min_amplification", "must be greater than 1, got %v", c.MinAmplification)
 	e.positive("min_failures_per_second", c.MinFailuresPerSecond)
 	e.atLeastOne("failure_baseline_ratio", c.FailureBaselineRatio)
+	e.positive("min_retries_per_second", c.MinRetriesPerSecond)
+	e.check(c.CriticalAmplification >= c.MinAmplification, "critical_amplification",
+		"must be at least min_amplification (%v), got %v", c.MinAmplification, c.CriticalAmplification)
 	e.check(c.BacklogGrowthRatio > 1, "backlog_growth_ratio", "must be greater than 1, got %v", c.BacklogGrowthRatio)
 	e.check(c.MinBacklog >= 0, "min_backlog", "must not be negative, got %v", c.MinBacklog)
 }

@@ -10,19 +10,42 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
-// retryAvalanche scripts clients retrying into a slow server: arrivals go
-// from 10/s to 25/s while completions fall to 9/s, aborts and 503s rise and
-// the queue doubles every 30 s (from a minute before the range, when
+// retryAvalanche scripts clients retrying into a slow server: 10 new
+// requests/s, but clients time out (14 aborts/s) and send each failed
+// request again, so arrivals go from 10/s to 25/s while completions fall to
+// 9/s; the queue doubles every 30 s (from a minute before the range, when
 // latency started to climb).
 func retryAvalanche() *scenario {
 	return healthyEngine().with(
 		counter(series.HTTPRequestsTotal, stepAt(incident, 10, 25), "endpoint", chat, "method", "POST"),
 		counter(series.NumRequestsTotal, stepAt(incident, 10, 9)),
-		counter(series.NumAbortedRequestsTotal, stepAt(incident, 0.01, 3)),
+		counter(series.NumAbortedRequestsTotal, stepAt(incident, 0.01, 14)),
 		counter(series.HTTPResponsesTotal, stepAt(incident, 0, 1), "endpoint", chat, "method", "POST", "status_code", "503"),
 		gauge(series.NumQueueReqs, doublingFrom(incident-minute, 2, 30*time.Second)),
 		hist(series.E2ERequestLatency, e2eBounds, constant(10), stepAt(incident, 5, 50)),
 	)
+}
+
+// gatewayRetryStorm is the model gateway retrying 503s from its workers:
+// client traffic is flat at 40 requests/s, but each becomes five upstream
+// attempts (the default --retry-max-retries is 5), and 5/s fail after the
+// last one.
+func gatewayRetryStorm() *scenario {
+	s := newScenario(
+		counter(series.GatewayHTTPRequestsTotal, constant(40), "method", "POST", "path", chat),
+		counter(series.GatewayHTTPRequestsTotal, constant(1), "method", "GET", "path", "/health"),
+		counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 40, 35), "path", chat, "status_code", "200"),
+		counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 0, 5), "path", chat, "status_code", "503", "error_code", "service_unavailable"),
+		counter(series.GatewayUpstreamResponses, stepAt(incident, 40, 35), "router_type", "http", "status_code", "200"),
+		counter(series.GatewayUpstreamResponses, stepAt(incident, 0.05, 165), "router_type", "http", "status_code", "503", "error_code", "service_unavailable"),
+		counter(series.GatewayRetriesTotal, stepAt(incident, 0.05, 160), "worker_type", "regular", "endpoint", "chat"),
+		counter(series.GatewayRetriesExhaustedTotal, stepAt(incident, 0, 5), "worker_type", "regular", "endpoint", "chat"),
+		gauge(series.GatewayCircuitBreakerState, stepAt(incident, 0, 1), "worker", "http://10.0.0.1:30000"),
+		gauge(series.GatewayCircuitBreakerState, constant(0), "worker", "http://10.0.0.2:30000"),
+		gauge("smg_worker_requests_active", constant(20), "worker", "http://10.0.0.2:30000"),
+	)
+	s.kind, s.model = "gateway", ""
+	return s
 }
 
 func TestRetryAvalanchePages(t *testing.T) {
@@ -36,19 +59,28 @@ func TestRetryAvalanchePages(t *testing.T) {
 		if e := evidenceNamed(t, f, "arrivals/s"); !approx(e.Value, 25, 0.01) || !approx(e.Baseline, 10, 0.01) {
 			t.Errorf("arrivals evidence = %+v; want 25 vs 10", e)
 		}
+		// The retry evidence: 10/s of fresh traffic, the other 15/s are
+		// the failed requests sent again.
+		if e := evidenceNamed(t, f, "offered load/s"); !approx(e.Value, 10, 0.02) {
+			t.Errorf("offered load evidence = %+v; want 10", e)
+		}
+		if e := evidenceNamed(t, f, "retried arrivals/s"); !approx(e.Value, 15, 0.02) {
+			t.Errorf("retried evidence = %+v; want 15", e)
+		}
 		if e := evidenceNamed(t, f, "arrivals per completion"); !approx(e.Value, 25.0/9, 0.01) || !approx(e.Baseline, 1, 0.01) {
 			t.Errorf("amplification evidence = %+v; want 2.78 vs 1", e)
 		}
-		if e := evidenceNamed(t, f, "client-visible failures/s"); !approx(e.Value, 4, 0.01) || !approx(e.Baseline, 0.01, 0.01) {
-			t.Errorf("failures evidence = %+v; want 3 aborts + 1 503 per s", e)
+		if e := evidenceNamed(t, f, "client-visible failures/s"); !approx(e.Value, 15, 0.01) || !approx(e.Baseline, 0.01, 0.01) {
+			t.Errorf("failures evidence = %+v; want 14 aborts + 1 503 per s", e)
 		}
-		if e := evidenceNamed(t, f, "aborted requests/s"); !approx(e.Value, 3, 0.01) {
+		if e := evidenceNamed(t, f, "aborted requests/s"); !approx(e.Value, 14, 0.01) {
 			t.Errorf("aborts evidence = %+v", e)
 		}
 		// Last 30 s vs the 30 s ending a minute earlier: 2^(60/30) = 4x growth.
 		if e := evidenceNamed(t, f, "queued requests"); e.Value < 3*e.Baseline || e.Value < 10 {
 			t.Errorf("backlog evidence = %+v; want super-linear growth", e)
 		}
+		contains(t, "summary", f.Summary, "25 requests/s arrive for about 10/s of fresh traffic", "15/s are retries")
 		if !strings.Contains(f.Diagnosis, "feedback loop") || !strings.Contains(f.Diagnosis, "Adding replicas alone does not end it") {
 			t.Errorf("diagnosis = %s", f.Diagnosis)
 		}
@@ -56,8 +88,14 @@ func TestRetryAvalanchePages(t *testing.T) {
 			t.Errorf("steps = %v / %v", f.Emergency, f.RootCause)
 		}
 	})
-	t.Run("engine, no backlog growth yet", func(t *testing.T) {
-		f := one(t, run(t, retryAvalanche().with(gauge(series.NumQueueReqs, constant(3))), detect.RetryAvalanche))
+	t.Run("engine, no backlog growth and moderate amplification", func(t *testing.T) {
+		s := healthyEngine().with(
+			counter(series.HTTPRequestsTotal, stepAt(incident, 10, 20), "endpoint", chat, "method", "POST"),
+			counter(series.NumRequestsTotal, stepAt(incident, 10, 11)),
+			counter(series.NumAbortedRequestsTotal, stepAt(incident, 0.01, 9.5)),
+			gauge(series.NumQueueReqs, constant(3)),
+		)
+		f := one(t, run(t, s, detect.RetryAvalanche))
 		if f.Severity != detect.Warning {
 			t.Errorf("severity %s; want warning", f.Severity)
 		}
@@ -71,26 +109,48 @@ func TestRetryAvalanchePages(t *testing.T) {
 		}
 		evidenceNamed(t, f, "active HTTP requests")
 	})
-	t.Run("gateway", func(t *testing.T) {
-		s := newScenario(
-			counter(series.GatewayHTTPRequestsTotal, stepAt(incident, 40, 100), "method", "POST", "path", chat),
-			counter(series.GatewayHTTPRequestsTotal, constant(1), "method", "GET", "path", "/health"),
-			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 40, 35), "path", chat, "status_code", "200"),
-			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 0, 5), "path", chat, "status_code", "504"),
-			counter(series.GatewayRetriesTotal, stepAt(incident, 0.05, 20), "worker_type", "regular", "endpoint", chat),
-			gauge("smg_worker_requests_active", doublingFrom(incident-minute, 20, 30*time.Second), "worker", "http://w0:30000"),
-		)
-		s.kind, s.model = "gateway", ""
-		fs := run(t, s, detect.RetryAvalanche)
-		f := one(t, fs)
+	t.Run("gateway: the page leads with the router's retries and the amplification", func(t *testing.T) {
+		f := one(t, run(t, gatewayRetryStorm(), detect.RetryAvalanche))
 		if f.Severity != detect.Critical || f.Layer != detect.LayerClient || f.Replica != "sglang-0" {
 			t.Errorf("finding = %s %s %s", f.Severity, f.Layer, f.Replica)
 		}
-		if e := evidenceNamed(t, f, "worker retries/s"); !approx(e.Value, 20, 0.01) {
-			t.Errorf("retries evidence = %+v", e)
+		if !strings.HasPrefix(f.Summary, "Router retries 160/s: 5 upstream attempts per client request (baseline 1") {
+			t.Errorf("summary = %q; want it to lead with the retries and the amplification", f.Summary)
 		}
-		if e := evidenceNamed(t, f, "arrivals per completion"); !approx(e.Value, 2.5, 0.01) || !approx(e.Baseline, 1, 0.01) {
-			t.Errorf("amplification evidence = %+v", e)
+		contains(t, "summary", f.Summary, "5 client requests/s fail after exhausting retries")
+		if e := f.Evidence[0]; e.Name != "router retries/s" || !approx(e.Value, 160, 0.01) {
+			t.Errorf("first evidence = %+v; want the router's retries", e)
+		}
+		if e := evidenceNamed(t, f, "upstream attempts per client request"); !approx(e.Value, 5, 0.01) || !approx(e.Baseline, 1, 0.01) {
+			t.Errorf("amplification evidence = %+v; want 5 vs 1", e)
+		}
+		evidenceNamed(t, f, "circuit breaker open")
+		contains(t, "diagnosis", f.Diagnosis, "the router is retrying", "40 client requests/s become 5 upstream attempts per request")
+		contains(t, "first step", f.Emergency[0], "--retry-max-retries")
+	})
+	t.Run("gateway without upstream responses: requests plus retries", func(t *testing.T) {
+		f := one(t, run(t, gatewayRetryStorm().without(series.GatewayUpstreamResponses), detect.RetryAvalanche))
+		if e := evidenceNamed(t, f, "upstream attempts per client request (requests + retries)"); !approx(e.Value, 5, 0.01) {
+			t.Errorf("amplification evidence = %+v; want (40+160)/40", e)
+		}
+	})
+	// The legacy router (sgl_router_*): client arrivals without a path
+	// (sgl_router_http_requests_total), route-labelled retries and attempts,
+	// as the scraper normalizes them.
+	t.Run("legacy gateway", func(t *testing.T) {
+		s := newScenario(
+			counter(series.GatewayHTTPRequestsTotal, constant(41)),
+			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 41, 36), "status_code", "200"),
+			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 0, 5), "status_code", "503", "error_code", "service_unavailable"),
+			counter(series.GatewayUpstreamResponses, stepAt(incident, 40, 35), "endpoint", chat, "status_code", "200"),
+			counter(series.GatewayUpstreamResponses, stepAt(incident, 0.05, 165), "endpoint", chat, "status_code", "503", "error_code", "service_unavailable"),
+			counter(series.GatewayRetriesTotal, stepAt(incident, 0.05, 160), "endpoint", chat),
+			counter(series.GatewayRetriesExhaustedTotal, stepAt(incident, 0, 5), "endpoint", chat),
+		)
+		s.kind, s.model = "gateway", ""
+		f := one(t, run(t, s, detect.RetryAvalanche))
+		if f.Severity != detect.Critical || !strings.HasPrefix(f.Summary, "Router retries 160/s") {
+			t.Errorf("finding = %s %q", f.Severity, f.Summary)
 		}
 	})
 }
@@ -117,6 +177,47 @@ func TestRetryAvalancheDoesNotPage(t *testing.T) {
 			counter(series.NumRequestsTotal, stepAt(incident, 10, 12)),
 			gauge(series.NumQueueReqs, doublingFrom(incident-minute, 2, 30*time.Second)),
 		)},
+		// Traffic triples on a replica started with --max-queued-requests,
+		// and nobody retries: it sheds with 503 (only the non-streamed
+		// share shows as 503) and the queue sits at its cap. Arrivals
+		// outgrow completions, failures rise — overload, error_rate's page.
+		{"three times the traffic, shed with 503, no retries", healthyEngine().with(
+			counter(series.HTTPRequestsTotal, stepAt(incident, 10, 30), "endpoint", chat, "method", "POST"),
+			counter(series.NumRequestsTotal, stepAt(incident, 10, 12)),
+			counter(series.HTTPResponsesTotal, stepAt(incident, 10, 25.5), "endpoint", chat, "method", "POST", "status_code", "200"),
+			counter(series.HTTPResponsesTotal, stepAt(incident, 0, 4.5), "endpoint", chat, "method", "POST", "status_code", "503"),
+			gauge(series.NumQueueReqs, stepAt(incident, 2, 64)),
+		)},
+		// A surge whose clients give up after 40 s and do not retry: the
+		// aborts come after the arrivals grew, not before.
+		{"surge with client timeouts, no retries", healthyEngine().with(
+			counter(series.HTTPRequestsTotal, stepAt(incident, 10, 22), "endpoint", chat, "method", "POST"),
+			counter(series.NumRequestsTotal, stepAt(incident, 10, 5)),
+			counter(series.NumAbortedRequestsTotal, stepAt(incident+40*time.Second, 0.01, 17)),
+			gauge(series.NumQueueReqs, doublingFrom(incident, 2, 30*time.Second)),
+		)},
+		// A gateway retrying now and then, as any does.
+		{"gateway, occasional retries", func() *scenario {
+			s := gatewayRetryStorm().with(
+				counter(series.GatewayUpstreamResponses, constant(0.05), "router_type", "http", "status_code", "503", "error_code", "service_unavailable"),
+				counter(series.GatewayRetriesTotal, constant(0.05), "worker_type", "regular", "endpoint", "chat"),
+			)
+			return s
+		}()},
+		// Retries above the floor but a small share of the traffic: one
+		// attempt per request and a bit.
+		{"gateway, retries without amplification", gatewayRetryStorm().with(
+			counter(series.GatewayUpstreamResponses, stepAt(incident, 0.05, 2), "router_type", "http", "status_code", "503", "error_code", "service_unavailable"),
+			counter(series.GatewayRetriesTotal, stepAt(incident, 0.05, 2), "worker_type", "regular", "endpoint", "chat"),
+		)},
+		{"gateway, counter reset after restart", func() *scenario {
+			s := gatewayRetryStorm().with(
+				counter(series.GatewayUpstreamResponses, constant(0.05), "router_type", "http", "status_code", "503", "error_code", "service_unavailable"),
+				counter(series.GatewayRetriesTotal, constant(0.05), "worker_type", "regular", "endpoint", "chat"),
+			)
+			s.restarts = []time.Duration{incident + 30*time.Second}
+			return s
+		}()},
 		// The watchdog (or someone) polling /metrics hard is not traffic.
 		{"metrics polling surge", healthyEngine().with(
 			counter(series.HTTPRequestsTotal, stepAt(incident, 0.2, 50), "endpoint", "/metrics", "method", "GET"),

@@ -1,0 +1,305 @@
+package detect_test
+
+import (
+	"context"
+	"math"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// failing is healthyEngine answering 10 requests/s on the chat endpoint,
+// of which failed/s fail with status from the incident on.
+func failing(status string, failed float64) *scenario {
+	return healthyEngine().with(
+		counter(series.HTTPResponsesTotal, stepAt(incident, 10, 10-failed), "endpoint", chat, "method", "POST", "status_code", "200"),
+		counter(series.HTTPResponsesTotal, stepAt(incident, 0, failed), "endpoint", chat, "method", "POST", "status_code", status),
+	)
+}
+
+func TestErrorRatePages(t *testing.T) {
+	t.Run("503 sheds are critical, in the queue layer", func(t *testing.T) {
+		f := one(t, run(t, failing("503", 1.5), detect.ErrorRate))
+		checkCommon(t, f, detect.ErrorRate)
+		if f.Severity != detect.Critical || f.Layer != detect.LayerQueue {
+			t.Errorf("severity %s layer %s; want critical queue", f.Severity, f.Layer)
+		}
+		// 1.5 of 10 answered requests/s, plus the healthy trickle of aborts.
+		if e := evidenceNamed(t, f, "failed share of requests"); !approx(e.Value, 0.151, 0.01) || e.Unit != "ratio" {
+			t.Errorf("share evidence = %+v; want 15%%", e)
+		}
+		if e := evidenceNamed(t, f, "shed requests/s (429/503)"); !approx(e.Value, 1.5, 0.01) {
+			t.Errorf("sheds evidence = %+v", e)
+		}
+		if e := evidenceNamed(t, f, "server errors/s"); e.Value != 0 {
+			t.Errorf("a 503 is a shed, not a server error: %+v", e)
+		}
+		contains(t, "summary", f.Summary, "15.1% of requests failing over 2m", "shed with 429/503")
+	})
+	t.Run("2% server errors are a warning, in the process layer", func(t *testing.T) {
+		f := one(t, run(t, failing("500", 0.2), detect.ErrorRate))
+		if f.Severity != detect.Warning || f.Layer != detect.LayerProcess {
+			t.Errorf("severity %s layer %s; want warning process", f.Severity, f.Layer)
+		}
+		if e := evidenceNamed(t, f, "server errors/s"); !approx(e.Value, 0.2, 0.01) {
+			t.Errorf("server errors evidence = %+v", e)
+		}
+		contains(t, "diagnosis", f.Diagnosis, "Server errors")
+	})
+	t.Run("aborted requests count, in the client layer", func(t *testing.T) {
+		s := healthyEngine().with(counter(series.NumAbortedRequestsTotal, stepAt(incident, 0.01, 1)))
+		f := one(t, run(t, s, detect.ErrorRate))
+		if f.Severity != detect.Critical || f.Layer != detect.LayerClient {
+			t.Errorf("severity %s layer %s; want critical client", f.Severity, f.Layer)
+		}
+		if e := evidenceNamed(t, f, "aborted requests/s"); !approx(e.Value, 1, 0.01) {
+			t.Errorf("aborts evidence = %+v", e)
+		}
+	})
+	t.Run("a release without per-status responses: completions and aborts", func(t *testing.T) {
+		s := healthyEngine().without(series.HTTPResponsesTotal).with(counter(series.NumAbortedRequestsTotal, stepAt(incident, 0.01, 1)))
+		f := one(t, run(t, s, detect.ErrorRate))
+		// 1 aborted of 10 completed + 1 aborted.
+		if e := evidenceNamed(t, f, "failed share of requests"); !approx(e.Value, 1.0/11, 0.02) {
+			t.Errorf("share evidence = %+v", e)
+		}
+	})
+	t.Run("gateway", func(t *testing.T) {
+		s := newScenario(
+			counter(series.GatewayHTTPRequestsTotal, constant(40), "method", "POST", "path", chat),
+			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 40, 36), "path", chat, "status_code", "200"),
+			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 0, 4), "path", chat, "status_code", "502"),
+			// Health checks fail too, but they are not users' requests.
+			counter(series.GatewayHTTPResponsesTotal, constant(1), "path", "/health", "status_code", "503"),
+		)
+		s.kind, s.model = "gateway", ""
+		f := one(t, run(t, s, detect.ErrorRate))
+		if f.Severity != detect.Critical || f.Layer != detect.LayerProcess {
+			t.Errorf("severity %s layer %s; want critical process", f.Severity, f.Layer)
+		}
+		if e := evidenceNamed(t, f, "failed share of requests"); !approx(e.Value, 0.1, 0.01) {
+			t.Errorf("share evidence = %+v; want 10%% (health checks excluded)", e)
+		}
+	})
+	t.Run("legacy gateway: responses without a path", func(t *testing.T) {
+		s := newScenario(
+			counter(series.GatewayHTTPRequestsTotal, constant(40)),
+			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 40, 30), "status_code", "200"),
+			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 0, 10), "status_code", "503", "error_code", "service_unavailable"),
+		)
+		s.kind, s.model = "gateway", ""
+		f := one(t, run(t, s, detect.ErrorRate))
+		if e := evidenceNamed(t, f, "shed requests/s"); !approx(e.Value, 10, 0.01) {
+			t.Errorf("sheds evidence = %+v", e)
+		}
+	})
+}
+
+func TestErrorRateDoesNotPage(t *testing.T) {
+	tests := []struct {
+		name     string
+		scenario *scenario
+	}{
+		{"healthy heavy load", healthyEngine()},
+		// 3 requests in the window, one of them failed: 33%, and no outage.
+		{"low traffic", healthyEngine().with(
+			counter(series.HTTPRequestsTotal, constant(3.0/120), "endpoint", chat, "method", "POST"),
+			counter(series.HTTPResponsesTotal, constant(2.0/120), "endpoint", chat, "method", "POST", "status_code", "200"),
+			counter(series.HTTPResponsesTotal, constant(1.0/120), "endpoint", chat, "method", "POST", "status_code", "503"),
+			counter(series.NumRequestsTotal, constant(2.0/120)),
+			counter(series.NumAbortedRequestsTotal, constant(0)),
+		)},
+		// Every counter drops to zero mid-range: that is no burst of errors.
+		{"counter reset after restart", func() *scenario {
+			s := failing("500", 0.01)
+			s.restarts = []time.Duration{incident + 30*time.Second}
+			return s
+		}()},
+		// The watchdog's own polling failing is not users failing.
+		{"failing /metrics and health probes", healthyEngine().with(
+			counter(series.HTTPResponsesTotal, constant(0.2), "endpoint", "/metrics", "method", "GET", "status_code", "500"),
+			counter(series.HTTPResponsesTotal, constant(0.1), "endpoint", "/health_generate", "method", "GET", "status_code", "503"),
+		)},
+		{"missing series", newScenario(gauge(series.NumQueueReqs, constant(3)))},
+		{"NaN/Inf samples", healthyEngine().with(
+			counter(series.HTTPResponsesTotal, constant(10), "endpoint", chat, "method", "POST", "status_code", "200").corrupted(every(3, math.NaN())),
+			counter(series.HTTPResponsesTotal, constant(0.001), "endpoint", chat, "method", "POST", "status_code", "503").corrupted(every(4, math.Inf(1))),
+			counter(series.NumAbortedRequestsTotal, constant(0.01)).corrupted(every(2, math.Inf(-1))),
+		)},
+		{"all NaN", healthyEngine().with(
+			counter(series.HTTPResponsesTotal, constant(10), "endpoint", chat, "method", "POST", "status_code", "200").corrupted(always(math.NaN())),
+			counter(series.HTTPResponsesTotal, constant(1), "endpoint", chat, "method", "POST", "status_code", "503").corrupted(always(math.NaN())),
+			counter(series.NumAbortedRequestsTotal, constant(1)).corrupted(always(math.NaN())),
+		)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			none(t, run(t, tt.scenario, detect.ErrorRate))
+		})
+	}
+}
+
+// The low-traffic case is held by the request floor, not by luck: with the
+// floors lowered, one failure in three pages.
+func TestErrorRateLowTrafficFloorIsWhatHolds(t *testing.T) {
+	s := healthyEngine().with(
+		counter(series.HTTPResponsesTotal, constant(2.0/120), "endpoint", chat, "method", "POST", "status_code", "200"),
+		counter(series.HTTPResponsesTotal, constant(1.0/120), "endpoint", chat, "method", "POST", "status_code", "503"),
+		counter(series.NumAbortedRequestsTotal, constant(0)),
+	)
+	cfg := detect.DefaultConfig()
+	detect.Edit(&cfg, func(c *detect.ErrorRateConfig) { c.MinRequests, c.MinFailedRequests = 0.5, 0.5 })
+	one(t, detectWith(t, s, cfg, detect.ErrorRate))
+}
+
+// Failed requests are where every cause ends: each cause class explains
+// them, and they explain nothing.
+func TestErrorRateIsAConsequenceOfEveryCause(t *testing.T) {
+	errRate := fnd(detect.ErrorRate, detect.LayerQueue)
+	for _, cause := range []detect.Finding{collapsePrompt, collapseEviction, kvSat, storm, queueLat, prefillLat, decodeSlow,
+		avalanche, hang, lora, pdFail, cold, restart, down404} {
+		if !detect.Explains(cause, errRate) {
+			t.Errorf("%s/%s does not explain error_rate", cause.Class, cause.Layer)
+		}
+		if detect.Explains(errRate, cause) {
+			t.Errorf("error_rate explains %s/%s", cause.Class, cause.Layer)
+		}
+	}
+	if detect.Explains(blind, errRate) || detect.Explains(errRate, errRate) {
+		t.Error("a blind target or error_rate itself explains error_rate")
+	}
+}
+
+// simulate runs one replica of the queueing model through the real scraper
+// into the real window, and returns the findings of every default detector
+// at each evaluation time (every 30 s from evalFrom on).
+func simulate(t *testing.T, sc sim.Scenario, srv sim.ServerConfig, evalFrom, until time.Duration) map[time.Duration][]detect.Finding {
+	t.Helper()
+	start := time.Date(2026, 5, 29, 13, 0, 0, 0, time.UTC)
+	fleet := sim.NewFleet(sim.FleetConfig{Replicas: 1, Seed: 3, Start: start, Scenario: sc, Server: srv, Warmup: 5 * time.Minute})
+	cfg := detect.DefaultConfig()
+	const interval = 10 * time.Second
+	store, err := window.New(window.Options{Retention: cfg.MaxLookback() + 5*time.Minute, ScrapeInterval: interval}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := detect.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvHTTP := httptest.NewServer(fleet.Handler(0))
+	defer srvHTTP.Close()
+	tg := scrape.Target{Name: "sim-0", URL: srvHTTP.URL + "/metrics", Kind: scrape.KindEngine}
+	out := map[time.Duration][]detect.Finding{}
+	for el := time.Duration(0); el <= until; el += interval {
+		now := start.Add(el)
+		fleet.Advance(now)
+		s := scrape.ScrapeOnce(context.Background(), nil, tg, scrape.Options{})
+		s.At = now // synthetic time: the sim and the window share it
+		if err := store.Append(s); err != nil {
+			t.Fatal(err)
+		}
+		if el < evalFrom || el%(30*time.Second) != 0 {
+			continue
+		}
+		store.View(tg.Name, func(w detect.Window) {
+			out[el] = []detect.Finding{}
+			for _, d := range ds {
+				out[el] = append(out[el], d.Detect(w, now)...)
+			}
+		})
+	}
+	return out
+}
+
+func findingOf(fs []detect.Finding, c detect.Class) (detect.Finding, bool) {
+	for _, f := range fs {
+		if f.Class == c {
+			return f, true
+		}
+	}
+	return detect.Finding{}, false
+}
+
+// Traffic triples on a replica started with --max-queued-requests; the
+// clients do not retry. It sheds with 503 and users fail: that is
+// overload, paged as error_rate with the capacity steps, never as a retry
+// avalanche.
+func TestSimulatedOverloadWithSheddingIsNotARetryAvalanche(t *testing.T) {
+	srv := sim.DefaultServerConfig()
+	srv.MaxQueuedRequests = 64
+	base := sim.DefaultLoad()
+	base.Rate = 7.5
+	base.ClientTimeout = 0 // patient clients: nobody gives up, nobody retries
+	sc := sim.Scenario{Name: "overload", Base: base, Phases: []sim.Phase{
+		{Name: "healthy", Duration: 65 * time.Minute},
+		{Name: "three times the traffic", Change: func(l *sim.Load) { l.Rate *= 3 }},
+	}}
+	rounds := simulate(t, sc, srv, 60*time.Minute, 72*time.Minute)
+	for el, fs := range rounds {
+		if f, ok := findingOf(fs, detect.RetryAvalanche); ok {
+			t.Errorf("at %s: retry_avalanche without retries: %s", el, f.Summary)
+		}
+		if f, ok := findingOf(fs, detect.ErrorRate); ok && el < 65*time.Minute {
+			t.Errorf("at %s, before the surge: %s", el, f.Summary)
+		}
+	}
+	f, ok := findingOf(rounds[70*time.Minute], detect.ErrorRate)
+	if !ok {
+		t.Fatalf("no error_rate five minutes into the overload: %+v", rounds[70*time.Minute])
+	}
+	if f.Severity != detect.Critical || f.Layer != detect.LayerQueue {
+		t.Errorf("severity %s layer %s; want critical queue", f.Severity, f.Layer)
+	}
+	contains(t, "diagnosis", f.Diagnosis, "Overload: users are failing because capacity is short", "No client retries are visible")
+	contains(t, "summary", f.Summary, "overload")
+	if len(f.Emergency) != 3 || !strings.HasPrefix(f.Emergency[0], "Scale out") ||
+		!strings.HasPrefix(f.Emergency[1], "Shed at the gateway") || !strings.HasPrefix(f.Emergency[2], "Lower max_tokens") {
+		t.Errorf("emergency steps = %q; want scale out, shed at the gateway, lower max_tokens, in that order", f.Emergency)
+	}
+}
+
+// Clients that time out after 8 s and retry at once: a real retry storm.
+// It is paged as retry_avalanche; the failing users are its consequence.
+func TestSimulatedRetryStormIsARetryAvalanche(t *testing.T) {
+	sc, err := sim.IncidentScenario(sim.ClassRetryAvalanche)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Phases[0].Duration = 65 * time.Minute // an hour of baseline first
+	rounds := simulate(t, sc, sim.DefaultServerConfig(), 60*time.Minute, 70*time.Minute)
+	for el, fs := range rounds {
+		if el < 65*time.Minute && len(fs) > 0 {
+			t.Errorf("at %s, before the storm: %s %s", el, fs[0].Class, fs[0].Summary)
+		}
+	}
+	fs := rounds[70*time.Minute]
+	ra, ok := findingOf(fs, detect.RetryAvalanche)
+	if !ok {
+		t.Fatalf("no retry_avalanche five minutes into the storm: %+v", fs)
+	}
+	if ra.Severity != detect.Critical {
+		t.Errorf("severity %s; want critical", ra.Severity)
+	}
+	if e := evidenceNamed(t, ra, "retried arrivals/s"); e.Value < 2*evidenceNamed(t, ra, "offered load/s").Value {
+		t.Errorf("retried %v vs offered %v: the storm is mostly retries", e.Value, evidenceNamed(t, ra, "offered load/s").Value)
+	}
+	er, ok := findingOf(fs, detect.ErrorRate)
+	if !ok {
+		t.Fatalf("no error_rate while most requests fail: %+v", fs)
+	}
+	if !detect.Explains(ra, er) {
+		t.Error("the avalanche does not explain the failing requests")
+	}
+	contains(t, "error_rate diagnosis", er.Diagnosis, "clients are retrying")
+	if strings.Contains(er.Diagnosis, "Overload") {
+		t.Errorf("a retry storm diagnosed as overload: %s", er.Diagnosis)
+	}
+}
