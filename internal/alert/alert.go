@@ -376,7 +376,11 @@ func (t *Tracker) continueWith(a *Alert, inc correlate.Incident, round assess.Ro
 	a.Draining = a.State == StateFiring && inc.Cause() != a.Class && detect.Explains(a.Finding, inc.Finding)
 	if !a.Draining {
 		a.Finding, a.Class = inc.Finding, inc.Cause()
-		a.Severity = inc.Finding.Severity.String()
+		// A firing incident is as severe as it has been: the page that went
+		// out, its repeats and its resolve carry that severity.
+		if a.State != StateFiring || severityRank(inc.Finding.Severity.String()) > severityRank(a.Severity) {
+			a.Severity = inc.Finding.Severity.String()
+		}
 	}
 	t.notePeak(a, inc.Finding, now)
 	switch a.State {
@@ -587,7 +591,7 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 		At:          now,
 	}
 	snap, haveSnap := round.Replica(a.Replica)
-	ev.Headline = headline(a, snap.Snapshot, haveSnap && kind != notify.KindResolve)
+	ev.Headline = headline(a, snap.Snapshot, haveSnap, kind == notify.KindResolve, now)
 	evidence := f.Evidence
 	if kind == notify.KindResolve && a.Peak != nil {
 		evidence = a.Peak
@@ -624,12 +628,22 @@ func field(e detect.Evidence) notify.Field {
 
 // headline is the page's one line: where, what is happening (the cause),
 // and what users feel now (queue and time to first token) when known.
-func headline(a *Alert, s assess.Snapshot, withImpact bool) string {
+//
+// A resolve's headline says what ended and how long it lasted, with the
+// values now: the numbers of the firing summary would read as still
+// burning.
+func headline(a *Alert, s assess.Snapshot, withImpact, resolved bool, now time.Time) string {
 	where := a.Replica
 	if a.Fleet {
 		where = "fleet " + a.Model
 	}
 	h := where + ": " + a.Finding.Summary
+	if resolved {
+		h = where + ": " + strings.ReplaceAll(string(a.Class), "_", " ") + " over"
+		if !a.FiredAt.IsZero() {
+			h += " after " + now.Sub(a.FiredAt).Round(time.Second).String()
+		}
+	}
 	if !withImpact {
 		return h
 	}
@@ -643,7 +657,11 @@ func headline(a *Alert, s assess.Snapshot, withImpact bool) string {
 	if s.AbortsPerSecond != nil && *s.AbortsPerSecond > 0 {
 		impact = append(impact, "aborted "+detect.FormatNumber(*s.AbortsPerSecond)+"/s")
 	}
-	if len(impact) > 0 {
+	switch {
+	case len(impact) == 0:
+	case resolved:
+		h += "; now " + strings.Join(impact, ", ")
+	default:
 		h += "; " + strings.Join(impact, ", ")
 	}
 	return h

@@ -426,3 +426,33 @@ func TestLayerTriageReachesThePage(t *testing.T) {
 		t.Errorf("log page lacks the triage:\n%s", text)
 	}
 }
+
+func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg, Links{})
+	crit := finding("r1", detect.PreemptStorm, detect.Critical)
+	crit.Summary = "Preemption storm: 3 retracted requests/s"
+	warn := crit
+	warn.Severity = detect.Warning
+	warn.Summary = "Preemption storm: 0.2 retracted requests/s"
+	evs := update(tr, []detect.Finding{crit}, t0)
+	evs = append(evs, update(tr, []detect.Finding{warn}, t0.Add(10*time.Second))...)
+	queued, ttft := 3.0, 0.4
+	round := assess.Round{At: t0.Add(90 * time.Second), Replicas: []assess.Replica{{Replica: detect.Replica{Name: "r1"},
+		Snapshot: assess.Snapshot{QueuedRequests: &queued, TTFTP99: &ttft}}}}
+	evs = append(evs, tr.Update(round)...)
+	if len(evs) != 2 || evs[1].Kind != notify.KindResolve {
+		t.Fatalf("got %v", kinds(evs))
+	}
+	res := evs[1]
+	if res.Severity != "critical" {
+		t.Errorf("resolve severity %s, want the critical the incident paged at", res.Severity)
+	}
+	if res.Headline != "r1: preempt storm over after 1m30s; now queue 3, p99 TTFT 0.4 s" {
+		t.Errorf("resolve headline %q", res.Headline)
+	}
+	if len(res.Recovered) == 0 || len(res.Evidence) == 0 {
+		t.Errorf("resolve without recovered values %v or peak evidence %v", res.Recovered, res.Evidence)
+	}
+}
