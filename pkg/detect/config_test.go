@@ -30,7 +30,7 @@ func TestDefaultConfigIsValid(t *testing.T) {
 		classes = append(classes, string(d.Class()))
 	}
 	want := "replica_down,preempt_storm,cache_collapse,retry_avalanche,kv_saturation,engine_hang," +
-		"queue_latency,decode_slowdown,cold_start,lora_thrash,pd_transfer_failure,metrics_blind"
+		"queue_latency,decode_slowdown,cold_start,lora_thrash,pd_transfer_failure,error_rate,metrics_blind"
 	if got := strings.Join(classes, ","); got != want {
 		t.Errorf("detectors = %s", got)
 	}
@@ -50,6 +50,7 @@ func onlyCore(cfg *detect.Config) {
 	detect.Edit(cfg, func(s *detect.LoraThrashConfig) { s.Enabled = false })
 	detect.Edit(cfg, func(s *detect.PDTransferFailureConfig) { s.Enabled = false })
 	detect.Edit(cfg, func(s *detect.MetricsBlindConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.ErrorRateConfig) { s.Enabled = false })
 }
 
 func TestNewBuildsOnlyEnabledDetectors(t *testing.T) {
