@@ -51,6 +51,12 @@ type Config struct {
 	// without being seen again: the windows start empty, and detectors need
 	// this long to confirm the condition before it may resolve.
 	RestoreGrace time.Duration `yaml:"restore_grace"`
+	// Aftermath: a consequence found on a replica within this long after
+	// an incident that explains it resolved is that incident's drain (a
+	// latency tail still inside a detector's range, a backlog emptying),
+	// not a new incident: it pages only if it is still there when the
+	// aftermath has passed.
+	Aftermath time.Duration `yaml:"aftermath"`
 	// Classes overrides the timing per incident class.
 	Classes map[string]Timing `yaml:"classes"`
 }
@@ -62,6 +68,7 @@ func DefaultConfig() Config {
 		RepeatInterval:    4 * time.Hour,
 		ResolvedRetention: time.Hour,
 		RestoreGrace:      10 * time.Minute,
+		Aftermath:         10 * time.Minute,
 	}
 }
 
@@ -79,6 +86,7 @@ func (c Config) Validate(prefix string) error {
 	neg("repeat_interval", c.RepeatInterval)
 	neg("resolved_retention", c.ResolvedRetention)
 	neg("restore_grace", c.RestoreGrace)
+	neg("aftermath", c.Aftermath)
 	for _, name := range slices.Sorted(maps.Keys(c.Classes)) {
 		t := c.Classes[name]
 		neg("classes."+name+".for", t.For)
@@ -140,6 +148,10 @@ type Alert struct {
 	// Draining says the cause has cleared while consequences it explains
 	// are still seen (a backlog draining): the incident stays open.
 	Draining bool `json:"draining,omitempty"`
+	// QuietUntil holds a pending alert that is the aftermath of an incident
+	// just resolved (After): it fires only if still seen then.
+	QuietUntil time.Time `json:"quiet_until,omitzero"`
+	After      string    `json:"after,omitempty"`
 	// Peak is the evidence at the incident's worst round, shown beside the
 	// recovered values when it resolves.
 	Peak      []detect.Evidence `json:"peak,omitempty"`
@@ -238,6 +250,9 @@ func (t *Tracker) Update(round assess.Round) []notify.Event {
 			fp := Fingerprint(inc.Finding.Replica, inc.Cause())
 			a = &Alert{Fingerprint: fp, Class: inc.Cause(), Replica: inc.Finding.Replica, Model: inc.Finding.Model,
 				Fleet: inc.Fleet, State: StatePending, ActiveAt: now, Finding: inc.Finding, Severity: inc.Finding.Severity.String()}
+			if prev := t.aftermathOf(inc, now); prev != nil {
+				a.After, a.QuietUntil = prev.Fingerprint, prev.ResolvedAt.Add(t.cfg.Aftermath)
+			}
 			t.alerts[fp] = a
 		}
 		touched[a.Fingerprint] = true
@@ -281,6 +296,28 @@ func (t *Tracker) Update(round assess.Round) []notify.Event {
 		return events[i].Seq < events[j].Seq
 	})
 	return events
+}
+
+// aftermathOf returns the incident resolved on inc's replica within the
+// aftermath that explains inc, if any.
+func (t *Tracker) aftermathOf(inc correlate.Incident, now time.Time) *Alert {
+	if inc.Fleet || t.cfg.Aftermath <= 0 {
+		return nil
+	}
+	var best *Alert
+	for _, a := range t.alerts {
+		if a.State != StateResolved || a.Replica != inc.Finding.Replica || now.Sub(a.ResolvedAt) >= t.cfg.Aftermath {
+			continue
+		}
+		// The cause itself coming back is a new incident, paged as usual.
+		if inc.Cause() == a.Class || (!slices.Contains(a.Members, inc.Cause()) && !detect.Explains(a.Finding, inc.Finding)) {
+			continue
+		}
+		if best == nil || a.ResolvedAt.After(best.ResolvedAt) {
+			best = a
+		}
+	}
+	return best
 }
 
 // match finds the open incident inc continues: the same fleet incident; an
@@ -385,7 +422,7 @@ func (t *Tracker) continueWith(a *Alert, inc correlate.Incident, round assess.Ro
 	t.notePeak(a, inc.Finding, now)
 	switch a.State {
 	case StatePending:
-		if now.Sub(a.ActiveAt) >= t.cfg.timing(a.Class).For {
+		if now.Sub(a.ActiveAt) >= t.cfg.timing(a.Class).For && !now.Before(a.QuietUntil) {
 			a.State, a.FiredAt = StateFiring, now
 			return t.event(a, notify.KindTrigger, round), true
 		}
@@ -607,6 +644,10 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 	}
 	for _, c := range a.Explains {
 		ev.Explains = append(ev.Explains, string(c))
+	}
+	if a.After != "" {
+		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " It began as an incident on this replica ended (" + t.links.alert(a.After) +
+			") and is still there after the aftermath window: it is not that incident's drain.")
 	}
 	if a.AbsorbedBy != "" {
 		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " This alert became part of another incident (" +

@@ -456,3 +456,40 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 		t.Errorf("resolve without recovered values %v or peak evidence %v", res.Recovered, res.Evidence)
 	}
 }
+
+func TestConsequenceAfterItsCauseResolvedIsTheDrainNotANewPage(t *testing.T) {
+	cfg := testConfig()
+	cfg.Aftermath = 3 * time.Minute
+	tr := NewTracker(cfg, Links{})
+	retry := finding("r1", detect.RetryAvalanche, detect.Critical)
+	queue := finding("r1", detect.QueueLatency, detect.Critical)
+	evs := step(tr, t0, 10, func(int) []detect.Finding { return []detect.Finding{retry} })
+	evs = append(evs, step(tr, t0.Add(100*time.Second), 7, func(int) []detect.Finding { return nil })...)
+	if got := strings.Join(kinds(evs), ","); got != "trigger:retry_avalanche@r1,resolve:retry_avalanche@r1" {
+		t.Fatalf("got %s", got)
+	}
+	resolvedAt := t0.Add(160 * time.Second)
+	// The latency tail of the avalanche shows up after its resolve and
+	// fades within the aftermath: nothing pages.
+	evs = step(tr, resolvedAt.Add(10*time.Second), 12, func(int) []detect.Finding { return []detect.Finding{queue} })
+	evs = append(evs, step(tr, resolvedAt.Add(130*time.Second), 3, func(int) []detect.Finding { return nil })...)
+	if len(evs) != 0 {
+		t.Fatalf("the drain paged: %v", kinds(evs))
+	}
+	// A queue latency that outlasts the aftermath is its own incident.
+	evs = step(tr, resolvedAt.Add(160*time.Second), 6, func(int) []detect.Finding { return []detect.Finding{queue} })
+	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Class != "queue_latency" || !strings.Contains(evs[0].Diagnosis, "not that incident's drain") {
+		t.Fatalf("want the persisting queue latency paged after the aftermath, got %v", kinds(evs))
+	}
+	if at := evs[0].At.Sub(resolvedAt); at < cfg.Aftermath {
+		t.Errorf("paged %s after the resolve, inside the aftermath", at)
+	}
+	// The cause itself coming back pages as usual.
+	tr2 := NewTracker(cfg, Links{})
+	step(tr2, t0, 10, func(int) []detect.Finding { return []detect.Finding{retry} })
+	step(tr2, t0.Add(100*time.Second), 7, func(int) []detect.Finding { return nil })
+	evs = step(tr2, resolvedAt.Add(10*time.Second), 4, func(int) []detect.Finding { return []detect.Finding{retry} })
+	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger {
+		t.Fatalf("a returning cause did not page: %v", kinds(evs))
+	}
+}
