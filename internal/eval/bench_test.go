@@ -2,7 +2,6 @@ package eval
 
 import (
 	"bytes"
-	"os"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
@@ -28,7 +28,7 @@ import (
 // their ratio; the goal is overhead <= 0.5x the parse.
 
 func benchBody(b *testing.B) []byte {
-	body, err := os.ReadFile("testdata/sglang-current-full.prom")
+	body, err := fixture.SGLang(fixture.CurrentFull)
 	if err != nil {
 		b.Fatal(err)
 	}
