@@ -209,6 +209,13 @@ func (w *world) start(t *testing.T, name string) *daemon {
 	}
 	dm.store, dm.d = store, d
 
+	// Registered before the stop below, so it runs after it: no switch this
+	// copy made, the final step-down included, found the state unreadable.
+	t.Cleanup(func() {
+		if errs := logs.FilterMessageSnippet("at takeover").All(); len(errs) > 0 {
+			t.Errorf("%s: %+v", name, errs)
+		}
+	})
 	nctx, stopNotify := context.WithCancel(context.Background())
 	fctx, stopFailover := context.WithCancel(context.Background())
 	dm.stopNotify, dm.stopFailover = stopNotify, stopFailover
