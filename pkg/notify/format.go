@@ -223,27 +223,40 @@ func Headline(ev Event) string {
 	return ev.Class
 }
 
-// Title is the page's title on every integration: "[CRITICAL] headline",
-// or for a resolve "[RESOLVED] headline — recovered after 12 min; queue 3
-// (peak 294), p99 TTFT 0.4 s (peak 8.1 s)".
+// Title is the page's title on every integration: "[CRITICAL] headline".
+// A resolve's headline says what ended and the values now; the title adds
+// the user-facing values at the peak: "[RESOLVED] sgl-b: preempt storm
+// over after 12 min; now queue 3, p99 TTFT 0.4 s (peak queue 294, p99 TTFT
+// 8.1 s)". An event without a headline gets "replica: summary — recovered
+// after 12 min; queue 3 (peak 294), p99 TTFT 0.4 s (peak 8.1 s)".
 func Title(ev Event) string {
 	s := "[" + StateWord(ev) + "] " + Headline(ev)
 	if !Resolved(ev) {
+		return s
+	}
+	var now, peaks []string
+	for _, r := range Recoveries(ev) {
+		if !r.Summary {
+			continue
+		}
+		sig, _ := signalOf(*r.Now)
+		now = append(now, sig.short+" "+r.Value())
+		if r.Peak != nil {
+			peaks = append(peaks, sig.short+" "+FormatValue(r.Peak.Value, r.Peak.Unit))
+		}
+	}
+	if strings.TrimSpace(ev.Headline) != "" {
+		if len(peaks) > 0 {
+			s += " (peak " + strings.Join(peaks, ", ") + ")"
+		}
 		return s
 	}
 	s += " — recovered"
 	if d := Lasted(ev); d > 0 {
 		s += " after " + FormatDuration(d)
 	}
-	var parts []string
-	for _, r := range Recoveries(ev) {
-		if r.Summary {
-			sig, _ := signalOf(*r.Now)
-			parts = append(parts, sig.short+" "+r.Value())
-		}
-	}
-	if len(parts) > 0 {
-		s += "; " + strings.Join(parts, ", ")
+	if len(now) > 0 {
+		s += "; " + strings.Join(now, ", ")
 	}
 	return s
 }
@@ -286,12 +299,22 @@ func FormatDuration(d time.Duration) string {
 	return fmt.Sprintf("%d d %d h", days, h)
 }
 
-// Triage is the triage line to show, "" when there is none or the
-// diagnosis already carries it.
+// Triage is the triage line to show, "" when there is none, when the
+// diagnosis already carries it, or on a resolve: its next step is for a
+// replica in trouble, not for one that recovered.
 func Triage(ev Event) string {
 	t := strings.TrimSpace(ev.Triage)
-	if t == "" || strings.Contains(ev.Diagnosis, t) {
+	if t == "" || Resolved(ev) || strings.Contains(ev.Diagnosis, t) {
 		return ""
 	}
 	return t
+}
+
+// DiagnosisLabel names the diagnosis: on a resolve it describes the
+// incident while it fired, not the replica now.
+func DiagnosisLabel(ev Event) string {
+	if Resolved(ev) {
+		return "While it fired"
+	}
+	return "Diagnosis"
 }

@@ -68,7 +68,6 @@ func TestTitle(t *testing.T) {
 	}
 	res := ev
 	res.Kind, res.Status, res.EndsAt, res.At = notify.KindResolve, notify.StatusResolved, at.Add(12*time.Minute), at.Add(12*time.Minute)
-	res.Headline = "sgl-b: requests preempted, KV cache full"
 	res.Evidence = []notify.Field{
 		{Name: "retracted requests/s", Value: 0.625, Unit: "/s"},
 		{Name: "queued requests", Value: 294},
@@ -84,9 +83,15 @@ func TestTitle(t *testing.T) {
 		{Name: "time to first token p99", Value: 0.4, Unit: "s"},
 		{Name: "inter-token latency p99", Value: math.NaN(), Unit: "s"},
 	}
-	want := "[RESOLVED] sgl-b: requests preempted, KV cache full — recovered after 12 min; queue 3 (peak 294), p99 TTFT 0.4 s (peak 8.1 s)"
+	res.Headline = "sgl-b: preempt storm over after 12 min; now queue 3, p99 TTFT 0.4 s"
+	want := "[RESOLVED] sgl-b: preempt storm over after 12 min; now queue 3, p99 TTFT 0.4 s (peak queue 294, p99 TTFT 8.1 s)"
 	if got := notify.Title(res); got != want {
 		t.Errorf("resolve title\n got %q\nwant %q", got, want)
+	}
+	res.Headline = ""
+	want = "[RESOLVED] sgl-b: Preemption storm: 0.625 retracted requests/s — recovered after 12 min; queue 3 (peak 294), p99 TTFT 0.4 s (peak 8.1 s)"
+	if got := notify.Title(res); got != want {
+		t.Errorf("resolve title without a headline\n got %q\nwant %q", got, want)
 	}
 	var texts []string
 	for _, r := range notify.Recoveries(res) {
@@ -109,6 +114,11 @@ func TestTriageShownOnce(t *testing.T) {
 	ev := notify.Event{Diagnosis: "KV pool full.", Triage: "admission bottleneck: 3 running, 200 queued"}
 	if notify.Triage(ev) != ev.Triage {
 		t.Errorf("triage dropped")
+	}
+	res := ev
+	res.Kind, res.Status = notify.KindResolve, notify.StatusResolved
+	if notify.Triage(res) != "" {
+		t.Errorf("a resolve shows the firing triage's next step")
 	}
 	ev.Diagnosis += " Layer triage: " + ev.Triage
 	if notify.Triage(ev) != "" {

@@ -57,14 +57,14 @@ func FormatText(ev Event) string {
 	fmt.Fprintf(&b, "=== %s ===\n", clean(Title(ev)))
 	line := func(label, value string) {
 		if value != "" {
-			fmt.Fprintf(&b, "%-13s %s\n", label+":", clean(value))
+			fmt.Fprintf(&b, "%-15s %s\n", label+":", clean(value))
 		}
 	}
 	// One greppable line per event: state, class, replica, kind.
 	line("event", fmt.Sprintf("%s %s on %s (%s) #%d", StateWord(ev), ev.Class, ev.Replica, ev.Kind, ev.Seq))
 	line("model", ev.Model)
 	line("layer", ev.Layer)
-	line("diagnosis", strings.TrimSpace(ev.Diagnosis))
+	line(strings.ToLower(DiagnosisLabel(ev)), strings.TrimSpace(ev.Diagnosis))
 	line("triage", Triage(ev))
 	if !ev.StartsAt.IsZero() {
 		line("since", ev.StartsAt.UTC().Format("2006-01-02 15:04:05Z"))

@@ -32,10 +32,10 @@ func TestLogNotifierWritesReadableBlockAndStructuredLine(t *testing.T) {
 		"diagnosis:", "evidence:",
 		"retractions: 4.2/s (baseline 0.05/s; rule > 1/s and > 10x baseline)",
 		"KV cache usage: 97% (baseline 71%; rule > 95%)",
-		"do now:       Shift traffic away",
-		"explained by: cache_collapse", "model:        evil model: forged line",
-		"runbook:      " + notifytest.BaseURL + "/runbooks/preempt_storm",
-		"alert:        " + notifytest.BaseURL + "/api/v1/alerts/" + ev.Fingerprint,
+		"do now:         Shift traffic away",
+		"explained by:   cache_collapse", "model:          evil model: forged line",
+		"runbook:        " + notifytest.BaseURL + "/runbooks/preempt_storm",
+		"alert:          " + notifytest.BaseURL + "/api/v1/alerts/" + ev.Fingerprint,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("block lacks %q:\n%s", want, text)
@@ -50,18 +50,19 @@ func TestLogNotifierWritesReadableBlockAndStructuredLine(t *testing.T) {
 
 	out.Reset()
 	res := notifytest.Resolve(ev, notifytest.T0.Add(12*time.Minute+30*time.Second))
+	res.Headline = "llama-70b-0: preempt storm over after 12 min; now queue 3"
 	res.Recovered = []notify.Field{{Name: "queued requests", Value: 3}, {Name: "KV cache usage", Value: 0.6, Unit: "ratio"}}
 	_ = n.Notify(context.Background(), res)
 	text = out.String()
 	for _, want := range []string{
-		"=== [RESOLVED] llama-70b-0: requests retracted 4.2/s, KV cache 97% full; queue 148 — recovered after 12 min; queue 3 (peak 148) ===",
+		"=== [RESOLVED] llama-70b-0: preempt storm over after 12 min; now queue 3 (peak queue 148) ===",
 		"recovered (now, peak):", "  - KV cache usage: 60% (peak 97%)", "  - retractions: peak 4.2/s",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("resolve block lacks %q:\n%s", want, text)
 		}
 	}
-	if strings.Contains(text, "do now:") {
-		t.Errorf("a resolve must not read as still burning (emergency step shown):\n%s", text)
+	if strings.Contains(text, "do now:") || strings.Contains(text, "triage:") || !strings.Contains(text, "while it fired: ") {
+		t.Errorf("a resolve must not read as still burning (emergency step or triage shown, diagnosis not in the past):\n%s", text)
 	}
 }

@@ -166,7 +166,7 @@ func Blocks(ev notify.Event) []slackapi.Block {
 		body = append(body, "*"+title+"*") // the header had to be cut: the whole title once
 	}
 	if d := strings.TrimSpace(ev.Diagnosis); d != "" {
-		body = append(body, "*Diagnosis*\n"+Escape(d))
+		body = append(body, "*"+notify.DiagnosisLabel(ev)+"*\n"+Escape(d))
 	}
 	if t := notify.Triage(ev); t != "" {
 		body = append(body, "*Layer triage*: "+Escape(t))
