@@ -59,7 +59,7 @@ func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
 		return nil // other failures are replica_down's
 	}
 	if r.Kind == "gateway" {
-		return nil // a gateway's families appear with its traffic; nothing to judge reliably
+		return d.gatewayBlind(w, now) // its own families, judged once it routes traffic
 	}
 	start := startOf(w)
 	if start.IsZero() || now.Sub(start) < c.Grace {

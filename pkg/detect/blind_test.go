@@ -19,7 +19,7 @@ func TestMetricsBlind404(t *testing.T) {
 	}
 	// Every enabled detector with core needs; lora_thrash and
 	// pd_transfer_failure only apply where their feature is on.
-	if e := evidenceNamed(t, f, "detectors blind on this replica"); e.Value != 8 {
+	if e := evidenceNamed(t, f, "detectors blind on this replica"); e.Value != 9 {
 		t.Errorf("blind count = %+v", e)
 	}
 	contains(t, "summary", f.Summary, "404", "--enable-metrics")
@@ -55,7 +55,7 @@ func TestMetricsBlindMissingFamilies(t *testing.T) {
 			gauge("proxy_sglang_num_running_reqs", constant(40)),
 			counter("proxy_sglang_num_requests_total", constant(10))),
 			[]detect.Class{detect.PreemptStorm, detect.CacheCollapse, detect.RetryAvalanche, detect.KVSaturation,
-				detect.EngineHang, detect.ColdStart, detect.QueueLatency, detect.DecodeSlowdown}},
+				detect.EngineHang, detect.ColdStart, detect.QueueLatency, detect.DecodeSlowdown, detect.ErrorRate}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +116,10 @@ func TestMetricsBlindDoesNotReport(t *testing.T) {
 			return s
 		}()},
 		{"gateway", func() *scenario {
-			s := newScenario(counter(series.GatewayRetriesTotal, constant(0.1)))
+			s := newScenario(
+				counter(series.GatewayHTTPRequestsTotal, constant(10), "method", "POST", "path", chat),
+				counter(series.GatewayHTTPResponsesTotal, constant(10), "path", chat, "status_code", "200"),
+				counter(series.GatewayRetriesTotal, constant(0.1)))
 			s.kind, s.model = "gateway", ""
 			return s
 		}()},
