@@ -1,11 +1,20 @@
 package detect_test
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
@@ -260,4 +269,102 @@ func TestRetryAvalancheLowTrafficFloorIsWhatHolds(t *testing.T) {
 	cfg := detect.DefaultConfig()
 	detect.Edit(&cfg, func(s *detect.RetryAvalancheConfig) { s.MinRequests = 10 })
 	one(t, detectWith(t, s, cfg, detect.RetryAvalanche))
+}
+
+// The legacy router's own exposition (the scraper's fixture, its counters
+// driven over time) through the real scraper and window: sgl_router_* names,
+// route labels, arrivals without a path. Healthy for an hour, then a retry
+// storm — each client request becomes five attempts. The gateway paths must
+// see it: retry_avalanche leads with the router's retries, error_rate counts
+// the 503s users get.
+func TestLegacyGatewayRetryStormThroughTheScraper(t *testing.T) {
+	fixture, err := os.ReadFile("../../internal/scrape/testdata/sgl-router-legacy-2025-12.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const storm = 62 * time.Minute
+	// Per-second rates of each sample line, before and during the storm.
+	rates := map[string][2]float64{
+		`sgl_router_http_requests_total`:                                                                                           {41, 41}, // 40 chat + 1 health
+		`sgl_router_http_responses_total{status_code="200",error_code=""}`:                                                         {41, 36},
+		`sgl_router_http_responses_total{status_code="503",error_code="service_unavailable"}`:                                      {0, 5},
+		`sgl_router_requests_total{route="/v1/chat/completions"}`:                                                                  {40, 35},
+		`sgl_router_attempt_http_responses_total{route="/v1/chat/completions",status_code="200",error_code=""}`:                    {40, 35},
+		`sgl_router_attempt_http_responses_total{route="/v1/chat/completions",status_code="503",error_code="service_unavailable"}`: {0.05, 165},
+		`sgl_router_retries_total{route="/v1/chat/completions"}`:                                                                   {0.05, 160},
+		`sgl_router_retries_exhausted_total{route="/v1/chat/completions"}`:                                                         {0, 5},
+	}
+	counters := map[string]float64{}
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range strings.Split(string(fixture), "\n") {
+			if key, _, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
+				if _, counter := rates[key]; counter {
+					line = key + " " + strconv.FormatFloat(counters[key], 'f', -1, 64)
+				}
+			}
+			fmt.Fprintln(w, line)
+		}
+	}))
+	defer srv.Close()
+
+	cfg := detect.DefaultConfig()
+	const interval = 10 * time.Second
+	store, err := window.New(window.Options{Retention: cfg.MaxLookback() + 5*time.Minute, ScrapeInterval: interval}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := scrape.Target{Name: "router", URL: srv.URL + "/metrics", Kind: scrape.KindGateway}
+	var now time.Time
+	for el := time.Duration(0); el <= storm+3*time.Minute; el += interval {
+		now = start.Add(el)
+		mu.Lock()
+		for key, r := range rates {
+			rate := r[0]
+			if el > storm {
+				rate = r[1]
+			}
+			counters[key] += rate * interval.Seconds()
+		}
+		mu.Unlock()
+		sc := scrape.ScrapeOnce(context.Background(), nil, target, scrape.Options{})
+		sc.At = now
+		if err := store.Append(sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := detect.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs []detect.Finding
+	store.View("router", func(w detect.Window) {
+		for _, d := range ds {
+			fs = append(fs, d.Detect(w, now)...)
+		}
+	})
+	ra, ok := findingOf(fs, detect.RetryAvalanche)
+	if !ok {
+		t.Fatalf("no retry_avalanche on the legacy gateway: %+v", fs)
+	}
+	// The legacy arrival counter has no route: health checks count as
+	// client requests, 200 attempts over 41 requests.
+	if ra.Severity != detect.Critical || !strings.HasPrefix(ra.Summary, "Router retries 160/s: 4.88 upstream attempts per client request") {
+		t.Errorf("retry_avalanche = %s %q", ra.Severity, ra.Summary)
+	}
+	er, ok := findingOf(fs, detect.ErrorRate)
+	if !ok {
+		t.Fatalf("no error_rate while 5 of 41 requests/s fail: %+v", fs)
+	}
+	if e := evidenceNamed(t, er, "shed requests/s"); !approx(e.Value, 5, 0.02) {
+		t.Errorf("sheds evidence = %+v", e)
+	}
+	if !detect.Explains(ra, er) {
+		t.Error("the router's retries do not explain the failing requests")
+	}
+	if _, blind := findingOf(fs, detect.MetricsBlind); blind {
+		t.Error("the legacy gateway is reported blind")
+	}
 }
