@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"regexp"
@@ -14,6 +16,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/memnet"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
@@ -65,10 +70,11 @@ func keepSignalMachineryOutOfBubble(t *testing.T) {
 	t.Cleanup(func() { signal.Stop(hup) })
 }
 
-// resolveWithin bounds how long after its recovery an incident's page may
-// stay open: the demo's recovery phases last 30 s and its alerts keep firing
-// 15 s after their condition clears, so a page still open a minute after
-// the recovery tells on-call that an incident is burning when it is over.
+// resolveWithin bounds how long after its replica drained an incident's
+// page may stay open: the demo's detectors look 20 s back and its alerts
+// keep firing 15 s after their condition clears, so a page still open a
+// minute after the queue emptied tells on-call that an incident is burning
+// when it is over.
 const resolveWithin = time.Minute
 
 // settle is how long the demo runs past the last moment a resolve may come,
@@ -103,8 +109,11 @@ func runDemoInBubble(t *testing.T) demoRun {
 	if len(run.incidents) == 0 {
 		t.Fatal("the demo scenario scripts no incident")
 	}
+	if err := measureDrains(fleet, run.incidents); err != nil {
+		t.Fatal(err)
+	}
 	for _, inc := range run.incidents {
-		run.end = max(run.end, inc.end, inc.recovered+resolveWithin+settle)
+		run.end = max(run.end, inc.end, inc.drained+resolveWithin+settle)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -145,6 +154,10 @@ type scriptedIncident struct {
 	start     time.Duration
 	end       time.Duration // when its last phase ends
 	recovered time.Duration // from here on a resolve is true
+	// drained is when, after the recovery, every replica of the incident
+	// has an empty queue again: the users' harm is over, and the page must
+	// resolve soon after.
+	drained time.Duration
 	// next is when the following incident starts (or the run ends): a page
 	// that starts in [start, next) on one of replicas belongs to this one.
 	next time.Duration
@@ -196,6 +209,61 @@ func scriptedIncidents(cfg sim.FleetConfig) []scriptedIncident {
 		}
 	}
 	return out
+}
+
+// measureDrains sets each incident's drained time from a twin of the
+// demo's fleet: the simulation depends only on its seed, its scenario and
+// the instants it is advanced to, so the twin carries the same load as the
+// fleet the daemon watches.
+func measureDrains(cfg sim.FleetConfig, incidents []scriptedIncident) error {
+	twin := sim.NewFleet(cfg)
+	index := map[string]int{}
+	for i, name := range twin.Replicas() {
+		index[name] = i
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	queued := func(i int) (float64, error) {
+		var b bytes.Buffer
+		if err := twin.WriteMetrics(&b, i); err != nil {
+			return math.Inf(1), nil // down: nobody is served
+		}
+		families, err := parser.TextToMetricFamilies(&b)
+		if err != nil {
+			return 0, fmt.Errorf("twin fleet exposition: %w", err)
+		}
+		f := families["sglang:num_queue_reqs"]
+		if f == nil {
+			return 0, errors.New("twin fleet exposition has no sglang:num_queue_reqs")
+		}
+		var q float64
+		for _, m := range f.GetMetric() {
+			q = max(q, m.GetGauge().GetValue())
+		}
+		return q, nil
+	}
+	const horizon = 10 * time.Minute
+	for k := range incidents {
+		inc := &incidents[k]
+		inc.drained = -1
+		for at := inc.recovered; at <= inc.recovered+horizon && inc.drained < 0; at += time.Second {
+			twin.Advance(cfg.Start.Add(at))
+			empty := true
+			for _, name := range inc.replicas {
+				q, err := queued(index[name])
+				if err != nil {
+					return err
+				}
+				empty = empty && q == 0
+			}
+			if empty {
+				inc.drained = at
+			}
+		}
+		if inc.drained < 0 {
+			return fmt.Errorf("%s: the twin fleet did not drain within %s of the recovery", inc, horizon)
+		}
+	}
+	return nil
 }
 
 // causeInHeadline tells, per scripted class, whether a headline names the
@@ -310,13 +378,13 @@ func checkDemoTimeline(run demoRun) []string {
 		}
 		switch resolved := page.resolvedAt.Sub(run.start); {
 		case page.resolvedAt.IsZero():
-			fail("%s: its page was still open when the run ended at %s, %s after the recovery at %s (want resolved within %s)",
-				inc, clock(run.end), run.end-inc.recovered, clock(inc.recovered), resolveWithin)
+			fail("%s: its page was still open when the run ended at %s, %s after its replica drained at %s (want resolved within %s)",
+				inc, clock(run.end), run.end-inc.drained, clock(inc.drained), resolveWithin)
 		case resolved < inc.recovered:
 			fail("%s: its page resolved at %s, before the recovery at %s", inc, clock(resolved), clock(inc.recovered))
-		case resolved > inc.recovered+resolveWithin:
-			fail("%s: its page resolved at %s, %s after the recovery at %s (want within %s)", inc, clock(resolved),
-				resolved-inc.recovered, clock(inc.recovered), resolveWithin)
+		case resolved > inc.drained+resolveWithin:
+			fail("%s: its page resolved at %s, %s after its replica drained at %s (want within %s)", inc, clock(resolved),
+				resolved-inc.drained, clock(inc.drained), resolveWithin)
 		}
 	}
 	// A resolve while the replica's incident still runs tells on-call it
@@ -364,6 +432,9 @@ func (run demoRun) timeline() string {
 			rows = append(rows, row{at, fmt.Sprintf("t+%s ── phase %s", clock(at), p.Name)})
 		}
 		at += p.Duration
+	}
+	for _, inc := range run.incidents {
+		rows = append(rows, row{inc.drained, fmt.Sprintf("t+%s ── %s drained (queue empty) after %s", clock(inc.drained), strings.Join(inc.replicas, ","), inc.class)})
 	}
 	byKey := map[string]int{}
 	to := map[int][]string{} // row -> the integrations its event reached
@@ -462,6 +533,11 @@ func TestDemoTimelineCheck(t *testing.T) {
 	incidents := scriptedIncidents(demoFleet(start))
 	if len(incidents) != 4 {
 		t.Fatalf("the demo scripts %d incidents (%v); this test builds timelines for its 4", len(incidents), incidents)
+	}
+	// Drains as the demo's fleet has them, give or take: the storm's
+	// backlog takes minutes, the others' seconds.
+	for i, d := range []time.Duration{100 * time.Second, 0, 20 * time.Second, 0} {
+		incidents[i].drained = incidents[i].recovered + d
 	}
 	storm, collapse, avalanche, crash := incidents[0], incidents[1], incidents[2], incidents[3]
 	for i, want := range []string{sim.ClassPreemptStorm, sim.ClassCacheCollapse, sim.ClassRetryAvalanche, sim.ClassCrash} {
@@ -585,14 +661,14 @@ func TestDemoTimelineCheck(t *testing.T) {
 			edit: func(rs []recorded) []recorded {
 				return retime(rs, "cause-3", notify.KindResolve, start.Add(crash.recovered+100*time.Second))
 			},
-			want: []string{"crash on sim-0 at 4:50–5:20: its page resolved at 6:55, 1m40s after the recovery at 5:15"},
+			want: []string{"crash on sim-0 at 4:50–5:20: its page resolved at 6:55, 1m40s after its replica drained at 5:15"},
 		},
 		{
 			name: "never resolved",
 			edit: func(rs []recorded) []recorded {
 				return slices.DeleteFunc(rs, func(r recorded) bool { return r.ev.Fingerprint == "cause-2" && r.ev.Kind == notify.KindResolve })
 			},
-			want: []string{"retry_avalanche on sim-2 at 3:30–4:20: its page was still open when the run ended at 6:30"},
+			want: []string{"retry_avalanche on sim-2 at 3:30–4:20: its page was still open when the run ended at 6:30, 1m50s after its replica drained at 4:40"},
 		},
 		{
 			name: "a headline that names a consequence, not the cause",
@@ -635,7 +711,7 @@ func TestDemoTimelineCheck(t *testing.T) {
 			slices.SortStableFunc(events, func(a, b recorded) int { return a.ev.At.Compare(b.ev.At) })
 			run := demoRun{start: start, scenario: demoFleet(start).Scenario, incidents: incidents, events: events}
 			for _, inc := range incidents {
-				run.end = max(run.end, inc.recovered+resolveWithin+settle)
+				run.end = max(run.end, inc.drained+resolveWithin+settle)
 			}
 			got := checkDemoTimeline(run)
 			if len(got) != len(tc.want) {
