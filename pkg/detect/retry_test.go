@@ -6,13 +6,13 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
@@ -278,7 +278,7 @@ func TestRetryAvalancheLowTrafficFloorIsWhatHolds(t *testing.T) {
 // see it: retry_avalanche leads with the router's retries, error_rate counts
 // the 503s users get.
 func TestLegacyGatewayRetryStormThroughTheScraper(t *testing.T) {
-	fixture, err := os.ReadFile("../../internal/scrape/testdata/sgl-router-legacy-2025-12.prom")
+	capture, err := fixture.SGLang("sgl-router-legacy-2025-12.prom")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestLegacyGatewayRetryStormThroughTheScraper(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
-		for _, line := range strings.Split(string(fixture), "\n") {
+		for _, line := range strings.Split(string(capture), "\n") {
 			if key, _, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
 				if _, counter := rates[key]; counter {
 					line = key + " " + strconv.FormatFloat(counters[key], 'f', -1, 64)
