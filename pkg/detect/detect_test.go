@@ -95,7 +95,7 @@ func TestExplains(t *testing.T) {
 // itself and no two findings explain each other, directly or round a cycle.
 func TestExplainsIsAcyclic(t *testing.T) {
 	all := []detect.Finding{collapsePrompt, collapseEviction, kvSat, storm, queueLat, prefillLat, decodeSlow,
-		avalanche, hang, lora, pdFail, cold, restart, down404, blind}
+		avalanche, hang, lora, pdFail, cold, restart, down404, blind, fnd(detect.ErrorRate, detect.LayerQueue)}
 	n := len(all)
 	reach := make([][]bool, n)
 	for i := range all {
