@@ -269,3 +269,6 @@ func (c MetricsBlindConfig) validate(e *configErrors) {
 	e.positiveDuration("range", c.Range)
 	e.check(c.FailuresToReport >= 1, "failures_to_report", "must be at least 1, got %d", c.FailuresToReport)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c MetricsBlindConfig) severities() []Severity { return []Severity{Warning} }

@@ -284,3 +284,6 @@ func (c CacheCollapseConfig) validate(e *configErrors) {
 	e.check(c.RestartGrace >= 0, "restart_grace", "must not be negative, got %s", c.RestartGrace)
 	e.check(c.CriticalTTFTRatio > 1, "critical_ttft_ratio", "must be greater than 1, got %v", c.CriticalTTFTRatio)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c CacheCollapseConfig) severities() []Severity { return []Severity{Warning, Critical} }

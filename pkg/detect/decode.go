@@ -259,3 +259,6 @@ func (c DecodeSlowdownConfig) validate(e *configErrors) {
 	e.positive("retractions_per_second", c.RetractionsPerSecond)
 	e.check(c.CriticalITLRatio >= c.ITLRatio, "critical_itl_ratio", "must be at least itl_ratio (%v), got %v", c.ITLRatio, c.CriticalITLRatio)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c DecodeSlowdownConfig) severities() []Severity { return []Severity{Warning, Critical} }

@@ -207,3 +207,6 @@ func (c ReplicaDownConfig) validate(e *configErrors) {
 	e.check(c.CrashLoopRestarts >= 2, "crash_loop_restarts", "must be at least 2, got %d", c.CrashLoopRestarts)
 	e.positiveDuration("crash_loop_window", c.CrashLoopWindow)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c ReplicaDownConfig) severities() []Severity { return []Severity{Warning, Critical} }

@@ -380,3 +380,6 @@ func (c ErrorRateConfig) validate(e *configErrors) {
 	e.check(c.RetriedArrivalRatio > 1, "retried_arrival_ratio", "must be greater than 1, got %v", c.RetriedArrivalRatio)
 	e.positiveDuration("retry_lookback", c.RetryLookback)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c ErrorRateConfig) severities() []Severity { return []Severity{Warning, Critical} }

@@ -291,3 +291,6 @@ func (c EngineHangConfig) validate(e *configErrors) {
 	e.check(c.MinProbes >= 1, "min_probes", "must be at least 1, got %d", c.MinProbes)
 	e.check(c.FreshRequests >= 0, "fresh_requests", "must not be negative, got %v", c.FreshRequests)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c EngineHangConfig) severities() []Severity { return []Severity{Critical} }

@@ -373,3 +373,6 @@ func (c KVSaturationConfig) validate(e *configErrors) {
 	e.fraction("retention_hit_rate", c.RetentionHitRate)
 	e.positive("retractions_per_second", c.RetractionsPerSecond)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c KVSaturationConfig) severities() []Severity { return []Severity{Warning, Critical} }

@@ -190,3 +190,6 @@ func (c LoraThrashConfig) validate(e *configErrors) {
 	e.positive("min_tokens", c.MinTokens)
 	e.fraction("fallback_share_rise", c.FallbackShareRise)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c LoraThrashConfig) severities() []Severity { return []Severity{Warning} }

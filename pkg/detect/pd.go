@@ -168,3 +168,6 @@ func (c PDTransferFailureConfig) validate(e *configErrors) {
 	e.atLeastOne("baseline_ratio", c.BaselineRatio)
 	e.fraction("critical_failure_share", c.CriticalFailureShare)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c PDTransferFailureConfig) severities() []Severity { return []Severity{Warning, Critical} }

@@ -230,3 +230,6 @@ func (c PreemptStormConfig) validate(e *configErrors) {
 		"must be at least min_retractions_per_second (%v), got %v", c.MinRetractionsPerSecond, c.CriticalRetractionsPerSecond)
 	e.check(c.LegacyMinScrapes >= 1, "legacy_min_scrapes", "must be at least 1, got %d", c.LegacyMinScrapes)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c PreemptStormConfig) severities() []Severity { return []Severity{Warning, Critical} }

@@ -260,3 +260,6 @@ func (c QueueLatencyConfig) validate(e *configErrors) {
 	e.check(c.QueueShare > 0 && c.QueueShare < 1, "queue_share", "must be in (0,1), got %v", c.QueueShare)
 	e.check(c.CriticalTTFTRatio >= c.TTFTRatio, "critical_ttft_ratio", "must be at least ttft_ratio (%v), got %v", c.TTFTRatio, c.CriticalTTFTRatio)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c QueueLatencyConfig) severities() []Severity { return []Severity{Warning, Critical} }

@@ -57,6 +57,8 @@ type settings[T any] interface {
 	// spanning lookback and nothing before them (watchdog diagnose).
 	oneShot(lookback time.Duration, samples int) (T, OneShot)
 	build(env buildEnv) Detector
+	// severities are the severities its findings can carry, lowest first.
+	severities() []Severity
 }
 
 // buildEnv is what a detector may take from the rest of the configuration
@@ -96,6 +98,13 @@ type Entry interface {
 	// Disable returns c with the detector off and its settings reset to
 	// the defaults (Validate checks disabled sections too).
 	Disable(c Config) Config
+	// Severities are the severities the detector's findings can carry,
+	// lowest first: its runbook must describe exactly these.
+	Severities() []Severity
+	// Signals are the families the detector needs with its default
+	// settings, every alternative of every need (what metrics_blind checks
+	// for): its runbook must name each.
+	Signals() []string
 
 	defaults() any
 	needs(c Config) []need
@@ -133,6 +142,18 @@ func (e entry[T]) OneShot(c Config, lookback time.Duration, samples int) (Config
 func (e entry[T]) Disable(c Config) Config {
 	Set(&c, e.defaultSettings().disabled())
 	return c
+}
+
+func (e entry[T]) Severities() []Severity { return e.defaultSettings().severities() }
+
+func (e entry[T]) Signals() []string {
+	var out []string
+	for _, n := range e.defaultSettings().needs() {
+		for _, families := range n.anyOf {
+			out = append(out, families...)
+		}
+	}
+	return out
 }
 
 func (e entry[T]) defaults() any { return e.defaultSettings() }

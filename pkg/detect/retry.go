@@ -419,3 +419,6 @@ func (c RetryAvalancheConfig) validate(e *configErrors) {
 	e.check(c.BacklogGrowthRatio > 1, "backlog_growth_ratio", "must be greater than 1, got %v", c.BacklogGrowthRatio)
 	e.check(c.MinBacklog >= 0, "min_backlog", "must not be negative, got %v", c.MinBacklog)
 }
+
+// severities lists what its findings can carry; its runbook describes each.
+func (c RetryAvalancheConfig) severities() []Severity { return []Severity{Warning, Critical} }

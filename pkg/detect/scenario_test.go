@@ -286,6 +286,7 @@ func detectWith(t *testing.T, s *scenario, cfg detect.Config, class detect.Class
 	if len(again) != len(out) {
 		t.Fatalf("detector is not deterministic: %d then %d findings", len(out), len(again))
 	}
+	checkSeverityDeclared(t, out)
 	return out
 }
 
