@@ -174,7 +174,8 @@ detectors:
   preempt_storm: {range: 2s, baseline: 5s, min_retractions_per_second: 1, critical_retractions_per_second: 2}
   retry_avalanche: {range: 2s, baseline: 5s, min_requests: 20}
   cache_collapse: {range: 2s, baseline: 5s, min_prompt_tokens: 1000, restart_grace: 3s}
-  replica_down: {failures_to_page: 3, restart_lookback: 2s, crash_loop_window: 10s}
+  replica_down: {failures_to_page: 3, crash_loop_window: 10s}
+  replica_restarted: {lookback: 2s}
 alerts: {for: 300ms, keep_firing_for: 1s, resolved_retention: 1m, restore_grace: 2s}
 `
 
@@ -317,7 +318,7 @@ func TestEndToEnd(t *testing.T) {
 	// A replica restart zeroes every counter: it may be reported as a
 	// restart, but must not look like a retry avalanche or a cache collapse.
 	reps[1].restart()
-	out.waitFor(t, "restart report on r1", func(s string) bool { return strings.Contains(s, "replica_down on r1 (trigger)") })
+	out.waitFor(t, "restart report on r1", func(s string) bool { return strings.Contains(s, "replica_restarted on r1 (trigger)") })
 	reps[1].waitScrapes(t, 60) // 6 s: past every range and the restart lookback
 	for _, s := range strings.Split(out.text(), "\n") {
 		if strings.Contains(s, " on r1 ") && (strings.Contains(s, "retry_avalanche") || strings.Contains(s, "cache_collapse")) {

@@ -33,6 +33,7 @@ var incidentClasses = []string{
 	"preempt_storm",
 	"queue_latency",
 	"replica_down",
+	"replica_restarted",
 	"retry_avalanche",
 }
 

@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -9,8 +10,9 @@ import (
 )
 
 // MetricsBlindDetector reports, at warning severity, a target the other
-// detectors cannot see into: /metrics answers 404 (SGLang runs without
-// --enable-metrics), or the exposition lacks the families a detector needs
+// detectors cannot see into: /metrics answers but unusably (404 when SGLang
+// runs without --enable-metrics, another HTTP error, an HTML login page, a
+// truncated exposition), or the exposition lacks the families a detector needs
 // (an old release, a proxy renaming or dropping families). Without it such
 // a replica would simply never page. Only core needs count: families that
 // are absent because a feature is off (LoRA, PD disaggregation, speculative
@@ -53,10 +55,10 @@ func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
 	st := w.Scrape()
 	r := w.Replica()
 	if !st.Up {
-		if st.Reason == "http_status" && strings.Contains(st.Error, "404") && st.ConsecutiveFailures >= c.FailuresToReport {
-			return []Finding{d.notFound(w, st)}
+		if st.Reason.Unreachable() || st.ConsecutiveFailures < c.FailuresToReport {
+			return nil // nothing answers: replica_down's or cold_start's
 		}
-		return nil // other failures are replica_down's
+		return []Finding{d.unusable(w, st)}
 	}
 	if r.Kind == "gateway" {
 		return d.gatewayBlind(w, now) // its own families, judged once it routes traffic
@@ -140,32 +142,78 @@ func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
 	return []Finding{f}
 }
 
-// notFound is the finding for a /metrics that answers 404.
-func (d *MetricsBlindDetector) notFound(w Window, st ScrapeState) Finding {
+// unusable is the finding for a /metrics that answers, but with nothing
+// the watchdog can read: an HTTP error, an HTML page, a truncated or
+// oversized exposition, a redirect elsewhere. Something serves at the
+// address, so this is not an outage page; but every detector is blind.
+func (d *MetricsBlindDetector) unusable(w Window, st ScrapeState) Finding {
 	f := finding(MetricsBlind, w, Warning, LayerTransport)
 	var classes []string
 	for _, n := range d.needs {
 		classes = append(classes, string(n.class))
 	}
+	what, why, steps := unusableDiagnosis(st.Reason, st.Status)
 	f.Evidence = []Evidence{
-		{Name: "consecutive scrapes answered 404", Value: float64(st.ConsecutiveFailures), Threshold: fmt.Sprintf(">= %d", d.cfg.FailuresToReport)},
+		{Name: "consecutive scrapes answered " + what, Value: float64(st.ConsecutiveFailures), Threshold: fmt.Sprintf(">= %d", d.cfg.FailuresToReport)},
 		{Name: "detectors blind on this replica", Value: float64(len(classes))},
 	}
-	f.Summary = "Metrics blind: /metrics answers 404 — SGLang runs without --enable-metrics, every detector is blind"
-	f.Diagnosis = sentence(
-		"Scrape layer: /metrics answers HTTP 404. SGLang serves /metrics only when started with --enable-metrics (off by default), so the server is most likely running without it — or the target points at the wrong port or path (the metrics are on the main HTTP port, default 30000).",
-		"Blind on this replica: "+strings.Join(classes, ", ")+". Only the scrape failure itself is visible (replica_down).",
-		"Last error: "+st.Error+".")
-	f.Emergency = []string{
-		"Check the launch flags for --enable-metrics; restart the replica with it at the next opportunity (it does not change serving behaviour).",
-		"Check the target URL: main HTTP port (--port, default 30000), path /metrics; in gRPC mode the HTTP sidecar port (--grpc-http-sidecar-port).",
-		"If a proxy sits in front, check it routes /metrics to the server.",
+	if st.Status != 0 {
+		f.Evidence = append(f.Evidence, Evidence{Name: "HTTP status of /metrics", Value: float64(st.Status)})
 	}
+	f.Summary = "Metrics blind: /metrics answers " + what + " — every detector is blind on this replica"
+	f.Diagnosis = sentence(
+		"Scrape layer: /metrics answers "+what+". "+why,
+		"Something answers at the address, so this is not reported as the replica being down; but no detector can see it: "+strings.Join(classes, ", ")+". A crash, a hang or a storm on this replica would go unpaged until its metrics are readable again.",
+		"Last error: "+st.Error+".")
+	f.Emergency = append(steps,
+		"Until fixed, watch this replica by hand: curl /health_generate on it (200 within seconds: the engine serves).")
 	f.RootCause = []string{
-		"Make --enable-metrics part of the standard launch template for every SGLang deployment.",
+		"Scrape the server directly (pod IP and its HTTP port, path /metrics), not through an ingress or an authenticating proxy.",
 		"Add a deploy check that /metrics answers 200 with sglang:* families before the replica joins the fleet.",
 	}
 	return f
+}
+
+// unusableDiagnosis names what /metrics answered, why that usually happens,
+// and the first steps.
+func unusableDiagnosis(reason series.ScrapeFailure, status int) (what, why string, steps []string) {
+	switch {
+	case reason == series.FailureHTTPStatus && status == http.StatusNotFound:
+		return "HTTP 404", "SGLang serves /metrics only when started with --enable-metrics (off by default), so the server most likely runs without it — or the target points at the wrong port or path (metrics are on the main HTTP port, default 30000).",
+			[]string{
+				"Check the launch flags for --enable-metrics; restart the replica with it at the next opportunity (it does not change serving behaviour).",
+				"Check the target URL: main HTTP port (--port, default 30000), path /metrics; in gRPC mode the HTTP sidecar port (--grpc-http-sidecar-port).",
+			}
+	case reason == series.FailureHTTPStatus && (status == http.StatusUnauthorized || status == http.StatusForbidden):
+		return fmt.Sprintf("HTTP %d", status), "An authenticating proxy or network policy in front of the server refuses the watchdog.",
+			[]string{"Give the watchdog credentials for the proxy, or scrape the pod directly."}
+	case reason == series.FailureHTTPStatus && (status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout):
+		return fmt.Sprintf("HTTP %d", status), "A proxy or ingress in front of the server answers for it: its upstream does not answer or is marked unavailable. The replica behind it may well be down — the proxy hides that.",
+			[]string{
+				"Curl /metrics and /health_generate on the pod directly (kubectl port-forward) to tell the replica from the proxy.",
+				"Check the proxy's upstream health and logs.",
+			}
+	case reason == series.FailureHTTPStatus:
+		return fmt.Sprintf("HTTP %d", status), "The metrics handler (or a proxy in front of it) fails while the server may serve fine; if it persists, the server's metrics collection is broken (multiprocess metrics directory, a crashed collector).",
+			[]string{
+				"Curl /metrics on the pod directly and read the server log around a failing request (the traceback of the metrics handler).",
+				"Check PROMETHEUS_MULTIPROC_DIR is writable and not full when the server runs several processes.",
+			}
+	case reason == series.FailureNotMetrics:
+		return "an HTML page", "A login page or a proxy's error page answers instead of the exposition: an SSO/auth proxy, an ingress default backend, or the wrong service.",
+			[]string{"Open the target URL in a browser or curl it: whose page is it? Point the target at the pod (or exempt /metrics from the login)."}
+	case reason == series.FailureParse:
+		return "an unreadable exposition", "The text does not parse: it is truncated (a proxy or the server cut the body) or it is not Prometheus text.",
+			[]string{"Curl /metrics twice and compare the ends: a body that stops mid-line is cut by a proxy (timeouts, buffer limits) or by the server."}
+	case reason == series.FailureRedirect:
+		return "a redirect to another host", "The watchdog follows redirects only on the target's own host, so its requests (and any credentials in the target URL) never reach another host; a login redirect usually means an authenticating proxy.",
+			[]string{"Curl -v the target URL to see where it redirects; scrape the pod directly or exempt /metrics from the login."}
+	case reason == series.FailureTooLarge || reason == series.FailureTooManySeries:
+		return "more than the watchdog's limits", "The exposition exceeds the scrape limits — usually label fan-out (--enable-metrics-for-all-schedulers with many ranks, custom labels, per-priority series).",
+			[]string{"Curl /metrics and count series per family to find the fan-out; reduce it, or raise scrape.max_series / max_body_bytes deliberately."}
+	}
+	return "an error (" + string(reason) + ")", "The scrape reaches something but fails (TLS, a bad URL): the target configuration or the proxy in front is wrong.",
+		[]string{"Curl the target URL from the watchdog's pod with the same scheme and check TLS and the path."}
 }
 
 // sawTraffic reports whether the replica did any work in the range.
@@ -225,8 +273,9 @@ type MetricsBlindConfig struct {
 	// Range: a family counts as missing when it had no value in the whole
 	// range (or since the start, when younger).
 	Range time.Duration `yaml:"range"`
-	// FailuresToReport is how many consecutive 404s on /metrics make the
-	// target blind.
+	// FailuresToReport is how many consecutive unusable answers of /metrics
+	// (an HTTP error, an HTML page, a truncated exposition) make the target
+	// blind.
 	FailuresToReport int `yaml:"failures_to_report"`
 }
 

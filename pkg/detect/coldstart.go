@@ -9,12 +9,16 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
-// ColdStartDetector pages when a replica that answers its scrapes has not
-// started serving long after it (re)started: its /health_generate probe
-// still fails (SGLang answers 503 while Starting), or requests wait on it
-// while nothing has been processed since the start. A target that refuses
-// connections all along is replica_down's, never this one's; one that
-// served and then stopped is engine_hang's.
+// ColdStartDetector reports a replica that has not started serving long
+// after it (re)started. Either it never answered a scrape at all — SGLang
+// refuses connections until weights are loaded and CUDA graphs captured, so
+// every pod of a rollout or scale-out looks unreachable for minutes — which
+// is a warning once the startup budget is spent, never an outage page
+// (replica_down owns replicas that served and then became unreachable). Or
+// it answers its scrapes but its /health_generate probe still fails
+// (SGLang answers 503 while Starting), or requests wait on it while nothing
+// has been processed since the start. One that served and then stopped is
+// engine_hang's.
 type ColdStartDetector struct{ cfg ColdStartConfig }
 
 // Class implements Detector.
@@ -28,7 +32,7 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	st := w.Scrape()
 	if !st.Up {
-		return nil // refused/timeouts while starting are replica_down's
+		return d.unreachable(w, st, now)
 	}
 	start, never := neverServed(w, now, c.FreshRequests)
 	if !never {
@@ -136,6 +140,57 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 	return []Finding{f}
 }
 
+// unreachable reports a replica that has never answered a scrape (or whose
+// pod was replaced since it last did) for longer than the startup budget.
+func (d *ColdStartDetector) unreachable(w Window, st ScrapeState, now time.Time) []Finding {
+	c := d.cfg
+	pod := w.Replica().Pod
+	if !st.Reason.Unreachable() || !starting(st, pod) || (pod != nil && pod.Phase == podFailed) {
+		return nil // a broken metrics endpoint, an outage, or a failed pod
+	}
+	start, origin := st.FirstSeen, "was first seen"
+	if pod != nil && !pod.Created.IsZero() {
+		start, origin = pod.Created, "was created"
+	}
+	age := now.Sub(start)
+	if start.IsZero() || age < c.StartupBudget {
+		return nil
+	}
+	f := finding(ColdStart, w, Warning, LayerProcess)
+	ago := dur(age.Round(time.Second))
+	f.Evidence = []Evidence{
+		{Name: "seconds since the replica " + origin, Value: age.Seconds(), Unit: "s",
+			Threshold: fmt.Sprintf(">= %s startup budget", dur(c.StartupBudget))},
+		{Name: "consecutive failed scrapes (" + string(st.Reason) + ")", Value: float64(st.ConsecutiveFailures)},
+	}
+	podEv, podText := podEvidence(pod, now)
+	f.Evidence = append(f.Evidence, podEv...)
+	f.Summary = fmt.Sprintf("Cold start: replica %s %s ago and has never answered (%s)", origin, ago, st.Reason)
+	waiting := ""
+	if pod != nil && pod.Waiting != "" {
+		waiting = "The container waits: " + pod.Waiting + " (an image pull or a crash back-off, not loading)."
+	}
+	f.Diagnosis = sentence(
+		fmt.Sprintf("Process layer: the replica %s %s ago and no scrape has reached its server since (%s), past the startup budget of %s.", origin, ago, st.Reason, dur(c.StartupBudget)),
+		"SGLang listens only once weights are loaded and CUDA graphs captured, so a new replica is unreachable for minutes by design; this long, the start is stuck or very slow.",
+		podText, waiting, terminationHint(pod),
+		"Meanwhile the other replicas carry its share of the traffic.")
+	if st.Error != "" {
+		f.Diagnosis += " Last error: " + st.Error + "."
+	}
+	f.Emergency = []string{
+		"Check the pod: kubectl describe pod <pod> (events: Pending on GPUs, image pull, OOMKilled while loading) and kubectl get events.",
+		"Read the start log: kubectl logs <pod> (and --previous after a restart) — the last line says the phase: downloading or loading weights, capturing CUDA graphs, or a traceback.",
+		"Keep it out of rotation (readiness probe on /health_generate) and relieve the replicas carrying its load.",
+	}
+	f.RootCause = []string{
+		"Prefetch weights to local disk or a nearby cache before the server starts instead of loading them from remote storage.",
+		"Capture fewer CUDA graphs (a shorter --cuda-graph-bs list or a lower --cuda-graph-max-bs).",
+		"Use pre-pulled images; raise the startup budget if your model legitimately loads for longer.",
+	}
+	return []Finding{f}
+}
+
 // ColdStartConfig tunes the slow-startup detector.
 type ColdStartConfig struct {
 	// Enabled turns the detector on.
@@ -165,7 +220,7 @@ type ColdStartConfig struct {
 func defaultColdStart() ColdStartConfig {
 	return ColdStartConfig{
 		Enabled:            true,
-		StartupBudget:      10 * time.Minute, // the runbook: new replicas take 5-10 minutes when slow
+		StartupBudget:      15 * time.Minute, // large models load for 5-10 minutes from network storage, plus graph capture
 		CriticalAfter:      20 * time.Minute,
 		DemandRange:        2 * time.Minute,
 		InferenceEndpoints: defaultInferenceEndpoints,

@@ -41,7 +41,7 @@ func newReplica(refusedFor, length time.Duration) *scenario {
 		s.metrics[i].init = 0 // a fresh process
 	}
 	s.length = length
-	s.failures = []failure{{from: 0, to: refusedFor, reason: "refused", error: "connection refused"}}
+	s.failures = []failure{{from: 0, to: refusedFor, reason: series.FailureRefused, error: "connection refused"}}
 	return s
 }
 
@@ -62,10 +62,11 @@ func TestColdStartAfterRestart(t *testing.T) {
 		"load_weight 420s, cuda_graph_capture 75s, kv_cache_allocation 15s")
 	contains(t, "steps", strings.Join(append(f.Emergency, f.RootCause...), " "),
 		"warm pool", "over-provision", "ramdisk", "--cuda-graph-bs", "pre-built")
-	// The restart itself is replica_down's warning; the cold start is
-	// explained by it, one incident.
-	down := one(t, run(t, restartedNotServing(50*minute), detect.ReplicaDown))
-	if !detect.Explains(down, f) {
+	// The restart itself is replica_restarted's warning (no outage, no
+	// replica_down page); the cold start is explained by it, one incident.
+	none(t, run(t, restartedNotServing(50*minute), detect.ReplicaDown))
+	restarted := one(t, run(t, restartedNotServing(50*minute), detect.ReplicaRestarted))
+	if !detect.Explains(restarted, f) {
 		t.Errorf("the restart does not explain the cold start")
 	}
 	none(t, run(t, restartedNotServing(50*minute), detect.EngineHang))
@@ -110,10 +111,17 @@ func TestColdStartDoesNotPage(t *testing.T) {
 			return s
 		}()},
 		{"within the startup budget", restartedNotServing(58 * minute)},
-		// Refusing connections all along is replica_down's.
-		{"never reachable", func() *scenario {
+		// Refusing connections within the startup budget: still loading.
+		{"never reachable within the budget", func() *scenario {
 			s := fullEngine()
-			s.failures = []failure{{from: 0, to: s.length, reason: "refused", error: "connection refused"}}
+			s.length = 14 * minute
+			s.failures = []failure{{from: 0, to: s.length, reason: series.FailureRefused, error: "connection refused"}}
+			return s
+		}()},
+		// A broken metrics endpoint is metrics_blind's, whatever its age.
+		{"metrics answer 500 all along", func() *scenario {
+			s := fullEngine()
+			s.failures = []failure{{from: 0, to: s.length, reason: series.FailureHTTPStatus, status: 500, error: "HTTP 500"}}
 			return s
 		}()},
 		// Long-running replica the watchdog just met, idle: it served before

@@ -226,7 +226,7 @@ func New(cfg Config) ([]Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	env := buildEnv{triage: cfg.Triage, needs: cfg.needs()}
+	env := buildEnv{triage: cfg.Triage, needs: cfg.needs(), replicaDown: Get[ReplicaDownConfig](cfg)}
 	var ds []Detector
 	for _, e := range Registry() {
 		if e.Enabled(cfg) {

@@ -29,7 +29,7 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	for _, d := range ds {
 		classes = append(classes, string(d.Class()))
 	}
-	want := "replica_down,preempt_storm,cache_collapse,retry_avalanche,kv_saturation,engine_hang," +
+	want := "replica_down,replica_restarted,preempt_storm,cache_collapse,retry_avalanche,kv_saturation,engine_hang," +
 		"queue_latency,decode_slowdown,cold_start,lora_thrash,pd_transfer_failure,error_rate,metrics_blind"
 	if got := strings.Join(classes, ","); got != want {
 		t.Errorf("detectors = %s", got)
@@ -51,6 +51,7 @@ func onlyCore(cfg *detect.Config) {
 	detect.Edit(cfg, func(s *detect.PDTransferFailureConfig) { s.Enabled = false })
 	detect.Edit(cfg, func(s *detect.MetricsBlindConfig) { s.Enabled = false })
 	detect.Edit(cfg, func(s *detect.ErrorRateConfig) { s.Enabled = false })
+	detect.Edit(cfg, func(s *detect.ReplicaRestartedConfig) { s.Enabled = false })
 }
 
 func TestNewBuildsOnlyEnabledDetectors(t *testing.T) {
@@ -176,7 +177,7 @@ func TestValidateNewSections(t *testing.T) {
 		"detectors.engine_hang.inference_endpoints: ",
 		"detectors.queue_latency.queue_share: must be in (0,1), got 1",
 		"detectors.decode_slowdown.critical_itl_ratio: must be at least itl_ratio (2), got 1.5",
-		"detectors.cold_start.critical_after: must be at least startup_budget (10m0s), got 1m0s",
+		"detectors.cold_start.critical_after: must be at least startup_budget (15m0s), got 1m0s",
 		"detectors.lora_thrash.full_utilization: must be in (0,1], got 0",
 		"detectors.pd_transfer_failure.baseline_ratio: must be at least 1, got 0.5",
 		"detectors.metrics_blind.failures_to_report: must be at least 1, got 0",

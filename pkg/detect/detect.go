@@ -308,6 +308,9 @@ func Explains(cause, effect Finding) bool {
 		return latencyClass(effect.Class) || effect.Class == RetryAvalanche || effect.Class == ErrorRate
 	case PDTransferFailure, ColdStart:
 		return effect.Class == QueueLatency || effect.Class == RetryAvalanche || effect.Class == ErrorRate
+	case ReplicaRestarted:
+		// A new process starts cold: empty prefix cache, warm-up, dropped requests.
+		return effect.Class == ColdStart || effect.Class == QueueLatency || effect.Class == ErrorRate
 	case ReplicaDown:
 		// Down or restarting, the replica fails or drops what it was serving.
 		return effect.Class == ErrorRate ||

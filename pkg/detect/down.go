@@ -4,105 +4,186 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
-// ReplicaDownDetector pages when a replica cannot be scraped for several
-// consecutive scrapes (critical), when it restarted recently (warning:
-// possibly a crash or OOM kill) and when it keeps restarting (critical:
-// crash loop). Scrape failures are data the window records, so this
-// detector needs no metric at all.
+// ReplicaDownDetector pages (critical) when the server process of a replica
+// that served cannot be reached for several consecutive scrapes (refused,
+// timeout, DNS: nothing answers), when it keeps restarting (crash loop), and
+// when its Kubernetes pod failed (evicted). A broken metrics endpoint on a
+// server that answers is metrics_blind's; a target that never served yet
+// (a rollout or scale-out loading its weights) is cold_start's; a single
+// restart is replica_restarted's. When the replica serves again the finding
+// turns Resolving for one scrape, saying how long it was down and whether
+// it came back restarted, so the resolve says it. Scrape failures are data
+// the window records, so this detector needs no metric at all.
 type ReplicaDownDetector struct{ cfg ReplicaDownConfig }
 
 // Class implements Detector.
 func (d *ReplicaDownDetector) Class() Class { return ReplicaDown }
 
+// Kubernetes values the detectors read from series.Pod.
+const (
+	podFailed        = "Failed"
+	crashLoopBackOff = "CrashLoopBackOff"
+)
+
 // Detect implements Detector.
 func (d *ReplicaDownDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	st := w.Scrape()
-	if !st.Up && st.ConsecutiveFailures >= c.FailuresToPage {
-		return []Finding{d.down(w, st, now)}
+	pod := w.Replica().Pod
+	if pod != nil && pod.Phase == podFailed {
+		return []Finding{d.podGone(w, pod, now)}
 	}
-	restarts := w.Restarts(now.Add(-c.CrashLoopWindow), now)
-	if restarts >= c.CrashLoopRestarts {
-		return []Finding{d.restarted(w, now, restarts, true)}
+	if restarts, loop := d.crashLoop(w, pod, now); loop {
+		return []Finding{d.looping(w, pod, now, restarts)}
 	}
-	if lr := w.LastRestart(); !lr.IsZero() && !lr.After(now) && now.Sub(lr) <= c.RestartLookback {
-		return []Finding{d.restarted(w, now, restarts, false)}
+	if !st.Up {
+		if !st.Reason.Unreachable() || st.ConsecutiveFailures < c.FailuresToPage || starting(st, pod) {
+			return nil // metrics_blind's, not yet, or cold_start's
+		}
+		return []Finding{d.down(w, st, pod, now)}
+	}
+	if o := st.LastOutage; st.ConsecutiveSuccesses == 1 && d.paged(o, st) {
+		return []Finding{d.recovered(w, o, pod)}
 	}
 	return nil
 }
 
-// failureDiagnosis explains a scrape failure reason: the layer that fails
-// and what usually causes it.
-func failureDiagnosis(reason, errText string) (Layer, string, []string) {
+// starting reports whether a replica that cannot be reached is still coming
+// up rather than down: it never answered a scrape, or its pod was created
+// after the last one it answered (a replacement under the same name). A
+// rollout's new pods refuse connections for minutes while weights load and
+// CUDA graphs are captured; that is cold_start's, not an outage.
+func starting(st ScrapeState, pod *series.Pod) bool {
+	return st.LastSuccess.IsZero() || (pod != nil && pod.Created.After(st.LastSuccess))
+}
+
+// paged reports whether an ended outage was one this detector reported:
+// unreachable for enough scrapes, after the replica had served.
+func (d *ReplicaDownDetector) paged(o Outage, st ScrapeState) bool {
+	return o.Failures >= d.cfg.FailuresToPage && o.Reason.Unreachable() && o.From.After(st.FirstSeen)
+}
+
+// crashLoop counts the restarts in the crash-loop window: counter resets
+// the window saw, or (Kubernetes) the pod's restart count when its last
+// termination falls inside the window — a pod that crashes while loading
+// never answers a scrape, so no reset is ever seen.
+func (d *ReplicaDownDetector) crashLoop(w Window, pod *series.Pod, now time.Time) (int, bool) {
+	c := d.cfg
+	from := now.Add(-c.CrashLoopWindow)
+	restarts := w.Restarts(from, now)
+	if pod != nil && pod.Restarts > restarts {
+		if t := pod.LastTermination.Finished; (!t.IsZero() && t.After(from)) || pod.Waiting == crashLoopBackOff {
+			restarts = pod.Restarts
+		}
+	}
+	return restarts, restarts >= c.CrashLoopRestarts
+}
+
+// failureDiagnosis explains why an unreachable replica cannot be reached:
+// the layer that fails and what usually causes it.
+func failureDiagnosis(reason series.ScrapeFailure) (Layer, string, []string) {
 	switch reason {
-	case "refused":
-		return LayerProcess, "Process layer: the connection is refused, so nothing listens on the metrics port — the server process is down: crashed, OOM-killed, or restarting (pod not ready).",
-			[]string{
-				"Check the pod/container: kubectl describe pod (Last State, Reason: OOMKilled / Error, exit code) and kubectl get events.",
-				"Read the last server log lines before the exit (CUDA out of memory, NCCL errors, Python tracebacks).",
-				"Check the node: dmesg for the OOM killer and GPU Xid errors; nvidia-smi for a lost GPU.",
-			}
-	case "timeout":
-		return LayerProcess, "Process layer: the replica accepts connections but does not answer /metrics in time — it is hung (scheduler stuck, NCCL collective waiting on a dead rank) or so overloaded that its HTTP loop is starved.",
+	case series.FailureTimeout:
+		return LayerProcess, "Process layer: the replica does not answer /metrics in time — it is hung (scheduler stuck, NCCL collective waiting on a dead rank) or so overloaded that its HTTP loop is starved.",
 			[]string{
 				"Probe /health_generate (it generates one token; 503 or no answer within ~20 s means the engine is stuck).",
 				"Dump the stacks: py-spy dump --pid <scheduler pid> for each rank; a rank waiting in all_reduce/NCCL points to a collective hang.",
 				"Check GPU state (nvidia-smi: utilization stuck at 100% without progress) and the last log lines.",
 			}
-	case "http_status":
-		if strings.Contains(errText, "404") {
-			return LayerTransport, "Scrape layer: /metrics answers 404 — the server runs without --enable-metrics (metrics are off by default), or the target points at the wrong port/path.",
-				[]string{
-					"Check the launch flags for --enable-metrics and that the target uses the HTTP port (--port, default 30000), path /metrics.",
-					"Restart with --enable-metrics if it is missing.",
-				}
-		}
-		return LayerTransport, "Scrape layer: /metrics answers with an HTTP error status (" + errText + "): the server or a proxy in front of it is failing.",
+	case series.FailureDNS:
+		return LayerTransport, "Scrape layer: the replica's host name no longer resolves — the pod or its Service is gone (deleted, evicted, rescheduled under a new address), or DNS itself fails.",
 			[]string{
-				"Curl /metrics and /health_generate directly on the pod to tell the server from the proxy/ingress.",
-				"Check the server logs around the failing scrapes.",
-			}
-	case "parse_error":
-		return LayerTransport, "Scrape layer: the endpoint answers but not with Prometheus text — the target points at another service or port, a proxy returns an error page, or the exposition is corrupt.",
-			[]string{
-				"Curl the target URL and check it returns sglang:* metrics in text format.",
-				"Check the target configuration (port, path, Accept header handling by proxies).",
-			}
-	case "too_large", "too_many_series":
-		return LayerTransport, "Scrape layer: the exposition exceeds the watchdog's limits — usually label fan-out (--enable-metrics-for-all-schedulers with many ranks, custom labels, per-priority series).",
-			[]string{
-				"Curl /metrics and count series per family to find the fan-out.",
-				"Reduce the fan-out (drop custom labels, disable per-rank export) or raise the watchdog's scrape limits deliberately.",
+				"Check the pod and Service exist: kubectl get pod,svc,endpoints; kubectl get events for evictions and deletions.",
+				"Resolve the name from inside the cluster (nslookup from a debug pod) to tell a missing record from a DNS outage.",
 			}
 	default:
-		return LayerTransport, "Scrape layer: the scrape fails (" + reason + ": " + errText + ") — DNS, TLS, network policy or the pod being gone.",
+		return LayerProcess, "Process layer: the connection is refused or dropped, so nothing listens on the metrics port — the server process is down: crashed, OOM-killed, or restarting.",
 			[]string{
-				"Check the target resolves and is reachable from the watchdog (DNS, network policy, TLS).",
-				"Check the pod/container still exists and is scheduled.",
+				"Check the pod/container: kubectl describe pod (Last State, Reason: OOMKilled / Error, exit code) and kubectl get events.",
+				"Read the last server log lines before the exit: kubectl logs <pod> --previous (CUDA out of memory, NCCL errors, Python tracebacks).",
+				"Check the node: dmesg for the OOM killer and GPU Xid errors; nvidia-smi for a lost GPU.",
 			}
 	}
 }
 
-func (d *ReplicaDownDetector) down(w Window, st ScrapeState, now time.Time) Finding {
-	layer, diag, steps := failureDiagnosis(string(st.Reason), st.Error)
+// podEvidence renders what Kubernetes says about the pod, and a sentence
+// for the diagnosis; nothing for targets not discovered from Kubernetes.
+func podEvidence(pod *series.Pod, now time.Time) ([]Evidence, string) {
+	if pod == nil {
+		return nil, ""
+	}
+	ev := []Evidence{{Name: "pod restarts", Value: float64(pod.Restarts)}}
+	if !pod.Created.IsZero() {
+		ev = append(ev, Evidence{Name: "pod age", Value: now.Sub(pod.Created).Seconds(), Unit: "s"})
+	}
+	parts := []string{fmt.Sprintf("Pod %s/%s: phase %s", pod.Namespace, pod.Name, pod.Phase)}
+	if pod.Reason != "" {
+		parts[0] += " (" + pod.Reason + ")"
+	}
+	if pod.Ready {
+		parts = append(parts, "Ready")
+	} else {
+		parts = append(parts, "not Ready")
+	}
+	parts = append(parts, fmt.Sprintf("%d restarts", pod.Restarts))
+	if pod.Waiting != "" {
+		parts = append(parts, "waiting: "+pod.Waiting)
+	}
+	if t := pod.LastTermination; t.Reason != "" || t.ExitCode != 0 {
+		last := fmt.Sprintf("last termination %s, exit code %d", t.Reason, t.ExitCode)
+		if !t.Finished.IsZero() {
+			last += fmt.Sprintf(", %s ago", dur(now.Sub(t.Finished).Round(time.Second)))
+			ev = append(ev, Evidence{Name: "seconds since the last termination (" + t.Reason + ")", Value: now.Sub(t.Finished).Seconds(), Unit: "s"})
+		}
+		parts = append(parts, last)
+	}
+	text := strings.Join(parts, ", ") + "."
+	if pod.Message != "" {
+		text += " Kubernetes says: " + pod.Message
+		if !strings.HasSuffix(text, ".") {
+			text += "."
+		}
+	}
+	return ev, text
+}
+
+// terminationHint reads the last termination: what an OOM kill or an exit
+// code means.
+func terminationHint(pod *series.Pod) string {
+	if pod == nil {
+		return ""
+	}
+	switch t := pod.LastTermination; {
+	case t.Reason == "OOMKilled" || t.ExitCode == 137:
+		return "The container was OOM-killed (host memory: the container's memory limit or the node ran out) — not a CUDA OOM, which exits with a Python traceback and code 1."
+	case t.Reason == "Error" && t.ExitCode == 1:
+		return "The process exited with an error (code 1): read kubectl logs --previous for the traceback (CUDA out of memory, NCCL errors, a bad flag)."
+	case t.Reason == "Error" && t.ExitCode == 139:
+		return "The process died of a segmentation fault (code 139): a native crash in a kernel, driver or NCCL."
+	}
+	return ""
+}
+
+func (d *ReplicaDownDetector) down(w Window, st ScrapeState, pod *series.Pod, now time.Time) Finding {
+	layer, diag, steps := failureDiagnosis(st.Reason)
 	f := finding(ReplicaDown, w, Critical, layer)
 	f.Evidence = []Evidence{{
 		Name: "consecutive failed scrapes", Value: float64(st.ConsecutiveFailures),
 		Threshold: fmt.Sprintf(">= %d", d.cfg.FailuresToPage),
 	}}
-	since := "never scraped successfully"
-	if !st.LastSuccess.IsZero() {
-		age := now.Sub(st.LastSuccess)
-		f.Evidence = append(f.Evidence, Evidence{Name: "seconds since last successful scrape", Value: age.Seconds(), Unit: "s"})
-		since = "last success " + age.Round(time.Second).String() + " ago"
-	}
-	f.Summary = fmt.Sprintf("Replica down: %d consecutive scrapes failed (%s), %s", st.ConsecutiveFailures, st.Reason, since)
+	age := now.Sub(st.LastSuccess)
+	f.Evidence = append(f.Evidence, Evidence{Name: "seconds since last successful scrape", Value: age.Seconds(), Unit: "s"})
+	f.Summary = fmt.Sprintf("Replica down: %d consecutive scrapes failed (%s), last success %s ago", st.ConsecutiveFailures, st.Reason, dur(age.Round(time.Second)))
+	podEv, podText := podEvidence(pod, now)
+	f.Evidence = append(f.Evidence, podEv...)
 	if st.Error != "" {
 		diag += " Last error: " + st.Error + "."
 	}
-	f.Diagnosis = diag
+	f.Diagnosis = sentence(diag, podText, terminationHint(pod))
 	f.Emergency = append([]string{
 		"Confirm from outside the watchdog (curl /health_generate and /metrics on the pod); if the replica is really gone, make sure the router has taken it out of rotation.",
 	}, steps...)
@@ -114,34 +195,103 @@ func (d *ReplicaDownDetector) down(w Window, st ScrapeState, now time.Time) Find
 	return f
 }
 
-func (d *ReplicaDownDetector) restarted(w Window, now time.Time, restarts int, loop bool) Finding {
+// recovered is the Resolving finding of the first scrape a replica answers
+// after an outage this detector paged: how long it was down and whether it
+// came back restarted (then: where to look for the crash).
+func (d *ReplicaDownDetector) recovered(w Window, o Outage, pod *series.Pod) Finding {
+	f := finding(ReplicaDown, w, Critical, LayerProcess)
+	f.Resolving = true
+	down := o.To.Sub(o.From)
 	lr := w.LastRestart()
-	sev, layer := Warning, LayerProcess
-	if loop {
-		sev = Critical
+	restarted := !lr.IsZero() && !lr.Before(o.From) && !lr.After(o.To)
+	f.Evidence = []Evidence{
+		{Name: "seconds down", Value: down.Seconds(), Unit: "s"},
+		{Name: "failed scrapes in the outage", Value: float64(o.Failures)},
 	}
-	f := finding(ReplicaDown, w, sev, layer)
+	podEv, podText := podEvidence(pod, o.To)
+	f.Evidence = append(f.Evidence, podEv...)
+	if restarted {
+		f.Summary = fmt.Sprintf("Replica serves again after %s down; it came back after a restart (possible crash/OOM)", dur(down.Round(time.Second)))
+		f.Diagnosis = sentence(
+			fmt.Sprintf("Process layer: the replica answers again after %s of %s scrapes, and its counters started from zero: the server process restarted. Unless it was a planned restart, suspect a crash or an OOM kill.", dur(down.Round(time.Second)), o.Reason),
+			podText, terminationHint(pod),
+			"The radix cache restarted empty: expect a lower hit rate and higher TTFT while it warms up.")
+		f.Emergency = []string{
+			"Find out how it died: kubectl describe pod <pod> (Last State: OOMKilled / Error, exit code, restart count) and kubectl get events.",
+			"Read the log of the previous process: kubectl logs <pod> --previous (CUDA out of memory, NCCL errors, tracebacks).",
+			"Check the node: dmesg for the OOM killer and GPU Xid errors.",
+		}
+	} else {
+		f.Summary = fmt.Sprintf("Replica serves again after %s down, without a restart", dur(down.Round(time.Second)))
+		f.Diagnosis = sentence(
+			fmt.Sprintf("The replica answers again after %s of %s scrapes, and its counters continued: the process did not restart. The outage was in the path to it (network, node, DNS) or a stall it recovered from.", dur(down.Round(time.Second)), o.Reason),
+			podText)
+		f.Emergency = []string{
+			"Check the node and network events for the outage window (kubectl get events, node conditions, CNI logs).",
+			"If it was a stall, read the server log for the outage window (long GC, a blocked event loop, NCCL timeouts).",
+		}
+	}
+	f.RootCause = []string{
+		"GPU OOM: lower --mem-fraction-static, reduce --cuda-graph-max-bs, size KV for the real prompt and output lengths.",
+		"Host OOM (container memory limit): raise the limit or reduce tokenizer/detokenizer workers.",
+	}
+	return f
+}
+
+// podGone is the finding of a failed pod (evicted, exited for good): the
+// replica is lost until a replacement serves.
+func (d *ReplicaDownDetector) podGone(w Window, pod *series.Pod, now time.Time) Finding {
+	f := finding(ReplicaDown, w, Critical, LayerProcess)
+	why := pod.Reason
+	if why == "" {
+		why = "failed"
+	}
+	podEv, podText := podEvidence(pod, now)
+	f.Evidence = append([]Evidence{{Name: "pod failed (" + why + ")", Value: 1}}, podEv...)
+	f.Summary = fmt.Sprintf("Replica down: pod %s (%s)", pod.Name, why)
+	diag := "Process layer: the pod is in phase Failed and will not run again; the replica is lost until a replacement serves."
+	if pod.Reason == "Evicted" {
+		diag = "Process layer: the kubelet evicted the pod (node pressure: memory, disk or PIDs); it will not run again, and its replacement must load the model from scratch."
+	}
+	f.Diagnosis = sentence(diag, podText, terminationHint(pod))
+	f.Emergency = []string{
+		"Check that a replacement pod is scheduled and loading (kubectl get pods -o wide); until it serves, the other replicas carry its traffic.",
+		"kubectl describe pod <pod> and kubectl get events: which resource ran out on which node.",
+		"Delete the failed pod once understood (kubectl delete pod <pod>); this incident resolves with it.",
+	}
+	f.RootCause = []string{
+		"Set memory requests equal to limits for serving pods (Guaranteed QoS) so they are evicted last.",
+		"Keep node ephemeral storage and memory headroom for the model cache and logs; move large caches to a volume.",
+	}
+	return f
+}
+
+func (d *ReplicaDownDetector) looping(w Window, pod *series.Pod, now time.Time, restarts int) Finding {
+	f := finding(ReplicaDown, w, Critical, LayerProcess)
 	f.Evidence = []Evidence{
 		{Name: "restarts in crash-loop window", Value: float64(restarts),
-			Threshold: fmt.Sprintf(">= %d in %s is a crash loop", d.cfg.CrashLoopRestarts, d.cfg.CrashLoopWindow)},
-		{Name: "seconds since last restart", Value: now.Sub(lr).Seconds(), Unit: "s"},
+			Threshold: fmt.Sprintf(">= %d in %s is a crash loop", d.cfg.CrashLoopRestarts, dur(d.cfg.CrashLoopWindow))},
 	}
-	ago := now.Sub(lr).Round(time.Second)
-	if loop {
-		f.Summary = fmt.Sprintf("Crash loop: %d restarts in the last %s (last %s ago)", restarts, d.cfg.CrashLoopWindow, ago)
-		f.Diagnosis = "Process layer: the server keeps restarting (most counters reset repeatedly). A crash loop is usually a deterministic failure: OOM at startup or under the first batches, a bad flag or model path after a deploy, or a GPU/driver fault on the node."
-	} else {
-		f.Summary = fmt.Sprintf("Replica restarted %s ago — possible crash/OOM", ago)
-		f.Diagnosis = "Process layer: the server restarted (most counters reset at once, or the process start time changed). Unless it was a planned deploy, suspect a crash or an OOM kill; the radix cache restarts empty, so expect a lower hit rate and higher TTFT while it warms up."
+	last := w.LastRestart()
+	if pod != nil && pod.LastTermination.Finished.After(last) {
+		last = pod.LastTermination.Finished
 	}
+	ago := "?"
+	if !last.IsZero() {
+		ago = dur(now.Sub(last).Round(time.Second))
+		f.Evidence = append(f.Evidence, Evidence{Name: "seconds since last restart", Value: now.Sub(last).Seconds(), Unit: "s"})
+	}
+	podEv, podText := podEvidence(pod, now)
+	f.Evidence = append(f.Evidence, podEv...)
+	f.Summary = fmt.Sprintf("Crash loop: %d restarts in the last %s (last %s ago)", restarts, dur(d.cfg.CrashLoopWindow), ago)
+	f.Diagnosis = sentence("Process layer: the server keeps restarting. A crash loop is usually a deterministic failure: OOM at startup or under the first batches, a bad flag or model path after a deploy, or a GPU/driver fault on the node.",
+		podText, terminationHint(pod))
 	f.Emergency = []string{
-		"Check whether it was a planned rollout; if so, nothing to do.",
+		"Check whether a rollout is in progress; roll back the last deploy (image, flags, model, driver) while you investigate.",
 		"Check the pod: kubectl describe pod (Last State: OOMKilled / Error, exit code, restart count) and kubectl get events.",
+		"Read the log of the previous process: kubectl logs <pod> --previous (CUDA out of memory, NCCL errors, tracebacks).",
 		"Check the node: dmesg for the OOM killer and GPU Xid errors.",
-		"Read the last log lines before the restart (CUDA out of memory, NCCL errors, tracebacks).",
-	}
-	if loop {
-		f.Emergency = append(f.Emergency, "Take the replica out of rotation or roll back the last deploy while you investigate.")
+		"Take the replica out of rotation while you investigate.",
 	}
 	f.RootCause = []string{
 		"GPU OOM: lower --mem-fraction-static (e.g. 0.85 -> 0.7), reduce --cuda-graph-max-bs, disable optional features (speculative decoding, LoRA) to confirm.",
@@ -158,9 +308,6 @@ type ReplicaDownConfig struct {
 	// FailuresToPage is how many consecutive failed scrapes make the replica
 	// down (critical). One timeout under load is not an outage.
 	FailuresToPage int `yaml:"failures_to_page"`
-	// RestartLookback: a restart (counter reset) seen within it raises a
-	// warning "restarted — possible crash/OOM".
-	RestartLookback time.Duration `yaml:"restart_lookback"`
 	// CrashLoopRestarts restarts within CrashLoopWindow are a crash loop
 	// (critical).
 	CrashLoopRestarts int           `yaml:"crash_loop_restarts"`
@@ -173,7 +320,6 @@ func defaultReplicaDown() ReplicaDownConfig {
 	return ReplicaDownConfig{
 		Enabled:           true,
 		FailuresToPage:    3,
-		RestartLookback:   15 * time.Minute,
 		CrashLoopRestarts: 3,
 		CrashLoopWindow:   30 * time.Minute,
 	}
@@ -190,7 +336,7 @@ func (c ReplicaDownConfig) needs() []need {
 	return nil // it judges the scrape itself, no family
 }
 func (c ReplicaDownConfig) lookback() time.Duration {
-	return max(c.RestartLookback, c.CrashLoopWindow)
+	return c.CrashLoopWindow
 }
 
 func (c ReplicaDownConfig) build(env buildEnv) Detector { return &ReplicaDownDetector{cfg: c} }
@@ -198,15 +344,14 @@ func (c ReplicaDownConfig) build(env buildEnv) Detector { return &ReplicaDownDet
 func (c ReplicaDownConfig) oneShot(lookback time.Duration, samples int) (ReplicaDownConfig, OneShot) {
 	// Down means every scrape of the observation failed.
 	c.FailuresToPage = max(1, samples)
-	return c, OneShot{Judged: true, Note: "judged: down when every scrape failed; a restart only if it happened between the scrapes"}
+	return c, OneShot{Judged: true, Note: "judged: down when every scrape failed to reach the server; a crash loop from the pod's restarts"}
 }
 
 func (c ReplicaDownConfig) validate(e *configErrors) {
 	e.check(c.FailuresToPage >= 1, "failures_to_page", "must be at least 1, got %d", c.FailuresToPage)
-	e.positiveDuration("restart_lookback", c.RestartLookback)
 	e.check(c.CrashLoopRestarts >= 2, "crash_loop_restarts", "must be at least 2, got %d", c.CrashLoopRestarts)
 	e.positiveDuration("crash_loop_window", c.CrashLoopWindow)
 }
 
 // severities lists what its findings can carry; its runbook describes each.
-func (c ReplicaDownConfig) severities() []Severity { return []Severity{Warning, Critical} }
+func (c ReplicaDownConfig) severities() []Severity { return []Severity{Critical} }

@@ -17,6 +17,7 @@ import (
 func Registry() []Entry {
 	return []Entry{
 		detector(defaultReplicaDown),
+		detector(defaultReplicaRestarted),
 		detector(defaultPreemptStorm),
 		detector(defaultCacheCollapse),
 		detector(defaultRetryAvalanche),
@@ -67,6 +68,9 @@ type buildEnv struct {
 	triage TriageConfig
 	// needs are the enabled detectors' needs (metrics_blind's input).
 	needs []need
+	// replicaDown tells replica_restarted which restarts replica_down
+	// already reports (crash loops, outages it paged).
+	replicaDown ReplicaDownConfig
 }
 
 // OneShot says what a detector can judge from a one-shot observation

@@ -110,6 +110,16 @@ type scenario struct {
 	metrics             []metric
 	restarts            []time.Duration // every counter resets to 0 here
 	failures            []failure
+	// pod is the Kubernetes status discovery reports at elapsed time el;
+	// nil (or a nil result) for a target not discovered from Kubernetes.
+	pod func(el time.Duration) *series.Pod
+}
+
+func (s *scenario) podAt(el time.Duration) *series.Pod {
+	if s.pod == nil {
+		return nil
+	}
+	return s.pod(el)
 }
 
 func newScenario(metrics ...metric) *scenario {
@@ -193,7 +203,7 @@ func (s *scenario) run(t testing.TB, cfg detect.Config) (*window.Store, time.Tim
 		for _, f := range s.failures {
 			if el >= f.from && el <= f.to {
 				failed = true
-				if err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now, Reason: f.reason, Status: f.status, Error: f.error}); err != nil {
+				if err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now, Reason: f.reason, Status: f.status, Error: f.error, Pod: s.podAt(el)}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -249,7 +259,7 @@ func (s *scenario) run(t testing.TB, cfg detect.Config) (*window.Store, time.Tim
 		if engineType == "" {
 			engineType = "unified"
 		}
-		err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now,
+		err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now, Pod: s.podAt(el),
 			Groups: []series.Group{{Model: s.model, EngineType: engineType, Samples: samples}}})
 		if err != nil {
 			t.Fatal(err)
