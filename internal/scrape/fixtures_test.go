@@ -2,11 +2,10 @@ package scrape
 
 import (
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	captures "github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -114,21 +113,20 @@ var fixtureWants = map[string]fixtureWant{
 // droppedLabels may never survive normalization.
 var droppedLabels = []string{"pid", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank", "model_name", "engine_type", "worker_addr"}
 
-// TestFixtures scrapes every capture in testdata/ through a real HTTP
-// server and the real fetch, and checks what detectors read.
+// TestFixtures scrapes every capture of the shared fixture package through
+// a real HTTP server and the real fetch, and checks what detectors read.
 func TestFixtures(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.prom")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no fixtures: %v", err)
+	files := captures.Names()
+	if len(files) == 0 {
+		t.Fatal("no fixtures")
 	}
-	for _, path := range files {
-		file := filepath.Base(path)
+	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
 			want, ok := fixtureWants[file]
 			if !ok {
 				t.Fatalf("fixture %s has no expectations; add them to fixtureWants", file)
 			}
-			body, err := os.ReadFile(path)
+			body, err := captures.SGLang(file)
 			if err != nil {
 				t.Fatal(err)
 			}
