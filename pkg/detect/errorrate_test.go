@@ -128,6 +128,23 @@ func TestErrorRateDoesNotPage(t *testing.T) {
 			counter(series.HTTPResponsesTotal, constant(0.1), "endpoint", "/health_generate", "method", "GET", "status_code", "503"),
 		)},
 		{"missing series", newScenario(gauge(series.NumQueueReqs, constant(3)))},
+		// A rollout's new replica: counters from zero, serving its first
+		// minutes without failures.
+		{"new replica after a rollout", func() *scenario {
+			s := healthyEngine()
+			for i := range s.metrics {
+				s.metrics[i].init = 0
+			}
+			s.length = 3 * minute
+			return s
+		}()},
+		// The metrics endpoint answers an HTML login page for two minutes
+		// while the server serves fine: no data, no verdict.
+		{"broken metrics endpoint on a healthy server", func() *scenario {
+			s := healthyEngine()
+			s.failures = []failure{{from: s.length - 2*minute, to: s.length, reason: series.FailureNotMetrics, status: 200, error: "an HTML page"}}
+			return s
+		}()},
 		{"NaN/Inf samples", healthyEngine().with(
 			counter(series.HTTPResponsesTotal, constant(10), "endpoint", chat, "method", "POST", "status_code", "200").corrupted(every(3, math.NaN())),
 			counter(series.HTTPResponsesTotal, constant(0.001), "endpoint", chat, "method", "POST", "status_code", "503").corrupted(every(4, math.Inf(1))),
