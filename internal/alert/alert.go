@@ -628,7 +628,9 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 		At:          now,
 	}
 	snap, haveSnap := round.Replica(a.Replica)
-	ev.Headline = headline(a, snap.Snapshot, haveSnap, kind == notify.KindResolve, now)
+	// Values of a replica that cannot be scraped are from its last good
+	// scrape: stale, so not shown as what users feel now.
+	ev.Headline = headline(a, snap.Snapshot, haveSnap && snap.Scrape.Up, kind == notify.KindResolve, now)
 	evidence := f.Evidence
 	if kind == notify.KindResolve && a.Peak != nil {
 		evidence = a.Peak
@@ -682,22 +684,27 @@ func headline(a *Alert, s assess.Snapshot, withImpact, resolved bool, now time.T
 	if resolved {
 		h = where + ": " + strings.ReplaceAll(string(a.Class), "_", " ") + " over"
 		if !a.FiredAt.IsZero() {
-			h += " after " + now.Sub(a.FiredAt).Round(time.Second).String()
+			h += " after " + notify.FormatDuration(now.Sub(a.FiredAt))
 		}
 	}
 	if !withImpact {
 		return h
 	}
+	// An impact number the summary already states is not repeated.
 	var impact []string
-	if s.QueuedRequests != nil {
-		impact = append(impact, "queue "+detect.FormatNumber(*s.QueuedRequests))
+	add := func(label string, v *float64, unit string, onlyPositive bool) {
+		if v == nil || (onlyPositive && *v <= 0) {
+			return
+		}
+		n := detect.FormatNumber(*v)
+		if !resolved && (strings.Contains(a.Finding.Summary, n) || strings.Contains(strings.ToLower(a.Finding.Summary), label)) {
+			return
+		}
+		impact = append(impact, label+" "+n+unit)
 	}
-	if s.TTFTP99 != nil {
-		impact = append(impact, "p99 TTFT "+detect.FormatNumber(*s.TTFTP99)+" s")
-	}
-	if s.AbortsPerSecond != nil && *s.AbortsPerSecond > 0 {
-		impact = append(impact, "aborted "+detect.FormatNumber(*s.AbortsPerSecond)+"/s")
-	}
+	add("queue", s.QueuedRequests, "", false)
+	add("p99 TTFT", s.TTFTP99, " s", false)
+	add("aborted", s.AbortsPerSecond, "/s", true)
 	switch {
 	case len(impact) == 0:
 	case resolved:

@@ -439,7 +439,7 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 	evs := update(tr, []detect.Finding{crit}, t0)
 	evs = append(evs, update(tr, []detect.Finding{warn}, t0.Add(10*time.Second))...)
 	queued, ttft := 3.0, 0.4
-	round := assess.Round{At: t0.Add(90 * time.Second), Replicas: []assess.Replica{{Replica: detect.Replica{Name: "r1"},
+	round := assess.Round{At: t0.Add(90 * time.Second), Replicas: []assess.Replica{{Replica: detect.Replica{Name: "r1"}, Scrape: detect.ScrapeState{Up: true},
 		Snapshot: assess.Snapshot{QueuedRequests: &queued, TTFTP99: &ttft}}}}
 	evs = append(evs, tr.Update(round)...)
 	if len(evs) != 2 || evs[1].Kind != notify.KindResolve {
@@ -449,7 +449,7 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 	if res.Severity != "critical" {
 		t.Errorf("resolve severity %s, want the critical the incident paged at", res.Severity)
 	}
-	if res.Headline != "r1: preempt storm over after 1m30s; now queue 3, p99 TTFT 0.4 s" {
+	if res.Headline != "r1: preempt storm over after 1 min; now queue 3, p99 TTFT 0.4 s" {
 		t.Errorf("resolve headline %q", res.Headline)
 	}
 	if len(res.Recovered) == 0 || len(res.Evidence) == 0 {
@@ -491,5 +491,34 @@ func TestConsequenceAfterItsCauseResolvedIsTheDrainNotANewPage(t *testing.T) {
 	evs = step(tr2, resolvedAt.Add(10*time.Second), 4, func(int) []detect.Finding { return []detect.Finding{retry} })
 	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger {
 		t.Fatalf("a returning cause did not page: %v", kinds(evs))
+	}
+}
+
+func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	queued, ttft, aborts := 294.0, 8.1, 0.0
+	snap := assess.Snapshot{QueuedRequests: &queued, TTFTP99: &ttft, AbortsPerSecond: &aborts}
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	storm.Summary = "requests being preempted 0.6/s, KV cache full"
+	latency := finding("r2", detect.QueueLatency, detect.Critical)
+	latency.Summary = "TTFT p99 8.1 s (baseline 0.3 s)"
+	down := finding("r3", detect.ReplicaDown, detect.Critical)
+	down.Summary = "unreachable: 3 scrapes refused"
+	round := roundOf(t0, storm, latency, down)
+	round.Replicas = []assess.Replica{
+		{Replica: detect.Replica{Name: "r1"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
+		{Replica: detect.Replica{Name: "r2"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
+		{Replica: detect.Replica{Name: "r3"}, Scrape: detect.ScrapeState{Up: false}, Snapshot: snap},
+	}
+	want := map[string]string{
+		"r1": "r1: requests being preempted 0.6/s, KV cache full; queue 294, p99 TTFT 8.1 s",
+		"r2": "r2: TTFT p99 8.1 s (baseline 0.3 s); queue 294",
+		"r3": "r3: unreachable: 3 scrapes refused",
+	}
+	for _, ev := range NewTracker(cfg, Links{}).Update(round) {
+		if ev.Headline != want[ev.Replica] {
+			t.Errorf("%s headline %q, want %q", ev.Replica, ev.Headline, want[ev.Replica])
+		}
 	}
 }
