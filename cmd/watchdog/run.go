@@ -308,11 +308,13 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Logger:    logger.Named("eval"),
 	}, reg)
 
-	book, err := runbook.New()
+	// The runbooks state the detectors' thresholds as configured; a reload
+	// re-renders them (pipeline.apply).
+	book, err := runbook.New(cfg.Detectors)
 	if err != nil {
 		return err
 	}
-	p := &pipeline{scraper: scraper, loop: loop, dispatcher: dispatcher, logger: logger.Named("reload"), discovered: cfg.Discovery.Enabled() || cfg.Discovery.Shard.Total > 1}
+	p := &pipeline{scraper: scraper, loop: loop, dispatcher: dispatcher, book: book, logger: logger.Named("reload"), discovered: cfg.Discovery.Enabled() || cfg.Discovery.Shard.Total > 1}
 	p.pages = slices.ContainsFunc(dispatcher.Integrations(), func(n string) bool {
 		return n == notify.IntegrationSlack || n == notify.IntegrationPagerDuty
 	})
@@ -452,6 +454,7 @@ type pipeline struct {
 	discovered bool // a discoverer owns the target list
 	scraper    *scrape.Manager
 	loop       *eval.Loop
+	book       *runbook.Book
 	logger     *zap.Logger
 
 	listen string // the bound listen address, a source of page links
@@ -462,8 +465,8 @@ type pipeline struct {
 
 // apply makes the running pipeline use next. Everything is validated
 // before anything changes, so a rejected configuration leaves the daemon as
-// it was. Targets, detector thresholds, correlation, alert timing and
-// runbook links change live, keeping windows and alert state; settings
+// it was. Targets, detector thresholds (and the runbooks that state them),
+// correlation, alert timing and runbook links change live, keeping windows and alert state; settings
 // bound at start-up are reported as needing a restart.
 func (p *pipeline) apply(old, next config.Config) error {
 	targets, err := scrapeTargets(next.Targets)
@@ -490,6 +493,11 @@ func (p *pipeline) apply(old, next config.Config) error {
 		p.retire(removedNames(old.Targets, next.Targets), time.Now())
 	}
 	p.loop.Reconfigure(assess.New(detectors, assess.Config{Triage: next.Detectors.Triage, Correlation: next.Correlation}), next.Alerts, p.links(next, p.logger))
+	if err := p.book.Configure(next.Detectors); err != nil {
+		// The pages name the same settings with other values, so this is
+		// not expected; the old pages stay served.
+		p.logger.Error("runbooks keep the previous thresholds", zap.Error(err))
+	}
 	p.dispatcher.SetRoutes(routes) // validated above
 
 	if restart := restartOnly(old, next); len(restart) > 0 {

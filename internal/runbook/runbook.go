@@ -6,6 +6,21 @@
 // paragraph after it the one-line summary the index shows. A page with a
 // "How the watchdog decided" section is an incident class the watchdog pages
 // for; the others (the on-call workflow, output quality) are guides.
+//
+// A class page opens with front matter naming the severities it describes:
+//
+//	---
+//	severities: [warning, critical]
+//	---
+//
+// and never types a detector's threshold by hand: the page is a text/template
+// that reads the running configuration by YAML path,
+// {{setting "detectors.preempt_storm.min_retractions_per_second"}} (the
+// value), {{percent "..."}} (a 0-1 fraction as a percentage) and
+// {{key "..."}} (the path itself, to tell the reader which setting to
+// change); {{range needs}} lists each detector with the families it reads. A path that names no setting is an error when the book is built,
+// and a reload re-renders the pages with the new values (Configure), so a
+// page cannot state a number the detectors do not use.
 package runbook
 
 import (
@@ -15,16 +30,25 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"math"
 	"net/http"
 	"path"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	texttemplate "text/template"
+	"time"
 
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/ast"
 	"github.com/yuin/goldmark/extension"
 	"github.com/yuin/goldmark/parser"
 	"github.com/yuin/goldmark/text"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 //go:embed pages/*.md
@@ -45,45 +69,56 @@ type Page struct {
 	Summary string
 	// Incident is true for an incident class the watchdog pages for.
 	Incident bool
+	// Severities are the severities a class page describes (its front
+	// matter), lowest first; none for a guide.
+	Severities []detect.Severity
+	// Disabled is true for the page of a detector the configuration
+	// switches off.
+	Disabled bool
 }
 
 type entry struct {
 	Page
-	source []byte
-	html   template.HTML
+	markdown []byte // rendered with the configuration, front matter removed
+	html     template.HTML
 }
 
-// Book holds the rendered runbooks. It is immutable after New and safe for
-// concurrent use.
-type Book struct {
+// source is a page as embedded: its front matter and its template.
+type source struct {
+	name       string
+	severities []detect.Severity
+	tmpl       *texttemplate.Template
+}
+
+// edition is the book rendered with one configuration.
+type edition struct {
 	pages map[string]*entry
 	names []string // sorted
 }
 
-// New renders every embedded runbook.
-func New() (*Book, error) {
+// Book holds the runbooks rendered with the detectors' configuration. It is
+// safe for concurrent use; Configure replaces the rendered pages at once.
+type Book struct {
+	sources []source
+	current atomic.Pointer[edition]
+}
+
+// New renders every embedded runbook with cfg.
+func New(cfg detect.Config) (*Book, error) {
 	sub, err := fs.Sub(embedded, "pages")
 	if err != nil {
 		return nil, err
 	}
-	return newBook(sub)
+	return newBook(sub, cfg)
 }
 
-// newBook renders every *.md file at the root of fsys.
-func newBook(fsys fs.FS) (*Book, error) {
-	md := goldmark.New(
-		goldmark.WithExtensions(extension.Table),
-		// Heading ids let a page link straight to a section
-		// (/runbooks/preempt_storm#emergency-steps). Raw HTML in a page is
-		// not rendered: goldmark's default (no html.WithUnsafe) omits it and
-		// drops javascript: links.
-		goldmark.WithParserOptions(parser.WithAutoHeadingID()),
-	)
+// newBook reads every *.md file at the root of fsys and renders it with cfg.
+func newBook(fsys fs.FS, cfg detect.Config) (*Book, error) {
 	files, err := fs.Glob(fsys, "*.md")
 	if err != nil {
 		return nil, err
 	}
-	b := &Book{pages: map[string]*entry{}}
+	b := &Book{}
 	for _, file := range files {
 		name := strings.TrimSuffix(file, ".md")
 		if !validName(name) {
@@ -93,20 +128,214 @@ func newBook(fsys fs.FS) (*Book, error) {
 		if err != nil {
 			return nil, err
 		}
-		doc := md.Parser().Parse(text.NewReader(src))
-		p, err := describe(name, doc, src)
+		s, err := parseSource(name, src)
 		if err != nil {
 			return nil, fmt.Errorf("runbook %s: %w", file, err)
 		}
-		var buf bytes.Buffer
-		if err := md.Renderer().Render(&buf, src, doc); err != nil {
-			return nil, fmt.Errorf("runbook %s: %w", file, err)
-		}
-		b.pages[name] = &entry{Page: p, source: src, html: template.HTML(buf.String())}
-		b.names = append(b.names, name)
+		b.sources = append(b.sources, s)
 	}
-	sort.Strings(b.names)
+	if err := b.Configure(cfg); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// frontMatter is the YAML block between "---" lines that may open a page.
+type frontMatter struct {
+	Severities []string `yaml:"severities"`
+}
+
+func parseSource(name string, src []byte) (source, error) {
+	s := source{name: name}
+	body := src
+	if rest, ok := bytes.CutPrefix(src, []byte("---\n")); ok {
+		block, after, found := bytes.Cut(rest, []byte("\n---\n"))
+		if !found {
+			return s, errors.New("front matter has no closing --- line")
+		}
+		var fm frontMatter
+		dec := yaml.NewDecoder(bytes.NewReader(block))
+		dec.KnownFields(true)
+		if err := dec.Decode(&fm); err != nil {
+			return s, fmt.Errorf("front matter: %w", err)
+		}
+		for _, v := range fm.Severities {
+			sev, ok := detect.ParseSeverity(v)
+			if !ok {
+				return s, fmt.Errorf("front matter: severity %q is not info, warning or critical", v)
+			}
+			if slices.Contains(s.severities, sev) {
+				return s, fmt.Errorf("front matter: severity %q given twice", v)
+			}
+			s.severities = append(s.severities, sev)
+		}
+		slices.Sort(s.severities)
+		body = after
+	}
+	t, err := texttemplate.New(name).Funcs(settingFuncs(nil)).Option("missingkey=error").Parse(string(body))
+	if err != nil {
+		return s, err
+	}
+	s.tmpl = t
+	return s, nil
+}
+
+// Configure renders every page with cfg and, only when all of them render,
+// serves the result: a page that names a setting cfg lacks is an error and
+// the book keeps what it served.
+func (b *Book) Configure(cfg detect.Config) error {
+	values, err := settingValues(cfg)
+	if err != nil {
+		return err
+	}
+	disabled := map[string]bool{}
+	for _, e := range detect.Registry() {
+		disabled[string(e.Class())] = !e.Enabled(cfg)
+	}
+	md := goldmark.New(
+		goldmark.WithExtensions(extension.Table),
+		// Heading ids let a page link straight to a section
+		// (/runbooks/preempt_storm#emergency-steps). Raw HTML in a page is
+		// not rendered: goldmark's default (no html.WithUnsafe) omits it and
+		// drops javascript: links.
+		goldmark.WithParserOptions(parser.WithAutoHeadingID()),
+	)
+	ed := &edition{pages: map[string]*entry{}}
+	for _, s := range b.sources {
+		var src bytes.Buffer
+		t, err := s.tmpl.Clone()
+		if err == nil {
+			err = t.Funcs(settingFuncs(values)).Execute(&src, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("runbook %s.md: %w", s.name, err)
+		}
+		doc := md.Parser().Parse(text.NewReader(src.Bytes()))
+		p, err := describe(s.name, doc, src.Bytes())
+		if err != nil {
+			return fmt.Errorf("runbook %s.md: %w", s.name, err)
+		}
+		switch {
+		case p.Incident && len(s.severities) == 0:
+			return fmt.Errorf("runbook %s.md: a class page names the severities it describes in its front matter", s.name)
+		case !p.Incident && len(s.severities) > 0:
+			return fmt.Errorf("runbook %s.md: a guide has no severities", s.name)
+		}
+		p.Severities = s.severities
+		p.Disabled = disabled[s.name]
+		var out bytes.Buffer
+		if err := md.Renderer().Render(&out, src.Bytes(), doc); err != nil {
+			return fmt.Errorf("runbook %s.md: %w", s.name, err)
+		}
+		ed.pages[s.name] = &entry{Page: p, markdown: src.Bytes(), html: template.HTML(out.String())}
+		ed.names = append(ed.names, s.name)
+	}
+	sort.Strings(ed.names)
+	b.current.Store(ed)
+	return nil
+}
+
+// settingValues are cfg's settings by YAML path ("detectors.<class>.<key>",
+// nested settings included), formatted for a reader.
+func settingValues(cfg detect.Config) (map[string]string, error) {
+	var root yaml.Node
+	if err := root.Encode(cfg); err != nil {
+		return nil, fmt.Errorf("runbooks: encoding the detector settings: %w", err)
+	}
+	out := map[string]string{}
+	var walk func(path string, n *yaml.Node)
+	walk = func(path string, n *yaml.Node) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(path, c)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				walk(path+"."+n.Content[i].Value, n.Content[i+1])
+			}
+		case yaml.ScalarNode:
+			out[path] = formatScalar(n)
+		}
+	}
+	walk("detectors", &root)
+	return out, nil
+}
+
+// formatScalar writes numbers without exponents or float noise and
+// durations the short way they are configured ("15m", not "15m0s").
+func formatScalar(n *yaml.Node) string {
+	switch n.Tag {
+	case "!!float", "!!int":
+		if v, err := strconv.ParseFloat(n.Value, 64); err == nil {
+			return formatNumber(v)
+		}
+	case "!!str":
+		if d, err := time.ParseDuration(n.Value); err == nil {
+			return shortDuration(d)
+		}
+	}
+	return n.Value
+}
+
+func formatNumber(v float64) string {
+	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
+}
+
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
+}
+
+// classSignals is a row of {{range needs}}: a detector and the families
+// it reads, as code spans.
+type classSignals struct{ Class, Families string }
+
+// settingFuncs are the template functions that read the configuration;
+// with nil values (parsing only) they are placeholders.
+func settingFuncs(values map[string]string) texttemplate.FuncMap {
+	lookup := func(path string) (string, error) {
+		v, ok := values[path]
+		if !ok {
+			return "", fmt.Errorf("no setting %q in the detectors' configuration", path)
+		}
+		return v, nil
+	}
+	return texttemplate.FuncMap{
+		"setting": lookup,
+		"percent": func(path string) (string, error) {
+			v, err := lookup(path)
+			if err != nil {
+				return "", err
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return "", fmt.Errorf("setting %q is %q, not a fraction", path, v)
+			}
+			return formatNumber(f*100) + "%", nil
+		},
+		"needs": func() []classSignals {
+			var out []classSignals
+			for _, e := range detect.Registry() {
+				if families := e.Signals(); len(families) > 0 {
+					out = append(out, classSignals{Class: string(e.Class()), Families: "`" + strings.Join(families, "`, `") + "`"})
+				}
+			}
+			return out
+		},
+		"key": func(path string) (string, error) {
+			if _, err := lookup(path); err != nil {
+				return "", err
+			}
+			return "`" + path + "`", nil
+		},
+	}
 }
 
 // validName keeps page names URL- and HTML-safe without escaping.
@@ -172,18 +401,20 @@ func plainText(n ast.Node, src []byte) string {
 
 // Pages lists every page, sorted by name.
 func (b *Book) Pages() []Page {
-	out := make([]Page, 0, len(b.names))
-	for _, n := range b.names {
-		out = append(out, b.pages[n].Page)
+	ed := b.current.Load()
+	out := make([]Page, 0, len(ed.names))
+	for _, n := range ed.names {
+		out = append(out, ed.pages[n].Page)
 	}
 	return out
 }
 
 // Classes lists the incident classes with a runbook, sorted.
 func (b *Book) Classes() []string {
+	ed := b.current.Load()
 	var out []string
-	for _, n := range b.names {
-		if b.pages[n].Incident {
+	for _, n := range ed.names {
+		if ed.pages[n].Incident {
 			out = append(out, n)
 		}
 	}
@@ -192,17 +423,18 @@ func (b *Book) Classes() []string {
 
 // Has reports whether an incident class has a runbook.
 func (b *Book) Has(class string) bool {
-	e, ok := b.pages[class]
+	e, ok := b.current.Load().pages[class]
 	return ok && e.Incident
 }
 
-// Markdown returns the source of a page (a class or a guide).
+// Markdown returns a page (a class or a guide) as markdown, rendered with
+// the configuration and without its front matter.
 func (b *Book) Markdown(name string) (string, bool) {
-	e, ok := b.pages[name]
+	e, ok := b.current.Load().pages[name]
 	if !ok {
 		return "", false
 	}
-	return string(e.source), true
+	return string(e.markdown), true
 }
 
 // Every link is relative so the pages work behind a proxy that mounts the
@@ -213,7 +445,8 @@ var layout = template.Must(template.New("layout").Parse(`<!doctype html>
 <title>{{.Title}} — sglang-watchdog runbook</title>
 <style>body{font-family:system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;line-height:1.5}code{background:#f3f3f3;padding:0 .2em}pre{background:#f3f3f3;padding:.5em;overflow-x:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}</style>
 </head><body>{{if not .Index}}<p><a href="./">All runbooks</a> · <a href="triage">On-call workflow</a></p>{{end}}
-{{.Body}}</body></html>
+{{if .Disabled}}<p><strong>This detector is switched off in this watchdog's configuration: it does not page for this class.</strong></p>
+{{end}}{{.Body}}</body></html>
 `))
 
 var index = template.Must(template.New("index").Parse(`<h1>Runbooks</h1>
@@ -247,12 +480,13 @@ func (b *Book) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.serveIndex(w)
 		return
 	}
+	ed := b.current.Load()
 	name := strings.TrimPrefix(rest, "/")
-	if trimmed, ok := strings.CutSuffix(name, "/"); ok && b.pages[trimmed] != nil {
+	if trimmed, ok := strings.CutSuffix(name, "/"); ok && ed.pages[trimmed] != nil {
 		http.Redirect(w, r, "../"+trimmed, http.StatusMovedPermanently)
 		return
 	}
-	e, ok := b.pages[name]
+	e, ok := ed.pages[name]
 	if !ok {
 		msg := "no such runbook; see the index at /runbooks/"
 		if validName(name) {
@@ -262,7 +496,7 @@ func (b *Book) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msg, http.StatusNotFound)
 		return
 	}
-	b.write(w, e.Title, e.html, false)
+	b.write(w, e.Title, e.html, e.Disabled, false)
 }
 
 func (b *Book) serveIndex(w http.ResponseWriter) {
@@ -279,16 +513,17 @@ func (b *Book) serveIndex(w http.ResponseWriter) {
 		http.Error(w, "rendering the index failed", http.StatusInternalServerError)
 		return
 	}
-	b.write(w, "Runbooks", template.HTML(body.String()), true)
+	b.write(w, "Runbooks", template.HTML(body.String()), false, true)
 }
 
-func (b *Book) write(w http.ResponseWriter, title string, body template.HTML, isIndex bool) {
+func (b *Book) write(w http.ResponseWriter, title string, body template.HTML, disabled, isIndex bool) {
 	var out bytes.Buffer
 	err := layout.Execute(&out, struct {
-		Title string
-		Body  template.HTML
-		Index bool
-	}{title, body, isIndex})
+		Title    string
+		Body     template.HTML
+		Disabled bool
+		Index    bool
+	}{title, body, disabled, isIndex})
 	if err != nil {
 		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
 		return

@@ -15,27 +15,25 @@ import (
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/ast"
 	"github.com/yuin/goldmark/text"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
-// incidentClasses is every class the watchdog pages for; each must have a
-// page with the class structure.
-var incidentClasses = []string{
-	"cache_collapse",
-	"cold_start",
-	"decode_slowdown",
-	"engine_hang",
-	"error_rate",
-	"fleet",
-	"kv_saturation",
-	"lora_thrash",
-	"metrics_blind",
-	"pd_transfer_failure",
-	"preempt_storm",
-	"queue_latency",
-	"replica_down",
-	"replica_restarted",
-	"retry_avalanche",
-}
+// incidentClasses is every class the watchdog pages for: one per registry
+// entry, plus the classes correlation makes. Each must have a page with the
+// class structure, and every class page must be one of them.
+var incidentClasses = func() []string {
+	out := slices.Clone(nonDetectorClasses)
+	for _, e := range detect.Registry() {
+		out = append(out, string(e.Class()))
+	}
+	slices.Sort(out)
+	return out
+}()
+
+// nonDetectorClasses are incident classes no detector emits: a fleet
+// incident is made by correlation from several replicas' findings.
+var nonDetectorClasses = []string{"fleet"}
 
 // guides are pages that are not incident classes.
 var guides = []string{"output_quality", "triage"}
@@ -64,85 +62,9 @@ var deniedMetrics = []string{
 	"prefill_throughput",
 }
 
-// realMetrics are the sglang: families of the reference (sglang-metrics.md
-// §3, including the renamed and removed names old releases still expose),
-// without the phantom names (§3.4 total_retracted_reqs, the never-written
-// avg_request_queue_latency) and the tutorial names of §9.
-var realMetrics = func() map[string]bool {
-	m := map[string]bool{}
-	for _, n := range strings.Fields(`
-		num_running_reqs num_queue_reqs num_grammar_queue_reqs num_running_reqs_offline_batch
-		gen_throughput cache_hit_rate decode_sum_seq_lens token_usage full_token_usage
-		swa_token_usage mamba_usage num_used_tokens kv_available_tokens kv_evictable_tokens
-		kv_used_tokens swa_available_tokens swa_evictable_tokens swa_used_tokens
-		mamba_available_tokens mamba_evictable_tokens mamba_used_tokens
-		weight_load_duration_seconds spec_accept_length spec_accept_rate spec_cap_length
-		spec_block_accept_length spec_num_steps spec_num_draft_tokens num_retracted_reqs
-		num_retracted_requests_total num_retracted_input_tokens_total
-		num_retracted_output_tokens_total num_paused_reqs num_prefill_bootstrap_queue_reqs
-		num_prefill_prealloc_queue_reqs num_prefill_inflight_queue_reqs
-		num_decode_prealloc_queue_reqs num_decode_transfer_queue_reqs
-		pending_prealloc_token_usage num_bootstrap_failed_reqs_total
-		num_transfer_failed_reqs_total num_prefill_retries_total kv_transfer_speed_gb_s
-		kv_transfer_latency_ms kv_transfer_bootstrap_ms kv_transfer_alloc_ms
-		kv_transfer_total_mb utilization fwd_occupancy new_token_ratio is_cuda_graph
-		cuda_graph_passes_total lora_pool_slots_used lora_pool_slots_total
-		lora_pool_utilization hicache_host_used_tokens hicache_host_total_tokens
-		num_streaming_sessions streaming_session_held_tokens
-		num_unique_running_routing_keys routing_key_running_req_count
-		routing_key_all_req_count queue_time_seconds per_stage_req_latency_seconds
-		grammar_compilation_time_seconds grammar_schema_count grammar_ebnf_size
-		grammar_tree_traversal_time_avg grammar_tree_traversal_time_max
-		num_grammar_cache_hit_total num_grammar_aborted_total num_grammar_timeout_total
-		num_grammar_total eplb_balancedness realtime_tokens_total
-		prefill_effective_tokens_total forward_execution_seconds_total
-		dp_cooperation_realtime_tokens_total dp_cooperation_forward_execution_seconds_total
-		estimated_flops_per_gpu_total estimated_read_bytes_per_gpu_total
-		estimated_write_bytes_per_gpu_total prefill_delayer_wait_forward_passes
-		prefill_delayer_wait_seconds prefill_delayer_outcomes_total max_total_num_tokens
-		max_total_num_tokens_swa weight_memory_usage_gb kv_cache_memory_usage_gb
-		graph_memory_usage_gb max_running_requests_under_SLO page_size num_pages
-		context_len startup_available_gpu_memory_gb engine_startup_time
-		engine_load_weights_time
-
-		prompt_tokens_total generation_tokens_total cached_tokens_total num_requests_total
-		num_so_requests_total num_aborted_requests_total time_to_first_token_seconds
-		inter_token_latency_seconds e2e_request_latency_seconds prompt_tokens_histogram
-		generation_tokens_histogram uncached_prompt_tokens_histogram num_retractions
-		spec_verify_calls_total get_loads_duration_seconds startup_time_seconds
-		startup_cuda_graph_time_seconds
-
-		http_requests_total http_responses_total http_requests_active routing_keys_active
-		func_latency_seconds process_cpu_seconds_total evicted_tokens_total
-		eviction_duration_seconds load_back_tokens_total load_back_duration_seconds
-		load_back_bytes_total hicache_backup_tokens_total hicache_backup_duration_seconds
-		hicache_backup_bytes_total hicache_dropped_tokens_total prefetched_tokens_total
-		backuped_tokens_total prefetch_pgs backup_pgs prefetch_bandwidth backup_bandwidth
-		hicache_prefetch_outcomes_total hicache_backup_dropped_tokens_total
-		hicache_prefetch_aux_alloc_failed_tokens_total eplb_gpu_physical_count
-		encoder_cache_evictions_total encoder_cache_size_mb encoder_cache_entries
-		encoder_cache_hit_tokens_total encoder_cache_total_tokens_total
-		encoder_cache_hit_files_total encoder_cache_total_files_total encoder_requests_total
-		encoder_requests_received_total encoder_mm_items_per_batch
-		encoder_mm_items_per_request encoder_request_e2e_latency_seconds
-		encoder_queue_wait_seconds encoder_preprocess_seconds encoder_model_forward_seconds
-		encoder_transfer_seconds
-
-		num_requests_running num_requests_waiting queue_req new_seq new_token cached_token
-		max_prefill_tokens max_running_requests request_prompt_tokens
-		request_generation_tokens request_success_total waiting_request_latency_seconds
-		time_per_output_token_seconds cache_config_info gpu_execution_seconds_total
-		dp_cooperation_gpu_execution_seconds_total gpu_overlap_wait_seconds_total
-		prefetch_occupied_ratio
-	`) {
-		m["sglang:"+n] = true
-	}
-	return m
-}()
-
 func newTestBook(t *testing.T) *Book {
 	t.Helper()
-	b, err := New()
+	b, err := New(detect.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +154,8 @@ func TestEveryClassHasAPageWithTheRequiredSectionsInOrder(t *testing.T) {
 			t.Errorf("%s: sections\n got %q\nwant %q", class, o.sections, requiredSections)
 			continue
 		}
-		if !strings.Contains(o.header, "**Layer:**") || !strings.Contains(o.header, "**Default severity:**") {
-			t.Errorf("%s: the header must give the layer and the default severity; got %q", class, o.header)
+		if !strings.Contains(o.header, "**Layer:**") || !strings.Contains(o.header, "**Severity:**") {
+			t.Errorf("%s: the header must give the layer and the severity; got %q", class, o.header)
 		}
 		if !regexp.MustCompile(`(?m)^\s*1\. `).MatchString(o.body["Emergency steps"]) {
 			t.Errorf("%s: emergency steps are not a numbered list", class)
@@ -350,31 +272,6 @@ func TestNoPageMentionsMetricsThatDoNotExist(t *testing.T) {
 	}
 }
 
-var sglangName = regexp.MustCompile(`sglang:[A-Za-z0-9_]+`)
-
-func TestEverySGLangMetricInAPageIsReal(t *testing.T) {
-	b := newTestBook(t)
-	for _, p := range b.Pages() {
-		src, _ := b.Markdown(p.Name)
-		for _, name := range sglangName.FindAllString(src, -1) {
-			base := name
-			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-				if s, ok := strings.CutSuffix(name, suffix); ok && realMetrics[s] {
-					base = s
-				}
-			}
-			if !realMetrics[base] {
-				t.Errorf("%s mentions %s, which is not in the reference", p.Name, name)
-			}
-		}
-	}
-	for _, name := range deniedMetrics {
-		if realMetrics["sglang:"+name] {
-			t.Errorf("allowlist contains the denied %s", name)
-		}
-	}
-}
-
 var href = regexp.MustCompile(`href="([^"]*)"`)
 
 func TestIndexListsAndLinksEveryPage(t *testing.T) {
@@ -486,9 +383,9 @@ func TestServeHTTPEdges(t *testing.T) {
 
 func TestRenderingDoesNotPassMarkupThrough(t *testing.T) {
 	b, err := newBook(fstest.MapFS{
-		"evil.md": {Data: []byte("# Title <b>bold</b> & co\n\nSummary with <script>alert(1)</script> in it.\n\n" +
+		"evil.md": {Data: []byte("---\nseverities: [warning]\n---\n# Title <b>bold</b> & co\n\nSummary with <script>alert(1)</script> in it.\n\n" +
 			"<script>alert(2)</script>\n\n[click](javascript:alert(3))\n\n## How the watchdog decided\n\nIt did.\n")},
-	})
+	}, detect.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,11 +406,20 @@ func TestRenderingDoesNotPassMarkupThrough(t *testing.T) {
 
 func TestNewRejectsMalformedPages(t *testing.T) {
 	for name, fsys := range map[string]fstest.MapFS{
-		"no title":   {"a.md": {Data: []byte("Some text.\n\n## Section\n")}},
-		"no summary": {"a.md": {Data: []byte("# Title\n\n## Section\n")}},
-		"bad name":   {"Bad-Name.md": {Data: []byte("# Title\n\nSummary.\n")}},
+		"no title":                      {"a.md": {Data: []byte("Some text.\n\n## Section\n")}},
+		"no summary":                    {"a.md": {Data: []byte("# Title\n\n## Section\n")}},
+		"bad name":                      {"Bad-Name.md": {Data: []byte("# Title\n\nSummary.\n")}},
+		"class page without severities": {"a.md": {Data: []byte("# Title\n\nSummary.\n\n## How the watchdog decided\n\nIt did.\n")}},
+		"guide with severities":         {"a.md": {Data: []byte("---\nseverities: [warning]\n---\n# Title\n\nSummary.\n")}},
+		"unknown severity":              {"a.md": {Data: []byte("---\nseverities: [page]\n---\n# Title\n\nSummary.\n\n## How the watchdog decided\n\nIt did.\n")}},
+		"severity given twice":          {"a.md": {Data: []byte("---\nseverities: [warning, warning]\n---\n# Title\n\nSummary.\n\n## How the watchdog decided\n\nIt did.\n")}},
+		"unknown front matter key":      {"a.md": {Data: []byte("---\nseverity: [warning]\n---\n# Title\n\nSummary.\n\n## How the watchdog decided\n\nIt did.\n")}},
+		"unclosed front matter":         {"a.md": {Data: []byte("---\nseverities: [warning]\n# Title\n\nSummary.\n")}},
+		"unknown setting":               {"a.md": {Data: []byte("# Title\n\nSummary {{setting \"detectors.preempt_storm.no_such_key\"}}.\n")}},
+		"setting that is no fraction":   {"a.md": {Data: []byte("# Title\n\nSummary {{percent \"detectors.preempt_storm.range\"}}.\n")}},
+		"broken template":               {"a.md": {Data: []byte("# Title\n\nSummary {{setting.\n")}},
 	} {
-		if _, err := newBook(fsys); err == nil {
+		if _, err := newBook(fsys, detect.DefaultConfig()); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
