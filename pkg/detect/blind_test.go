@@ -42,9 +42,10 @@ func TestMetricsBlindMissingFamilies(t *testing.T) {
 		// Before the retraction gauge (mid-2025) and counter (late 2025).
 		{"no retraction families", fullEngine().without(series.RetractedRequestsTotal, series.NumRetractedReqsGauge,
 			series.RetractedInputTokens, series.RetractedOutputTokens), []detect.Class{detect.PreemptStorm}},
-		// Late-2024 release: prompt tokens but no cached-token counter, no
-		// realtime or prefill-effective counters.
-		{"no hit-rate counters", fullEngine().without(series.PrefillEffectiveTokens, series.RealtimeTokensTotal, series.CachedTokensTotal),
+		// Prompt tokens but no cached-token counter, no realtime or
+		// prefill-effective counters, and not even the per-batch gauge
+		// late-2024 releases fall back on.
+		{"no hit-rate counters", fullEngine().without(series.PrefillEffectiveTokens, series.RealtimeTokensTotal, series.CachedTokensTotal, series.CacheHitRateGauge),
 			[]detect.Class{detect.CacheCollapse}},
 		{"no HTTP arrival counter", fullEngine().without(series.HTTPRequestsTotal), []detect.Class{detect.RetryAvalanche}},
 		{"no progress counters", fullEngine().without(series.RealtimeTokensTotal, series.GenerationTokensTotal, series.NumRequestsTotal),

@@ -12,8 +12,12 @@ import (
 // from token counters over a window, falls far below its baseline. Its
 // diagnosis tells KV pressure (the cache is evicted to make room) from a
 // prompt change (the cache has room but prompts stopped sharing prefixes).
-// It never reads the sglang:cache_hit_rate gauge: that is the last prefill
-// batch's rate, zeroed on decode logs, not a windowed rate.
+// Releases without any hit-token counter (v0.4) expose only the
+// sglang:cache_hit_rate gauge — the last prefill batch's rate, zeroed on
+// decode logs, not a windowed rate. Averaged over the window it still
+// follows the hit rate (the zeros dilute the range and the baseline
+// alike), so it is a fallback of lower confidence: such a finding says so
+// and is a warning at most.
 type CacheCollapseDetector struct {
 	cfg    CacheCollapseConfig
 	triage TriageConfig
@@ -52,6 +56,16 @@ var hitRateSources = []hitRateSource{
 	},
 }
 
+// gaugeHitRateSource is the fallback of releases without hit-token
+// counters: the per-batch gauge averaged over the window, resting on the
+// prompt tokens counter for its traffic minimum.
+var gaugeHitRateSource = hitRateSource{
+	family:    series.CacheHitRateGauge,
+	hit:       Selector{Name: series.CacheHitRateGauge, Combine: CombineMax},
+	all:       Sel(series.PromptTokensTotal),
+	describes: "from the per-batch gauge sglang:cache_hit_rate, window average, lower confidence",
+}
+
 // hitRate returns the windowed hit rate and the prompt tokens it rests on.
 func hitRate(w Window, src hitRateSource, from, to time.Time) (rate, tokens float64, ok bool) {
 	all, okAll := w.Increase(src.all, from, to)
@@ -72,7 +86,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	p := newPeriods(now, c.Range, c.Baseline)
 	var src hitRateSource
-	found := false
+	found, fromGauge := false, false
 	for _, s := range hitRateSources {
 		if w.Has(s.family) {
 			src, found = s, true
@@ -80,12 +94,24 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		}
 	}
 	if !found {
-		return nil
+		if !w.Has(series.CacheHitRateGauge) || !w.Has(series.PromptTokensTotal) {
+			return nil
+		}
+		src, fromGauge = gaugeHitRateSource, true
 	}
 	var hr measure
 	var tokensNow, tokensBase float64
-	hr.now, tokensNow, hr.nowOK = hitRate(w, src, p.rangeStart, now)
-	hr.base, tokensBase, hr.baseOK = hitRate(w, src, p.baseStart, p.rangeStart)
+	if fromGauge {
+		hr = p.avg(w, src.hit)
+		tokensNow, _ = w.Increase(src.all, p.rangeStart, now)
+		tokensBase, _ = w.Increase(src.all, p.baseStart, p.rangeStart)
+	} else {
+		hr.now, tokensNow, hr.nowOK = hitRate(w, src, p.rangeStart, now)
+		hr.base, tokensBase, hr.baseOK = hitRate(w, src, p.baseStart, p.rangeStart)
+	}
+	if !p.baselineReady(w, c.BaselineCoverage, src.all, p.baselineTraffic(c.BaselineCoverage, c.MinPromptTokens)) {
+		hr.baseOK = false // a warm-up or a trickle is no reference
+	}
 	if !hr.nowOK || !hr.baseOK || tokensNow < c.MinPromptTokens || tokensBase < c.MinPromptTokens {
 		return nil
 	}
@@ -106,7 +132,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	pageSize, pageSizeOK := w.Last(Selector{Name: series.PageSize, Combine: CombineMax})
 
 	sev := Warning
-	if ttft99.nowOK && ttft99.baseOK && ttft99.base > 0 && ttft99.now >= c.CriticalTTFTRatio*ttft99.base {
+	if !fromGauge && ttft99.nowOK && ttft99.baseOK && ttft99.base > 0 && ttft99.now >= c.CriticalTTFTRatio*ttft99.base {
 		sev = Critical
 	}
 	layer := LayerPrefill
@@ -197,6 +223,9 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 			"Pin chat template and tokenizer versions so rendering stays byte-identical; keep shared prefixes longer than one KV page.",
 		}
 	}
+	if fromGauge {
+		diag.WriteString(" This hit rate is from the per-batch gauge, lower confidence: this release has no hit-token counters, so it is sglang:cache_hit_rate (each prefill batch's own rate, 0 on decode logs) averaged over the window; confirm with the scheduler log's #cached-token per prefill batch. A warning at most for that reason.")
+	}
 	f.Diagnosis = strings.TrimSpace(diag.String())
 	d.triage.Classify(w, now, sev == Critical).annotate(&f)
 	return []Finding{f}
@@ -231,6 +260,9 @@ type CacheCollapseConfig struct {
 	// CriticalTTFTRatio makes the finding critical when TTFT p99 in Range is
 	// at least this many times its baseline (users feel it).
 	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio"`
+	// BaselineCoverage is what the baseline must hold before a ratio to
+	// it counts (see BaselineCoverage).
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
 // defaultCacheCollapse returns the production settings, tuned for a 5 s scrape
@@ -246,6 +278,7 @@ func defaultCacheCollapse() CacheCollapseConfig {
 		KVUsageThreshold:   0.85,
 		RestartGrace:       15 * time.Minute,
 		CriticalTTFTRatio:  2,
+		BaselineCoverage:   DefaultBaselineCoverage(),
 	}
 }
 
@@ -258,8 +291,9 @@ func (c CacheCollapseConfig) disabled() CacheCollapseConfig { c.Enabled = false;
 func (c CacheCollapseConfig) usesTriage() bool              { return true }
 func (c CacheCollapseConfig) needs() []need {
 	return []need{{class: CacheCollapse, what: "prefix-hit token counters",
-		anyOf: [][]string{{series.PrefillEffectiveTokens}, {series.RealtimeTokensTotal}, {series.CachedTokensTotal, series.PromptTokensTotal}},
-		skip:  []string{"decode"}, afterTraffic: true}}
+		anyOf: [][]string{{series.PrefillEffectiveTokens}, {series.RealtimeTokensTotal}, {series.CachedTokensTotal, series.PromptTokensTotal},
+			{series.CacheHitRateGauge, series.PromptTokensTotal}},
+		skip: []string{"decode"}, afterTraffic: true}}
 }
 func (c CacheCollapseConfig) lookback() time.Duration {
 	return max(c.Range+c.Baseline, c.RestartGrace)
@@ -275,6 +309,7 @@ func (c CacheCollapseConfig) oneShot(lookback time.Duration, samples int) (Cache
 }
 
 func (c CacheCollapseConfig) validate(e *configErrors) {
+	c.BaselineCoverage.validate(e)
 	e.positiveDuration("range", c.Range)
 	e.positiveDuration("baseline", c.Baseline)
 	e.positive("min_prompt_tokens", c.MinPromptTokens)

@@ -22,6 +22,104 @@ func newPeriods(now time.Time, rng, baseline time.Duration) periods {
 	return periods{now: now, rangeStart: now.Add(-rng), baseStart: now.Add(-rng - baseline)}
 }
 
+// A baseline is what a relative detector calls normal. One that saw only a
+// few minutes (the watchdog or the replica just started) or a trickle of
+// traffic (a warm-up, a night) is not normal life: a busy hour compared
+// with it looks like an incident. So a ratio to a baseline counts only when
+// the baseline's samples spread over at least BaselineCoverage.MinSpanShare
+// of its configured span and the traffic it rests on reached a minimum.
+// Until then a detector treats the baseline as unknown: relative verdicts
+// wait, absolute floors still decide.
+
+// BaselineCoverage is the least a baseline must hold before any ratio to it
+// counts.
+type BaselineCoverage struct {
+	// MinSpanShare is the least share (0-1] of the configured baseline span
+	// its samples must reach back over, from the baseline's end.
+	MinSpanShare float64 `yaml:"min_span_share"`
+	// MinDensityShare is the least traffic the baseline must rest on,
+	// relative to the detector's own minimum for its range: the baseline
+	// must hold at least this share of that minimum's rate over its span
+	// (the range minimum scaled by baseline/range). 0.5 with a 5-minute
+	// range of at least 60 requests and a 1-hour baseline: at least 360
+	// requests.
+	MinDensityShare float64 `yaml:"min_density_share"`
+	// MinRequests is the fewest finished requests a baseline must hold for
+	// the detectors without a range minimum of their own (preempt_storm's
+	// and pd_transfer_failure's ratio floors).
+	MinRequests float64 `yaml:"min_requests"`
+}
+
+// DefaultBaselineCoverage: half the span, half the range minimum's density,
+// 100 finished requests.
+func DefaultBaselineCoverage() BaselineCoverage {
+	return BaselineCoverage{MinSpanShare: 0.5, MinDensityShare: 0.5, MinRequests: 100}
+}
+
+func (b BaselineCoverage) validate(e *configErrors) {
+	e.check(b.MinSpanShare > 0 && b.MinSpanShare <= 1, "baseline_coverage.min_span_share", "must be in (0,1], got %v", b.MinSpanShare)
+	e.check(b.MinDensityShare >= 0 && b.MinDensityShare <= 1, "baseline_coverage.min_density_share", "must be in [0,1], got %v", b.MinDensityShare)
+	e.check(b.MinRequests >= 0, "baseline_coverage.min_requests", "must not be negative, got %v", b.MinRequests)
+}
+
+// baselineReady reports whether the baseline period of p covers enough of
+// normal life for a ratio to it to count: sel (a counter that moves with
+// the traffic the detector compares, e.g. the TTFT histogram's _count) has
+// samples reaching back at least MinSpanShare of the baseline span from its
+// end, and samples in that latest stretch too, and it grew by at least
+// minTraffic over the baseline (0: no traffic minimum).
+func (p periods) baselineReady(w Window, cov BaselineCoverage, sel Selector, minTraffic float64) bool {
+	span := p.rangeStart.Sub(p.baseStart)
+	if span <= 0 {
+		return false
+	}
+	mid := p.rangeStart.Add(-time.Duration(cov.MinSpanShare * float64(span)))
+	if _, ok := w.Max(sel, p.baseStart, mid); !ok {
+		return false // the window does not reach back that far: a warm-up
+	}
+	if _, ok := w.Max(sel, mid, p.rangeStart); !ok {
+		return false
+	}
+	if minTraffic <= 0 {
+		return true
+	}
+	inc, ok := w.Increase(sel, p.baseStart, p.rangeStart)
+	return ok && inc >= minTraffic
+}
+
+// requestBaselineReady is baselineReady for the detectors without a range
+// minimum of their own: sel must reach back over the baseline, and when the
+// replica counts finished requests, at least MinRequests of them must lie
+// in it.
+func (p periods) requestBaselineReady(w Window, cov BaselineCoverage, sel Selector) bool {
+	if !p.baselineReady(w, cov, sel, 0) {
+		return false
+	}
+	if !w.Has(series.NumRequestsTotal) {
+		return true
+	}
+	return p.baselineReady(w, cov, Sel(series.NumRequestsTotal), cov.MinRequests)
+}
+
+// baselineTraffic is the least traffic a baseline must rest on for a
+// detector whose range needs at least rangeMin of it: the same density,
+// scaled by MinDensityShare, over the whole baseline span.
+func (p periods) baselineTraffic(cov BaselineCoverage, rangeMin float64) float64 {
+	rng, base := p.now.Sub(p.rangeStart), p.rangeStart.Sub(p.baseStart)
+	if rng <= 0 || rangeMin <= 0 {
+		return 0
+	}
+	return rangeMin * cov.MinDensityShare * float64(base) / float64(rng)
+}
+
+// forgetBaseline marks the measures' baselines unknown: a ratio to a
+// baseline that is not ready must not count.
+func forgetBaseline(ms ...*measure) {
+	for _, m := range ms {
+		m.base, m.baseOK = 0, false
+	}
+}
+
 // measure is one quantity now and in the baseline.
 type measure struct {
 	now, base     float64

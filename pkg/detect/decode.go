@@ -34,51 +34,97 @@ func (d *DecodeSlowdownDetector) Detect(w Window, now time.Time) []Finding {
 	if !ok || n < c.MinTokens {
 		return nil
 	}
-	p99 := p.quantile(w, 0.99, series.InterTokenLatency)
-	mean := p.histMean(w, series.InterTokenLatency)
-	g99, ok99 := p99.growth()
-	gMean, okMean := mean.growth()
-	if !ok99 || p99.now < c.MinITLSeconds || !((ok99 && g99 >= c.ITLRatio) || (okMean && gMean >= c.ITLRatio)) {
-		return nil
+	if ev, ok := d.onset(w, p, true); ok {
+		return []Finding{d.report(w, now, ev, nil)}
 	}
-	growth := g99
+	if h, ok := d.held(w, now); ok {
+		return []Finding{d.report(w, now, h.now, &h)}
+	}
+	return nil
+}
+
+// decodeEval is what one evaluation at a time saw: the latency now and in
+// its baseline, and the batch it ran.
+type decodeEval struct {
+	p         periods
+	p99, mean measure
+	growth    float64
+	running   measure
+	seqs      measure
+	arrivals  measure
+	backlog   bool // the batch grew, but only because each request takes longer
+	specDrop  bool
+	spec      measure
+	loraFull  bool
+}
+
+// onset evaluates the onset condition at p.now: the inter-token latency
+// far above a covered baseline at the same work — the same batch, or a
+// batch grown only by the backlog the slowdown builds. Without withBaseP99
+// the baseline's tail is not computed and the ratio is judged by the mean
+// (the look-back scan of held: an hour's quantile per step is the costly
+// part).
+func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool) (decodeEval, bool) {
+	c := d.cfg
+	ev := decodeEval{p: p}
+	itlCount := Sel(series.InterTokenLatency + "_count")
+	if n, ok := w.Increase(itlCount, p.rangeStart, p.now); !ok || n < c.MinTokens {
+		return ev, false
+	}
+	ev.mean = p.histMean(w, series.InterTokenLatency)
+	if withBaseP99 {
+		ev.p99 = p.quantile(w, 0.99, series.InterTokenLatency)
+	} else {
+		ev.p99.now, ev.p99.nowOK = w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, p.now)
+	}
+	if !ev.p99.nowOK || ev.p99.now < c.MinITLSeconds || (withBaseP99 && !ev.p99.baseOK) {
+		return ev, false
+	}
+	if !p.baselineReady(w, c.BaselineCoverage, itlCount, p.baselineTraffic(c.BaselineCoverage, c.MinTokens)) {
+		return ev, false // a baseline that saw only a warm-up or a trickle is no reference
+	}
+	g99, ok99 := ev.p99.growth()
+	gMean, okMean := ev.mean.growth()
+	if !((ok99 && g99 >= c.ITLRatio) || (okMean && gMean >= c.ITLRatio)) {
+		return ev, false
+	}
+	ev.growth = g99
 	if okMean {
-		growth = max(growth, gMean)
+		ev.growth = max(ev.growth, gMean)
 	}
 
 	// Preemption storms slow decode too; they page on their own.
 	if r := p.rate(w, Sel(series.RetractedRequestsTotal)); r.nowOK && r.now >= c.RetractionsPerSecond {
-		return nil
+		return ev, false
 	}
 
 	// Same work? Running requests, the batch's summed sequence length, the
 	// arrivals.
-	within := func(m measure) (g float64, steady, grew, known bool) {
-		g, known = m.growth()
-		return g, known && g <= 1+c.BatchTolerance, known && g > 1+c.BatchTolerance, known
+	within := func(m measure) (steady, grew, known bool) {
+		g, known := m.growth()
+		return known && g <= 1+c.BatchTolerance, known && g > 1+c.BatchTolerance, known
 	}
-	running := p.avg(w, Sel(series.NumRunningReqs))
-	seqs := p.avg(w, Sel(series.DecodeSumSeqLens))
+	ev.running = p.avg(w, Sel(series.NumRunningReqs))
+	ev.seqs = p.avg(w, Sel(series.DecodeSumSeqLens))
 	perReq := p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs))
-	arrivals := p.rate(w, inference(series.HTTPRequestsTotal, c.ArrivalEndpoints))
-	if !arrivals.nowOK {
-		arrivals = p.rate(w, Sel(series.NumRequestsTotal))
+	ev.arrivals = p.rate(w, inference(series.HTTPRequestsTotal, c.ArrivalEndpoints))
+	if !ev.arrivals.nowOK {
+		ev.arrivals = p.rate(w, Sel(series.NumRequestsTotal))
 	}
-	_, _, runGrew, runKnown := within(running)
-	_, _, seqGrew, _ := within(seqs)
-	_, arrSteady, _, _ := within(arrivals)
-	_, _, perReqGrew, _ := within(perReq)
+	_, runGrew, runKnown := within(ev.running)
+	_, seqGrew, _ := within(ev.seqs)
+	arrSteady, _, _ := within(ev.arrivals)
+	_, perReqGrew, _ := within(perReq)
 	if !runKnown {
-		return nil // without the batch size there is no telling load from slowdown
+		return ev, false // without the batch size there is no telling load from slowdown
 	}
-	backlog := false
 	if runGrew || seqGrew {
 		// Grown batch: load, unless the arrivals and the per-request context
 		// are unchanged — then the slowdown built the backlog itself.
 		if !arrSteady || perReqGrew {
-			return nil
+			return ev, false
 		}
-		backlog = true
+		ev.backlog = true
 	}
 
 	// Decode steps share the GPU with prefill chunks: more prompt tokens to
@@ -86,61 +132,169 @@ func (d *DecodeSlowdownDetector) Detect(w Window, now time.Time) []Finding {
 	// step without any GPU fault. That is load, and the finding that
 	// explains it is cache_collapse or queue_latency.
 	if g, ok := prefillWork(p, w).growth(); ok && g > 1+c.BatchTolerance {
-		return nil
+		return ev, false
 	}
 
-	spec := p.avg(w, Selector{Name: specAcceptLength, Combine: CombineMax})
-	specDrop := spec.nowOK && spec.baseOK && spec.base > 1 && spec.now <= spec.base*(1-c.BatchTolerance)
-	loraFull := false
-	if u, ok := w.Min(Selector{Name: series.LoraPoolUtilization, Combine: CombineMax}, p.rangeStart, now); ok && u >= 0.99 {
-		loraFull = true
+	ev.spec = p.avg(w, Selector{Name: specAcceptLength, Combine: CombineMax})
+	ev.specDrop = ev.spec.nowOK && ev.spec.baseOK && ev.spec.base > 1 && ev.spec.now <= ev.spec.base*(1-c.BatchTolerance)
+	if u, ok := w.Min(Selector{Name: series.LoraPoolUtilization, Combine: CombineMax}, p.rangeStart, p.now); ok && u >= 0.99 {
+		ev.loraFull = true
 	}
+	return ev, true
+}
 
+// decodeHold is a slowdown that was established earlier and still holds.
+type decodeHold struct {
+	since time.Time  // when the onset condition held, the earliest in the look-back
+	onset decodeEval // the evaluation at since (its baseline is the pre-slowdown one)
+	now   decodeEval // the latency now against the onset's baseline, and the batch now
+}
+
+// held looks for a slowdown that is established but no longer has the
+// onset's shape. A slowdown builds a backlog: the batch fills, the queue
+// grows, clients time out and retry (more arrivals, more prompts to
+// prefill) — and the onset's "same work" condition stops holding although
+// nothing recovered. The batch condition only guards the onset (a bigger
+// batch must not page as a slowdown); once an onset at unchanged work was
+// seen within the look-back, the slowdown holds while the inter-token
+// latency stays ITLRatio above the baseline it had before the onset.
+//
+// The look-back reaches as far as the onset's own baseline can still be
+// covered by the window (1 - MinSpanShare of the baseline), scanned oldest
+// first in steps of half the range, so the baseline that is kept is the
+// least touched by the slowdown.
+func (d *DecodeSlowdownDetector) held(w Window, now time.Time) (decodeHold, bool) {
+	c := d.cfg
+	var h decodeHold
+	p := newPeriods(now, c.Range, c.Baseline)
+	if r := p.rate(w, Sel(series.RetractedRequestsTotal)); r.nowOK && r.now >= c.RetractionsPerSecond {
+		return h, false
+	}
+	nowP99, okP99 := w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, now)
+	nowMean, okMean := histMean(w, series.InterTokenLatency, nil, p.rangeStart, now)
+	if !okP99 || nowP99 < c.MinITLSeconds {
+		return h, false
+	}
+	step := max(c.Range/2, time.Second)
+	horizon := time.Duration((1 - c.BaselineCoverage.MinSpanShare) * float64(c.Baseline))
+	found := false
+	for t := now.Add(-horizon); t.Before(now); t = t.Add(step) {
+		if ev, ok := d.onset(w, newPeriods(t, c.Range, c.Baseline), false); ok {
+			h.since, h.onset, found = t, ev, true
+			break
+		}
+	}
+	if !found {
+		return h, false
+	}
+	op := h.onset.p
+	base99, ok99 := w.Quantile(0.99, series.InterTokenLatency, nil, op.baseStart, op.rangeStart)
+	ev := decodeEval{p: p}
+	ev.p99 = measure{now: nowP99, nowOK: true, base: base99, baseOK: ok99}
+	ev.mean = measure{now: nowMean, nowOK: okMean, base: h.onset.mean.base, baseOK: h.onset.mean.baseOK}
+	g99, okG99 := ev.p99.growth()
+	gMean, okGMean := ev.mean.growth()
+	if !(okG99 && g99 >= c.ITLRatio) && !(okGMean && gMean >= c.ITLRatio) {
+		return h, false // the latency came back: the slowdown is over, whatever the batch does
+	}
+	if okG99 {
+		ev.growth = g99
+	}
+	if okGMean {
+		ev.growth = max(ev.growth, gMean)
+	}
+	// The batch now, against the onset's baseline: what the slowdown built.
+	ev.running = measure{base: h.onset.running.base, baseOK: h.onset.running.baseOK}
+	ev.running.now, ev.running.nowOK = w.Avg(Sel(series.NumRunningReqs), p.rangeStart, now)
+	ev.arrivals = measure{base: h.onset.arrivals.base, baseOK: h.onset.arrivals.baseOK}
+	ev.arrivals.now, ev.arrivals.nowOK = w.Rate(inference(series.HTTPRequestsTotal, c.ArrivalEndpoints), p.rangeStart, now)
+	if !ev.arrivals.nowOK {
+		ev.arrivals.now, ev.arrivals.nowOK = w.Rate(Sel(series.NumRequestsTotal), p.rangeStart, now)
+	}
+	ev.seqs = measure{base: h.onset.seqs.base, baseOK: h.onset.seqs.baseOK}
+	ev.seqs.now, ev.seqs.nowOK = w.Avg(Sel(series.DecodeSumSeqLens), p.rangeStart, now)
+	ev.spec, ev.specDrop, ev.loraFull = h.onset.spec, h.onset.specDrop, h.onset.loraFull
+	h.now = ev
+	return h, true
+}
+
+// report builds the finding of an onset (hold nil) or of a held slowdown.
+func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, hold *decodeHold) Finding {
+	c := d.cfg
+	p := ev.p
 	sev := Warning
-	if growth >= c.CriticalITLRatio {
+	if ev.growth >= c.CriticalITLRatio {
 		sev = Critical
 	}
 	f := finding(DecodeSlowdown, w, sev, LayerDecode)
-	f.Evidence = append(f.Evidence, p99.evidence("inter-token latency p99", "s",
+	f.Evidence = append(f.Evidence, ev.p99.evidence("inter-token latency p99", "s",
 		fmt.Sprintf("p99 or mean >= %sx baseline, p99 >= %ss", num(c.ITLRatio), num(c.MinITLSeconds))))
-	if mean.nowOK {
-		f.Evidence = append(f.Evidence, mean.evidence("inter-token latency mean", "s", ""))
+	if ev.mean.nowOK {
+		f.Evidence = append(f.Evidence, ev.mean.evidence("inter-token latency mean", "s", ""))
 	}
-	f.Evidence = append(f.Evidence, running.evidence("running requests (avg)", "", fmt.Sprintf("within +%s of baseline is the same batch", pct(c.BatchTolerance))))
-	if seqs.nowOK {
-		f.Evidence = append(f.Evidence, seqs.evidence("decode batch summed sequence length (avg)", "tokens", ""))
+	batchRule := fmt.Sprintf("within +%s of baseline is the same batch", pct(c.BatchTolerance))
+	if hold != nil {
+		batchRule = "checked at the onset only: the backlog a slowdown builds is no recovery"
 	}
-	if arrivals.nowOK {
-		f.Evidence = append(f.Evidence, arrivals.evidence("arrivals/s", "/s", ""))
+	f.Evidence = append(f.Evidence, ev.running.evidence("running requests (avg)", "", batchRule))
+	if ev.seqs.nowOK {
+		f.Evidence = append(f.Evidence, ev.seqs.evidence("decode batch summed sequence length (avg)", "tokens", ""))
+	}
+	if ev.arrivals.nowOK {
+		f.Evidence = append(f.Evidence, ev.arrivals.evidence("arrivals/s", "/s", ""))
 	}
 	if tp := p.avg(w, Sel(series.GenThroughput)); tp.nowOK {
+		if hold != nil {
+			tp.base, tp.baseOK = w.Avg(Sel(series.GenThroughput), hold.onset.p.baseStart, hold.onset.p.rangeStart)
+		}
 		f.Evidence = append(f.Evidence, tp.evidence("generation throughput (avg)", "tokens/s", ""))
 	}
-	if spec.nowOK {
-		f.Evidence = append(f.Evidence, spec.evidence("speculative accept length (avg)", "tokens", ""))
+	if ev.spec.nowOK {
+		f.Evidence = append(f.Evidence, ev.spec.evidence("speculative accept length (avg)", "tokens", ""))
 	}
 
-	f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %ss (baseline %ss) at an unchanged batch", num(p99.now), num(p99.base))
-	batch := fmt.Sprintf("the batch is the same size (%s running, baseline %s", num(running.now), num(running.base))
-	if seqs.nowOK && seqs.baseOK {
-		batch += fmt.Sprintf("; %s tokens in the batch, baseline %s", num(seqs.now), num(seqs.base))
+	var head string
+	switch {
+	case hold != nil:
+		since := hold.since.UTC().Format("15:04 UTC")
+		f.Summary = fmt.Sprintf("Decode slowdown since %s: inter-token latency p99 %ss (%sx its %ss before the slowdown)",
+			since, num(ev.p99.now), num(ev.growth), num(ev.p99.base))
+		head = fmt.Sprintf("Decode layer: the slowdown was established at %s at unchanged work (%s running, baseline %s), and the inter-token latency is still p99 %s",
+			since, num(hold.onset.running.now), num(hold.onset.running.base), vsBaseline(ev.p99, "s"))
+		if ev.mean.nowOK {
+			head += fmt.Sprintf(", mean %s", vsBaseline(ev.mean, "s"))
+		}
+		head += " — baselines from before the slowdown."
+		built := fmt.Sprintf(" Since then the batch went to %s running", num(ev.running.now))
+		what := "the backlog a slower GPU builds (each request takes longer, so more of them overlap)"
+		if g, ok := ev.arrivals.growth(); ok && g > 1+c.BatchTolerance {
+			built += fmt.Sprintf(" and the arrivals to %s/s (baseline %s/s)", num(ev.arrivals.now), num(ev.arrivals.base))
+			what = "the backlog and the client retries a slower GPU builds (each request takes longer, so more of them overlap and time out)"
+		}
+		head += built + ": " + what + ". A batch that changed shape is not a recovery."
+	default:
+		f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %ss (baseline %ss) at an unchanged batch", num(ev.p99.now), num(ev.p99.base))
+		batch := fmt.Sprintf("the batch is the same size (%s running, baseline %s", num(ev.running.now), num(ev.running.base))
+		if ev.seqs.nowOK && ev.seqs.baseOK {
+			batch += fmt.Sprintf("; %s tokens in the batch, baseline %s", num(ev.seqs.now), num(ev.seqs.base))
+		}
+		batch += ")"
+		if ev.backlog {
+			f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %ss (baseline %ss) at unchanged arrivals", num(ev.p99.now), num(ev.p99.base))
+			batch = fmt.Sprintf("the arrivals are unchanged (%s) and so is the context per request; the batch grew to %s running (baseline %s) only because each request now takes longer",
+				vsBaseline(ev.arrivals, "/s"), num(ev.running.now), num(ev.running.base))
+		}
+		head = fmt.Sprintf("Decode layer: inter-token latency p99 is %s", vsBaseline(ev.p99, "s"))
+		if ev.mean.nowOK {
+			head += fmt.Sprintf(", mean %s", vsBaseline(ev.mean, "s"))
+		}
+		head += ", while " + batch + ". The same work takes longer per decode step."
 	}
-	batch += ")"
-	if backlog {
-		f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %ss (baseline %ss) at unchanged arrivals", num(p99.now), num(p99.base))
-		batch = fmt.Sprintf("the arrivals are unchanged (%s) and so is the context per request; the batch grew to %s running (baseline %s) only because each request now takes longer",
-			vsBaseline(arrivals, "/s"), num(running.now), num(running.base))
-	}
-	head := fmt.Sprintf("Decode layer: inter-token latency p99 is %s", vsBaseline(p99, "s"))
-	if mean.nowOK {
-		head += fmt.Sprintf(", mean %s", vsBaseline(mean, "s"))
-	}
-	head += ", while " + batch + ". The same work takes longer per decode step."
 	var cause string
 	switch {
-	case specDrop:
-		cause = fmt.Sprintf("Speculative decoding accepts far fewer draft tokens (accept length %s): each step yields fewer tokens, so the time per token rises. Check the draft model and the traffic mix (a new domain the draft model predicts badly) before suspecting the GPU.", vsBaseline(spec, ""))
-	case loraFull:
+	case ev.specDrop:
+		cause = fmt.Sprintf("Speculative decoding accepts far fewer draft tokens (accept length %s): each step yields fewer tokens, so the time per token rises. Check the draft model and the traffic mix (a new domain the draft model predicts badly) before suspecting the GPU.", vsBaseline(ev.spec, ""))
+	case ev.loraFull:
 		cause = "The LoRA adapter pool is full: adapter switching may break CUDA graph replay (see lora_thrash on this replica) before the GPU is to blame."
 	default:
 		cause = "This points at the GPU side, not the load: thermal or power throttling, a noisy neighbour on the same GPU, a degraded NVLink/PCIe link, or a bad node. If only this replica slowed, suspect its node; if every replica of the model did, suspect a software or driver rollout."
@@ -158,7 +312,7 @@ func (d *DecodeSlowdownDetector) Detect(w Window, now time.Time) []Finding {
 		"Once the GPU is ruled out, profile a decode step (torch profiler, nsys) to find the slow kernel.",
 	}
 	d.triage.Classify(w, now, true).annotate(&f)
-	return []Finding{f}
+	return f
 }
 
 // prefillWork is the rate of prompt tokens actually computed (not served
@@ -205,6 +359,9 @@ type DecodeSlowdownConfig struct {
 	RetractionsPerSecond float64 `yaml:"retractions_per_second"`
 	// CriticalITLRatio makes the finding critical.
 	CriticalITLRatio float64 `yaml:"critical_itl_ratio"`
+	// BaselineCoverage is what the baseline must hold before a ratio to
+	// it counts (see BaselineCoverage).
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
 // defaultDecodeSlowdown returns the production settings, tuned for a 5 s scrape
@@ -221,6 +378,7 @@ func defaultDecodeSlowdown() DecodeSlowdownConfig {
 		ArrivalEndpoints:     defaultInferenceEndpoints,
 		RetractionsPerSecond: 0.1,
 		CriticalITLRatio:     4,
+		BaselineCoverage:     DefaultBaselineCoverage(),
 	}
 }
 
@@ -249,6 +407,7 @@ func (c DecodeSlowdownConfig) oneShot(lookback time.Duration, samples int) (Deco
 }
 
 func (c DecodeSlowdownConfig) validate(e *configErrors) {
+	c.BaselineCoverage.validate(e)
 	e.positiveDuration("range", c.Range)
 	e.positiveDuration("baseline", c.Baseline)
 	e.positive("min_tokens", c.MinTokens)

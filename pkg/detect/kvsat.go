@@ -10,8 +10,14 @@ import (
 // KVSaturationDetector pages when the KV cache pool stays pinned near full
 // (OOM risk: no headroom left) and says why, following the runbook's OOM
 // path: runaway decode (outputs far longer than normal — requests without
-// an output cap finishing by length), deliberate retention (a high prefix
-// hit rate: the radix cache keeps prefixes on purpose), or plain capacity.
+// an output cap finishing by length) or plain capacity.
+//
+// Every usage source it reads counts the radix cache's evictable tokens
+// (cached prefixes no running request holds) as free: SGLang's used =
+// total - available - evictable, in every release. A pool full by that
+// measure is held by the running requests, so a high prefix hit rate is
+// never the reason it is full ("deliberate retention" would show as
+// evictable tokens, i.e. low usage).
 //
 // SGLang fills its pool by design under load, so a pool that has sat near
 // full for the whole baseline is a steady state, not an incident: the
@@ -75,7 +81,6 @@ type kvCause int
 const (
 	kvCapacity kvCause = iota
 	kvRunaway
-	kvRetention
 )
 
 // Detect implements Detector.
@@ -87,6 +92,11 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		return nil
 	}
 	base := kvLevels(w, p.baseStart, p.rangeStart)
+	ready := p.baselineReady(w, c.BaselineCoverage, Sel(series.NumRunningReqs), 0) && (!w.Has(series.NumRequestsTotal) ||
+		p.baselineReady(w, c.BaselineCoverage, Sel(series.NumRequestsTotal), p.baselineTraffic(c.BaselineCoverage, c.MinRequests)))
+	if !ready {
+		base = kvLevel{} // a warm-up or a trickle is no reference
+	}
 	risen := base.ok && base.avg <= lvl.min-c.MinRise
 
 	// Runaway decode: outputs far longer than normal.
@@ -103,11 +113,14 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		outLenName = "output tokens per finished request (generation_tokens_histogram mean)"
 		enough = obs.nowOK && obs.baseOK && obs.now >= c.MinRequests && obs.base >= c.MinRequests
 	}
+	running := p.avg(w, Sel(series.NumRunningReqs))
+	seqPerReq := p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs))
+	if !ready {
+		forgetBaseline(&outLen, &running, &seqPerReq)
+	}
 	g, ok := outLen.growth()
 	longOutputs := ok && enough && g >= c.OutputLengthRatio
 
-	running := p.avg(w, Sel(series.NumRunningReqs))
-	seqPerReq := p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs))
 	rg, rok := running.growth()
 	steadyBatch := rok && rg >= 1-c.RunningTolerance && rg <= 1+c.RunningTolerance
 	sg, sok := seqPerReq.growth()
@@ -127,7 +140,6 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 			break
 		}
 	}
-	retention := hr.nowOK && hr.now >= c.RetentionHitRate
 
 	retractions := p.rate(w, Sel(series.RetractedRequestsTotal))
 	storm := retractions.nowOK && retractions.now >= c.RetractionsPerSecond
@@ -137,11 +149,8 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	}
 
 	cause := kvCapacity
-	switch {
-	case runaway:
+	if runaway {
 		cause = kvRunaway
-	case retention:
-		cause = kvRetention
 	}
 
 	sev := Warning
@@ -181,7 +190,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		f.Evidence = append(f.Evidence, Evidence{Name: "context length (ceiling of an uncapped output)", Value: ctx, Unit: "tokens"})
 	}
 	if hr.nowOK {
-		f.Evidence = append(f.Evidence, hr.evidence(hrName, "ratio", fmt.Sprintf(">= %s is deliberate retention", num(c.RetentionHitRate))))
+		f.Evidence = append(f.Evidence, hr.evidence(hrName, "ratio", ""))
 	}
 	if retractions.nowOK {
 		f.Evidence = append(f.Evidence, retractions.evidence("retracted requests/s", "/s", ""))
@@ -214,9 +223,6 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		diag += "The metrics cannot see finish_reason, but this is the signature of requests without max_new_tokens (max_tokens) decoding until they finish by length — the output cap or the context limit. " +
 			"Check the request log's finish_reason: many finish_reason=length with long outputs confirms it. " +
 			"This is a request-configuration problem (a missing output cap), not a GPU memory leak."
-		if retention {
-			diag += fmt.Sprintf(" The prefix hit rate is also high (%s): part of the pool holds reused prefixes on purpose.", num(hr.now))
-		}
 		f.Emergency = []string{
 			"Enforce an output cap now: a default and a maximum max_new_tokens (max_tokens) at the router/gateway, or in the calling client.",
 			"Find the callers: request log entries with finish_reason=length and long outputs, by rid and client; ask their owners to set max_tokens.",
@@ -227,27 +233,9 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 			"Compare sglang:generation_tokens_histogram before and after the last client or prompt release to find what changed.",
 			"Where long outputs are legitimate, size for them: fewer concurrent requests per replica, or a KV pool (--mem-fraction-static, GPUs) that fits prompt + output at the target concurrency.",
 		}
-	case kvRetention:
-		why = fmt.Sprintf("deliberate prefix retention (hit rate %s)", num(hr.now))
-		diag = fmt.Sprintf("Deliberate retention: the windowed prefix hit rate is %s (>= %s), so the pool is full of prefixes that are being reused — the radix cache keeps them on purpose. "+
-			"This is the cache doing its job, not a leak and not a bug. If the full pool starts to hurt (waiting requests not admitted, retractions), tune the eviction policy or give the pool more room (--mem-fraction-static) instead of treating it as an incident to flush.",
-			num(hr.now), num(c.RetentionHitRate))
-		f.Emergency = []string{
-			"Check the symptoms before acting: if TTFT, the queue and retractions are normal, nothing needs to be done now.",
-			"If requests queue or get retracted: add replicas or lower --max-running-requests; do not flush the cache — the hit rate is what keeps prefill cheap.",
-		}
-		f.RootCause = []string{
-			"Tune the radix cache eviction policy for the workload (e.g. LRU vs LFU) and --mem-fraction-static for the prefix working set, leaving room for CUDA graphs and activations.",
-			"Keep hot prefixes in host memory with the hierarchical cache (--enable-hierarchical-cache) instead of the GPU pool.",
-			"Route by prefix (cache-aware routing) so each replica's working set is smaller.",
-		}
 	default:
 		why = "plain capacity"
-		diag = "Plain capacity: output lengths are normal"
-		if hr.nowOK {
-			diag += fmt.Sprintf(" and the prefix hit rate is ordinary (%s)", num(hr.now))
-		}
-		diag += ", so the traffic simply needs more KV than the pool holds"
+		diag = "Plain capacity: output lengths are normal, so the traffic simply needs more KV than the pool holds"
 		if running.nowOK {
 			diag += fmt.Sprintf(" (%s running requests, baseline %s)", num(running.now), num(running.base))
 		}
@@ -270,7 +258,11 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	} else {
 		pressure = "No retractions yet: the scheduler still admits only what fits, but there is no headroom left — the next burst of long prompts or outputs means retractions (preempt_storm), and with a too high --mem-fraction-static a CUDA out-of-memory crash."
 	}
-	f.Diagnosis = sentence("KV memory layer: "+level+".", diag, pressure)
+	cache := ""
+	if hr.nowOK {
+		cache = fmt.Sprintf("The prefix hit rate is %s; cached prefixes no running request holds are evictable and this usage counts them as free, so the pool is held by the running requests themselves, not by the cache — flushing it frees nothing.", num(hr.now))
+	}
+	f.Diagnosis = sentence("KV memory layer: "+level+".", diag, cache, pressure)
 	d.triage.Classify(w, now, false).annotate(&f)
 	return []Finding{f}
 }
@@ -306,13 +298,13 @@ type KVSaturationConfig struct {
 	// while the batch does not).
 	SeqLenRatio      float64 `yaml:"seq_len_ratio"`
 	RunningTolerance float64 `yaml:"running_tolerance"`
-	// RetentionHitRate: a windowed prefix hit rate at or above it means the
-	// radix cache keeps prefixes on purpose (deliberate retention).
-	RetentionHitRate float64 `yaml:"retention_hit_rate"`
 	// RetractionsPerSecond: at or above it the pool is already retracting;
 	// preempt_storm covers the acute effect and this finding stays a
 	// warning.
 	RetractionsPerSecond float64 `yaml:"retractions_per_second"`
+	// BaselineCoverage is what the baseline must hold before a ratio to
+	// it counts (see BaselineCoverage).
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
 // defaultKVSaturation returns the production settings, tuned for a 5 s scrape
@@ -329,8 +321,8 @@ func defaultKVSaturation() KVSaturationConfig {
 		MinRequests:          10,
 		SeqLenRatio:          2,
 		RunningTolerance:     0.25,
-		RetentionHitRate:     0.8, // the runbook's "> 0.8"
 		RetractionsPerSecond: 0.1, // preempt_storm's floor
+		BaselineCoverage:     DefaultBaselineCoverage(),
 	}
 }
 
@@ -360,6 +352,7 @@ func (c KVSaturationConfig) oneShot(lookback time.Duration, samples int) (KVSatu
 }
 
 func (c KVSaturationConfig) validate(e *configErrors) {
+	c.BaselineCoverage.validate(e)
 	e.positiveDuration("range", c.Range)
 	e.positiveDuration("baseline", c.Baseline)
 	e.fraction("usage_threshold", c.UsageThreshold)
@@ -370,7 +363,6 @@ func (c KVSaturationConfig) validate(e *configErrors) {
 	e.positive("min_requests", c.MinRequests)
 	e.check(c.SeqLenRatio > 1, "seq_len_ratio", "must be greater than 1, got %v", c.SeqLenRatio)
 	e.fraction("running_tolerance", c.RunningTolerance)
-	e.fraction("retention_hit_rate", c.RetentionHitRate)
 	e.positive("retractions_per_second", c.RetractionsPerSecond)
 }
 

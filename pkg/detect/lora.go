@@ -60,6 +60,9 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 		spread.base, spread.baseOK = ratio(p99.base, p50.base)
 	}
 	mean := p.histMean(w, series.InterTokenLatency)
+	if !p.baselineReady(w, c.BaselineCoverage, Sel(series.InterTokenLatency+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinTokens)) {
+		forgetBaseline(&p99, &p50, &spread, &mean) // a warm-up or a trickle is no reference
+	}
 	g99, ok99 := p99.growth()
 	gSpread, okSpread := spread.growth()
 	gMean, okMean := mean.growth()
@@ -143,6 +146,9 @@ type LoraThrashConfig struct {
 	// of decode passes run without a CUDA graph must have risen by at least
 	// this much (adapter switches break graph replay).
 	FallbackShareRise float64 `yaml:"fallback_share_rise"`
+	// BaselineCoverage is what the baseline must hold before a ratio to
+	// it counts (see BaselineCoverage).
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
 // defaultLoraThrash returns the production settings, tuned for a 5 s scrape
@@ -156,6 +162,7 @@ func defaultLoraThrash() LoraThrashConfig {
 		LatencyRatio:      1.5,
 		MinTokens:         1000,
 		FallbackShareRise: 0.1,
+		BaselineCoverage:  DefaultBaselineCoverage(),
 	}
 }
 
@@ -183,6 +190,7 @@ func (c LoraThrashConfig) oneShot(lookback time.Duration, samples int) (LoraThra
 }
 
 func (c LoraThrashConfig) validate(e *configErrors) {
+	c.BaselineCoverage.validate(e)
 	e.positiveDuration("range", c.Range)
 	e.positiveDuration("baseline", c.Baseline)
 	e.fraction("full_utilization", c.FullUtilization)

@@ -33,6 +33,10 @@ func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 	if !total.nowOK || total.now < c.MinFailuresPerSecond {
 		return nil
 	}
+	if !p.requestBaselineReady(w, c.BaselineCoverage, Sel(bootstrapName)) && !p.requestBaselineReady(w, c.BaselineCoverage, Sel(transferName)) {
+		// A young replica: the absolute floor decides.
+		forgetBaseline(&bootstrap, &transfer, &total)
+	}
 	if total.baseOK && !atLeastTimes(total.now, total.base, c.BaselineRatio) {
 		return nil
 	}
@@ -81,7 +85,7 @@ func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 	if role := w.Replica().EngineType; role == "prefill" || role == "decode" {
 		where = "this " + role + " server"
 	}
-	f.Summary = fmt.Sprintf("PD KV transfer failing: %s failed hand-overs/s (baseline %s/s)", num(total.now), baselineText(total.evidence("", "", "")))
+	f.Summary = fmt.Sprintf("PD KV transfer failing: %s failed hand-overs/s%s", num(total.now), baselineClause(total.evidence("", "", ""), "/s"))
 	var cause string
 	if bootstrapMain {
 		cause = "Mostly bootstrap failures: the decode side could not set up the transfer with the prefill server — the bootstrap port (--disaggregation-bootstrap-port, default 8998) unreachable or blocked, a prefill server that restarted, or mismatched disaggregation settings between the two sides."
@@ -123,6 +127,9 @@ type PDTransferFailureConfig struct {
 	// CriticalFailureShare: failures over (failures + finished requests)
 	// at or above it make the finding critical.
 	CriticalFailureShare float64 `yaml:"critical_failure_share"`
+	// BaselineCoverage is what the baseline must hold before a ratio to
+	// it counts (see BaselineCoverage).
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
 // defaultPDTransferFailure returns the production settings, tuned for a 5 s scrape
@@ -135,6 +142,7 @@ func defaultPDTransferFailure() PDTransferFailureConfig {
 		MinFailuresPerSecond: 0.05, // 6 failed hand-overs in 2 minutes
 		BaselineRatio:        3,
 		CriticalFailureShare: 0.1,
+		BaselineCoverage:     DefaultBaselineCoverage(),
 	}
 }
 
@@ -162,6 +170,7 @@ func (c PDTransferFailureConfig) oneShot(lookback time.Duration, samples int) (P
 }
 
 func (c PDTransferFailureConfig) validate(e *configErrors) {
+	c.BaselineCoverage.validate(e)
 	e.positiveDuration("range", c.Range)
 	e.positiveDuration("baseline", c.Baseline)
 	e.positive("min_failures_per_second", c.MinFailuresPerSecond)

@@ -28,20 +28,41 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 
 	var retractions Evidence
 	var rateNow float64
-	legacy := false
+	legacy, critical := false, false
 	switch {
 	case w.Has(series.RetractedRequestsTotal):
 		rate := p.rate(w, Sel(series.RetractedRequestsTotal))
-		if !rate.nowOK || rate.now < c.MinRetractionsPerSecond {
+		// The floor scales with the requests the replica completes: a few
+		// retractions per second are routine for a replica finishing
+		// hundreds of requests, a storm for one finishing a few per minute.
+		finished := p.rate(w, Sel(series.NumRequestsTotal))
+		floor := c.MinRetractionsPerSecond
+		rule := fmt.Sprintf(">= %s/s", num(floor))
+		if finished.nowOK {
+			floor = max(floor, c.MinRetractionShare*finished.now)
+			rule = fmt.Sprintf(">= %s/s (the larger of %s/s and %s of the %s finished requests/s)",
+				num(floor), num(c.MinRetractionsPerSecond), pct(c.MinRetractionShare), num(finished.now))
+		}
+		if !rate.nowOK || rate.now < floor {
 			return nil
 		}
-		// Without a baseline yet (a young replica) the absolute floor decides.
+		// Without a covered baseline (a young replica) the floor decides.
+		if !p.requestBaselineReady(w, c.BaselineCoverage, Sel(series.RetractedRequestsTotal)) {
+			forgetBaseline(&rate)
+		}
 		if rate.baseOK && !atLeastTimes(rate.now, rate.base, c.BaselineRatio) {
 			return nil
 		}
+		if rate.baseOK {
+			rule += fmt.Sprintf(" and >= %sx baseline", num(c.BaselineRatio))
+		}
 		rateNow = rate.now
-		retractions = rate.evidence("retracted requests/s", "/s",
-			fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinRetractionsPerSecond), num(c.BaselineRatio)))
+		if finished.nowOK {
+			critical = rate.now >= c.CriticalRetractionShare*finished.now
+		} else {
+			critical = rate.now >= c.CriticalRetractionsPerSecond
+		}
+		retractions = rate.evidence("retracted requests/s", "/s", rule)
 	case w.Has(series.NumRetractedReqsGauge):
 		// Releases before the retraction counter only have a gauge holding
 		// the size of the last retraction event, reset at each report: it
@@ -56,7 +77,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 			return nil
 		}
 		baseAbove, baseScrapes := counter.CountAbove(gauge, 0, p.baseStart, p.rangeStart)
-		if baseScrapes > 0 {
+		if baseScrapes > 0 && p.requestBaselineReady(w, c.BaselineCoverage, gauge) {
 			nowShare := float64(above) / float64(scrapes)
 			baseShare := float64(baseAbove) / float64(baseScrapes)
 			if !atLeastTimes(nowShare, baseShare, c.BaselineRatio) {
@@ -78,7 +99,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	}
 
 	sev := Warning
-	if !legacy && rateNow >= c.CriticalRetractionsPerSecond {
+	if critical {
 		sev = Critical
 	}
 	f := finding(PreemptStorm, w, sev, LayerMemory)
@@ -112,8 +133,8 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		f.Summary = fmt.Sprintf("Preemption storm: retractions in %s of the last %s, %s",
 			num(retractions.Value)+" scrapes", c.Range, kvText)
 	} else {
-		f.Summary = fmt.Sprintf("Preemption storm: %s retracted requests/s (baseline %s/s), %s",
-			num(rateNow), baselineText(retractions), kvText)
+		f.Summary = fmt.Sprintf("Preemption storm: %s retracted requests/s%s, %s",
+			num(rateNow), baselineClause(retractions, "/s"), kvText)
 	}
 	var diag strings.Builder
 	fmt.Fprintf(&diag, "KV cache layer: %s and the scheduler is retracting running requests to free KV slots. ", poolText)
@@ -143,11 +164,13 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	return []Finding{f}
 }
 
-func baselineText(e Evidence) string {
+// baselineClause is " (baseline X<unit>)", or " (no baseline yet)" when
+// the baseline is unknown.
+func baselineClause(e Evidence, unit string) string {
 	if !e.HasBaseline {
-		return "n/a"
+		return " (no baseline yet)"
 	}
-	return num(e.Baseline)
+	return " (baseline " + num(e.Baseline) + unit + ")"
 }
 
 // PreemptStormConfig tunes the KV preemption (retraction) storm detector.
@@ -170,12 +193,23 @@ type PreemptStormConfig struct {
 	// KVUsageThreshold is "KV pool near full" (0-1): the highest KV usage
 	// seen in Range must reach it when the replica exposes KV usage.
 	KVUsageThreshold float64 `yaml:"kv_usage_threshold"`
-	// CriticalRetractionsPerSecond makes the finding critical.
+	// MinRetractionShare scales the floor with throughput: the retraction
+	// rate must also reach this share of the finished requests per second
+	// (sglang:num_requests_total), when the replica counts them.
+	MinRetractionShare float64 `yaml:"min_retraction_share"`
+	// CriticalRetractionShare makes the finding critical: retractions at
+	// or above this share of the finished requests per second.
+	CriticalRetractionShare float64 `yaml:"critical_retraction_share"`
+	// CriticalRetractionsPerSecond makes the finding critical on a replica
+	// that does not count finished requests.
 	CriticalRetractionsPerSecond float64 `yaml:"critical_retractions_per_second"`
 	// LegacyMinScrapes applies to releases without the retraction counter:
 	// the lossy gauge sglang:num_retracted_reqs must be non-zero in at least
 	// this many scrapes of Range.
 	LegacyMinScrapes int `yaml:"legacy_min_scrapes"`
+	// BaselineCoverage is what the baseline must hold before a ratio to
+	// it counts (see BaselineCoverage).
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
 // defaultPreemptStorm returns the production settings, tuned for a 5 s scrape
@@ -185,11 +219,14 @@ func defaultPreemptStorm() PreemptStormConfig {
 		Enabled:                      true,
 		Range:                        2 * time.Minute,
 		Baseline:                     time.Hour,
-		MinRetractionsPerSecond:      0.1, // 12 retractions in 2 minutes
+		MinRetractionsPerSecond:      0.05, // 6 retractions in 2 minutes
+		MinRetractionShare:           0.01, // 1 request in 100 retracted
 		BaselineRatio:                5,
 		KVUsageThreshold:             0.9,
+		CriticalRetractionShare:      0.1, // 1 request in 10 retracted and recomputed
 		CriticalRetractionsPerSecond: 1,
 		LegacyMinScrapes:             3,
+		BaselineCoverage:             DefaultBaselineCoverage(),
 	}
 }
 
@@ -221,11 +258,15 @@ func (c PreemptStormConfig) oneShot(lookback time.Duration, samples int) (Preemp
 }
 
 func (c PreemptStormConfig) validate(e *configErrors) {
+	c.BaselineCoverage.validate(e)
 	e.positiveDuration("range", c.Range)
 	e.positiveDuration("baseline", c.Baseline)
 	e.positive("min_retractions_per_second", c.MinRetractionsPerSecond)
 	e.atLeastOne("baseline_ratio", c.BaselineRatio)
 	e.fraction("kv_usage_threshold", c.KVUsageThreshold)
+	e.check(c.MinRetractionShare >= 0 && c.MinRetractionShare <= 1, "min_retraction_share", "must be in [0,1], got %v", c.MinRetractionShare)
+	e.check(c.CriticalRetractionShare > 0 && c.CriticalRetractionShare >= c.MinRetractionShare, "critical_retraction_share",
+		"must be positive and at least min_retraction_share (%v), got %v", c.MinRetractionShare, c.CriticalRetractionShare)
 	e.check(c.CriticalRetractionsPerSecond >= c.MinRetractionsPerSecond, "critical_retractions_per_second",
 		"must be at least min_retractions_per_second (%v), got %v", c.MinRetractionsPerSecond, c.CriticalRetractionsPerSecond)
 	e.check(c.LegacyMinScrapes >= 1, "legacy_min_scrapes", "must be at least 1, got %d", c.LegacyMinScrapes)

@@ -159,7 +159,7 @@ func TestPreemptStormFloorIsWhatHolds(t *testing.T) {
 	)
 	cfg := detect.DefaultConfig()
 	detect.Edit(&cfg, func(s *detect.PreemptStormConfig) {
-		s.MinRetractionsPerSecond, s.CriticalRetractionsPerSecond = 0.01, 1
+		s.MinRetractionsPerSecond, s.MinRetractionShare, s.CriticalRetractionsPerSecond = 0.01, 0, 1
 	})
 	one(t, detectWith(t, s, cfg, detect.PreemptStorm))
 }

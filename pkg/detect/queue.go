@@ -37,6 +37,9 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	// percent of slow requests in the baseline hour does that).
 	ttft := p.quantile(w, 0.99, series.TTFTSeconds)
 	ttftMean := p.histMean(w, series.TTFTSeconds)
+	if !p.baselineReady(w, c.BaselineCoverage, Sel(series.TTFTSeconds+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinRequests)) {
+		forgetBaseline(&ttft, &ttftMean) // a warm-up or a trickle is no reference
+	}
 	g99, ok99 := ttft.growth()
 	gMean, okMean := ttftMean.growth()
 	g := max(g99, gMean)
@@ -205,6 +208,9 @@ type QueueLatencyConfig struct {
 	QueueShare float64 `yaml:"queue_share"`
 	// CriticalTTFTRatio makes the finding critical.
 	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio"`
+	// BaselineCoverage is what the baseline must hold before a ratio to
+	// it counts (see BaselineCoverage).
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
 // defaultQueueLatency returns the production settings, tuned for a 5 s scrape
@@ -223,6 +229,7 @@ func defaultQueueLatency() QueueLatencyConfig {
 		MinMeanTTFTSeconds: 2,
 		QueueShare:         0.5,
 		CriticalTTFTRatio:  6,
+		BaselineCoverage:   DefaultBaselineCoverage(),
 	}
 }
 
@@ -251,6 +258,7 @@ func (c QueueLatencyConfig) oneShot(lookback time.Duration, samples int) (QueueL
 }
 
 func (c QueueLatencyConfig) validate(e *configErrors) {
+	c.BaselineCoverage.validate(e)
 	e.positiveDuration("range", c.Range)
 	e.positiveDuration("baseline", c.Baseline)
 	e.positive("min_requests", c.MinRequests)
