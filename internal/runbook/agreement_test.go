@@ -355,3 +355,14 @@ func TestEmergencyStepsAreSafeOnALiveReplica(t *testing.T) {
 		}
 	}
 }
+
+func TestTheOnCallWorkflowPointsToEveryClass(t *testing.T) {
+	b := newTestBook(t)
+	src, _ := b.Markdown("triage")
+	which := parseOutline([]byte(src)).body["Which page when"]
+	for _, class := range b.Classes() {
+		if !strings.Contains(which, "]("+class+")") {
+			t.Errorf("the on-call workflow's %q does not link %s", "Which page when", class)
+		}
+	}
+}
