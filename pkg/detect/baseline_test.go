@@ -1,6 +1,7 @@
 package detect_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +120,50 @@ func setCoverage(cfg *detect.Config, class detect.Class, cov detect.BaselineCove
 	default:
 		panic("setCoverage: no case for " + string(class))
 	}
+}
+
+// The other baseline-based detectors: a short history is no baseline for
+// them either, and their absolute floors still decide where they have one.
+func TestWarmUpBaselineOtherDetectors(t *testing.T) {
+	const length = 9 * minute
+	at := length - 5*minute + time.Second // kv_saturation's 5-minute range
+	t.Run("kv_saturation", func(t *testing.T) {
+		// The pool fills from half to 97% as the load arrives.
+		none(t, run(t, withLength(fullEngine().with(kvUsageTo(at, 0.97)...), length), detect.KVSaturation))
+	})
+	loraAt := length - 2*minute + time.Second
+	lora := loraEngine().with(
+		gauge(series.LoraPoolUtilization, stepAt(loraAt, 5.0/8, 1)),
+		gauge(loraUsed, stepAt(loraAt, 5, 8)),
+		counter(graphs, stepAt(loraAt, 30, 15), "mode", "decode_cuda_graph"),
+		counter(graphs, stepAt(loraAt, 0, 15), "mode", "decode_none"),
+		hist(series.InterTokenLatency, itlBounds, constant(300), stepAt(loraAt, 0.028, 0.055)),
+	)
+	t.Run("lora_thrash", func(t *testing.T) {
+		none(t, run(t, withLength(lora, length), detect.LoraThrash))
+	})
+	t.Run("lora_thrash with a covered baseline pages", func(t *testing.T) {
+		full := loraEngine().with(
+			gauge(series.LoraPoolUtilization, stepAt(incident, 5.0/8, 1)),
+			gauge(loraUsed, stepAt(incident, 5, 8)),
+			counter(graphs, stepAt(incident, 30, 15), "mode", "decode_cuda_graph"),
+			counter(graphs, stepAt(incident, 0, 15), "mode", "decode_none"),
+			hist(series.InterTokenLatency, itlBounds, constant(300), stepAt(incident, 0.028, 0.055)),
+		)
+		one(t, run(t, full, detect.LoraThrash))
+	})
+	t.Run("pd_transfer_failure young replica: the floor decides", func(t *testing.T) {
+		// 0.1/s during the warm-up, 0.2/s now: a ratio of 2, below 3, to a
+		// baseline that is no reference; 0.2/s is far above the floor.
+		s := pdDecode().with(counter(series.TransferFailedTotal, stepAt(loraAt, 0.1, 0.2)))
+		f := one(t, run(t, withLength(s, length), detect.PDTransferFailure))
+		if strings.Contains(f.Summary, "n/a") || !strings.Contains(f.Summary, "no baseline yet") {
+			t.Errorf("summary without a baseline: %q", f.Summary)
+		}
+	})
+}
+
+func withLength(s *scenario, length time.Duration) *scenario {
+	s.length = length
+	return s
 }

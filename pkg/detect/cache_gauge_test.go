@@ -1,6 +1,7 @@
 package detect_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,8 @@ func TestCacheCollapseV04GaugeDoesNotPage(t *testing.T) {
 		{"steady hit rate", constant(0.62)},
 		{"small dip", stepAt(60*minute+time.Second, 0.62, 0.45)},
 		{"never any hits", constant(0)},
+		{"NaN gauge", constant(math.NaN())},
+		{"Inf gauge after the baseline", stepAt(60*minute+time.Second, 0.62, math.Inf(1))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
