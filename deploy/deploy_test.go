@@ -368,6 +368,32 @@ func TestStrictDecodingRejectsMistakes(t *testing.T) {
 	}
 }
 
+// The downward-API check the layouts and renders go through catches a
+// missing variable, a literal value and the wrong field.
+func TestFromDownwardAPIRejectsMistakes(t *testing.T) {
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	for name, env := range map[string][]corev1.EnvVar{
+		"missing":       {{Name: "POD_NAME", ValueFrom: field("metadata.name")}},
+		"literal value": {{Name: "POD_IP", Value: "10.0.0.1"}},
+		"wrong field":   {{Name: "POD_IP", ValueFrom: field("status.hostIP")}},
+		"secret":        {{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "ip"}}}},
+	} {
+		byName := map[string]corev1.EnvVar{}
+		for _, e := range env {
+			byName[e.Name] = e
+		}
+		if err := fromDownwardAPI(byName, "POD_IP", "status.podIP"); err == nil {
+			t.Errorf("%s: accepted %+v", name, env)
+		}
+	}
+	ok := map[string]corev1.EnvVar{"POD_IP": {Name: "POD_IP", ValueFrom: field("status.podIP")}}
+	if err := fromDownwardAPI(ok, "POD_IP", "status.podIP"); err != nil {
+		t.Errorf("POD_IP from status.podIP: %v", err)
+	}
+}
+
 func TestPlainLayouts(t *testing.T) {
 	layouts := plainLayouts(t)
 	var names []string
@@ -658,6 +684,17 @@ func checkLayout(t *testing.T, l layout) {
 	}
 }
 
+// fromDownwardAPI checks that env var name is the pod field at path, and
+// only that (a literal value beside the fieldRef is rejected by the API
+// server; one without it would be the same for every pod).
+func fromDownwardAPI(env map[string]corev1.EnvVar, name, path string) error {
+	e, ok := env[name]
+	if !ok || e.Value != "" || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
+		return fmt.Errorf("env %s must come from the downward API (fieldRef.fieldPath: %s)", name, path)
+	}
+	return nil
+}
+
 func podsSelectedBy(l layout, sel labels.Selector) []corev1.PodSpec {
 	var out []corev1.PodSpec
 	for _, d := range of[*appsv1.Deployment](l) {
@@ -763,6 +800,12 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 	}
 	if la := env["WATCHDOG_LISTEN_ADDRESS"].Value; la != ":9402" {
 		t.Errorf("%s: WATCHDOG_LISTEN_ADDRESS %q, want :9402 (the port every manifest uses)", where, la)
+	}
+	// Without external_url, page links start with http://POD_IP:9402; the
+	// host name the daemon falls back to is the pod name, which rarely
+	// resolves where on-call opens a link.
+	if err := fromDownwardAPI(env, "POD_IP", "status.podIP"); err != nil {
+		t.Errorf("%s: %v", where, err)
 	}
 	// Every *_FILE points into a mounted volume.
 	for name, e := range env {
@@ -915,9 +958,8 @@ func checkHA(t *testing.T, l layout, lease, stateCM string) {
 		}
 	}
 	for name, path := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"} {
-		e, ok := env[name]
-		if !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != path {
-			t.Errorf("%s: env %s must come from the downward API (%s)", l.name, name, path)
+		if err := fromDownwardAPI(env, name, path); err != nil {
+			t.Errorf("%s: %v", l.name, err)
 		}
 	}
 	if _, ok := env["WATCHDOG_STATE_DIR"]; ok {

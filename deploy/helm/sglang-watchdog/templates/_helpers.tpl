@@ -154,6 +154,12 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
       value: /etc/watchdog/watchdog.yaml
     - name: WATCHDOG_LISTEN_ADDRESS
       value: ":9402"
+    {{- /* Page links start with http://POD_IP:9402 while externalURL is
+    unset: the pod name, the fallback, rarely resolves. */}}
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
     - name: WATCHDOG_LOG_LEVEL
       value: {{ $v.logLevel | quote }}
     {{- with .stateDir }}
