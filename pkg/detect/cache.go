@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -66,6 +67,27 @@ var gaugeHitRateSource = hitRateSource{
 	describes: "from the per-batch gauge sglang:cache_hit_rate, window average, lower confidence",
 }
 
+// gaugeSamplesComparable reports whether the per-batch gauge has a finite
+// value in about as many of the range's scrapes as of the baseline's. Its
+// average mixes prefill batches' rates with the zeros of decode logs; when
+// the prefill values go missing (NaN, Inf) the zeros left over are no hit
+// rate, only the absence of one.
+func gaugeSamplesComparable(w Window, p periods, src hitRateSource) bool {
+	sc, ok := w.(ScrapeCounter)
+	if !ok {
+		return true
+	}
+	share := func(from, to time.Time) float64 {
+		_, gauge := sc.CountAbove(src.hit, math.Inf(-1), from, to)
+		_, all := sc.CountAbove(src.all, math.Inf(-1), from, to)
+		if all == 0 {
+			return 0
+		}
+		return float64(gauge) / float64(all)
+	}
+	return share(p.rangeStart, p.now) >= 0.75*share(p.baseStart, p.rangeStart)
+}
+
 // hitRate returns the windowed hit rate and the prompt tokens it rests on.
 func hitRate(w Window, src hitRateSource, from, to time.Time) (rate, tokens float64, ok bool) {
 	all, okAll := w.Increase(src.all, from, to)
@@ -102,6 +124,9 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	var hr measure
 	var tokensNow, tokensBase float64
 	if fromGauge {
+		if !gaugeSamplesComparable(w, p, src) {
+			return nil
+		}
 		hr = p.avg(w, src.hit)
 		tokensNow, _ = w.Increase(src.all, p.rangeStart, now)
 		tokensBase, _ = w.Increase(src.all, p.baseStart, p.rangeStart)
