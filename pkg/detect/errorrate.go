@@ -218,7 +218,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	if t.gateway && retries > 0 {
 		res.Evidence = append(res.Evidence, Evidence{Name: "gateway retries/s", Value: retries, Unit: "/s"})
 	}
-	if !t.gateway && offered > 0 {
+	if !t.gateway && retrying {
 		res.Evidence = append(res.Evidence, Evidence{Name: "offered load/s (highest fresh arrivals in the look-back)", Value: offered, Unit: "/s",
 			Threshold: fmt.Sprintf("arrivals >= %sx it are retries", num(c.RetriedArrivalRatio))})
 	}
@@ -272,7 +272,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			"If there is none, treat it as overload: add capacity, limit concurrency at the gateway, lower max_tokens.",
 		}
 	}
-	if f.aborts > 0 && !t.gateway && !retrying {
+	if layer == LayerClient && !retrying {
 		diag = append(diag, "Aborted requests are clients that disconnected before their answer, usually after waiting past their timeout.")
 	}
 	res.Diagnosis = sentence(diag...)
@@ -285,16 +285,18 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 }
 
 // failureKinds says which kinds of failure the users see, from failures
-// per second.
+// per second; a kind under a tenth of the failures is noise beside the
+// others and left out.
 func failureKinds(f failures) string {
 	var parts []string
-	if f.sheds > 0 {
+	some := func(v float64) bool { return v > 0 && v >= f.failed()/10 }
+	if some(f.sheds) {
 		parts = append(parts, num(f.sheds)+"/s shed with 429/503")
 	}
-	if f.serverErrors > 0 {
+	if some(f.serverErrors) {
 		parts = append(parts, num(f.serverErrors)+"/s server errors")
 	}
-	if f.aborts > 0 {
+	if some(f.aborts) {
 		parts = append(parts, num(f.aborts)+"/s aborted")
 	}
 	return strings.Join(parts, ", ")
