@@ -159,10 +159,10 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 		f.Evidence = append(f.Evidence, e2e.evidence("end-to-end latency p99", "s", ""))
 	}
 
-	f.Summary = fmt.Sprintf("Retry avalanche: %s requests/s arrive for about %s/s of fresh traffic — %s/s are retries of failed requests (%s failures/s)",
-		num(arrivals.now), num(offered), num(retried), num(failures.now))
+	f.Summary = fmt.Sprintf("Retry avalanche: %s of %s requests/s are clients retrying failed requests (fresh traffic about %s/s)",
+		num(retried), num(arrivals.now), num(offered))
 	if completions.nowOK {
-		f.Summary += fmt.Sprintf("; %s/s complete", num(completions.now))
+		f.Summary += fmt.Sprintf("; only %s/s complete", num(completions.now))
 	}
 	var diag strings.Builder
 	fmt.Fprintf(&diag, "Client layer: clients are timing out and retrying. Fresh traffic is about %s requests/s (the highest rate of arrivals minus failed requests since arrivals began to grow; baseline %s/s), but %s/s arrive: the other %s/s are retries of the %s failed requests/s (aborts, timeouts, 5xx/429). ",

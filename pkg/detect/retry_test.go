@@ -89,7 +89,7 @@ func TestRetryAvalanchePages(t *testing.T) {
 		if e := evidenceNamed(t, f, "queued requests"); e.Value < 3*e.Baseline || e.Value < 10 {
 			t.Errorf("backlog evidence = %+v; want super-linear growth", e)
 		}
-		contains(t, "summary", f.Summary, "25 requests/s arrive for about 10/s of fresh traffic", "15/s are retries")
+		contains(t, "summary", f.Summary, "15 of 25 requests/s are clients retrying failed requests (fresh traffic about 10/s)", "only 9/s complete")
 		if !strings.Contains(f.Diagnosis, "feedback loop") || !strings.Contains(f.Diagnosis, "Adding replicas alone does not end it") {
 			t.Errorf("diagnosis = %s", f.Diagnosis)
 		}
