@@ -217,7 +217,7 @@ var (
 	digit          = regexp.MustCompile(`[^\s]*[0-9][^\s]*`)
 	// notThresholds are numbers that are names: quantiles, HTTP statuses,
 	// release versions.
-	notThresholds = regexp.MustCompile(`\b(p50|p90|p99|[45]xx|404|408|429|500|503|v0\.[0-9]+)\b`)
+	notThresholds = regexp.MustCompile(`\b(p50|p90|p99|[45]xx|404|408|429|499|500|503|v0\.[0-9]+)\b`)
 )
 
 // sglangFacts are numbers of SGLang and HTTP (reference sglang-metrics.md),
