@@ -366,3 +366,29 @@ func TestTheOnCallWorkflowPointsToEveryClass(t *testing.T) {
 		}
 	}
 }
+
+func TestMetricsBlindListsWhatEachDetectorReads(t *testing.T) {
+	b := newTestBook(t)
+	src, _ := b.Markdown("metrics_blind")
+	for _, e := range detect.Registry() {
+		families := e.Signals()
+		if len(families) == 0 {
+			continue
+		}
+		var row string
+		for _, line := range strings.Split(src, "\n") {
+			if strings.HasPrefix(line, "| "+string(e.Class())+" |") {
+				row = line
+			}
+		}
+		if row == "" {
+			t.Errorf("metrics_blind has no row for %s", e.Class())
+			continue
+		}
+		for _, f := range families {
+			if !strings.Contains(row, "`"+strings.TrimSuffix(f, "_count")+"`") {
+				t.Errorf("metrics_blind's row for %s lacks %s: %q", e.Class(), f, row)
+			}
+		}
+	}
+}

@@ -323,7 +323,15 @@ func settingFuncs(values map[string]string) texttemplate.FuncMap {
 		"needs": func() []classSignals {
 			var out []classSignals
 			for _, e := range detect.Registry() {
-				if families := e.Signals(); len(families) > 0 {
+				var families []string
+				for _, f := range e.Signals() {
+					// A histogram's _count sample stands for its family.
+					f = strings.TrimSuffix(f, "_count")
+					if !slices.Contains(families, f) {
+						families = append(families, f)
+					}
+				}
+				if len(families) > 0 {
 					out = append(out, classSignals{Class: string(e.Class()), Families: "`" + strings.Join(families, "`, `") + "`"})
 				}
 			}
