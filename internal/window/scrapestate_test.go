@@ -2,7 +2,9 @@ package window
 
 import (
 	"net/http"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -67,5 +69,34 @@ func TestScrapeStateRecordsOutagesStatusAndPod(t *testing.T) {
 	want = detect.Outage{From: at(20), To: at(25), Failures: 1, Reason: series.FailureHTTPStatus, Status: http.StatusInternalServerError}
 	if st.LastOutage != want {
 		t.Errorf("second outage %+v, want %+v", st.LastOutage, want)
+	}
+}
+
+// The window remembers when the pod's restart count went up, also while no
+// scrape reaches the process, and forgets it after the retention.
+func TestScrapeStateRecordsPodRestarts(t *testing.T) {
+	s := newTestStore(t, Options{Retention: time.Hour})
+	fail := func(sec float64, restarts int) {
+		t.Helper()
+		pod := &series.Pod{Name: "p", Restarts: restarts}
+		if err := s.Append(series.Scrape{Target: "r", Kind: "engine", At: at(sec), Reason: series.FailureRefused, Pod: pod}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restarts := func() []time.Time {
+		var out []time.Time
+		s.View("r", func(w detect.Window) { out = w.Scrape().PodRestarts })
+		return out
+	}
+	fail(0, 4) // met with four restarts behind it: not counted
+	fail(60, 4)
+	fail(120, 5)
+	fail(180, 7)
+	if got, want := restarts(), []time.Time{at(120), at(180), at(180)}; !slices.Equal(got, want) {
+		t.Errorf("pod restarts %v, want %v", got, want)
+	}
+	fail(3750, 7)
+	if got, want := restarts(), []time.Time{at(180), at(180)}; !slices.Equal(got, want) {
+		t.Errorf("after the retention: %v, want %v", got, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -279,9 +280,7 @@ func (s *Store) appendFailure(sc series.Scrape) {
 		if r.info.Kind == "" {
 			r.info.Kind = sc.Kind
 		}
-		if sc.Pod != nil {
-			r.info.Pod = sc.Pod
-		}
+		r.setPod(sc, s.opts.Retention)
 		r.mu.Unlock()
 	}
 }
@@ -327,6 +326,35 @@ func (s *Store) collectTarget(sc series.Scrape, seen map[string]bool) {
 	s.replicasGauge.Set(float64(len(s.replicas)))
 }
 
+// setPod records the pod status a scrape carries, and when the pod's
+// restart count went up since the last one (a container restart seen by
+// Kubernetes, whether or not a scrape ever reached that process). r.mu
+// must be held.
+func (r *replica) setPod(sc series.Scrape, retention time.Duration) {
+	if sc.Pod == nil {
+		return
+	}
+	st := &r.state
+	if old := r.info.Pod; old != nil && old.Name == sc.Pod.Name && sc.Pod.Restarts > old.Restarts {
+		at := sc.At
+		if t := sc.Pod.LastTermination.Finished; !t.IsZero() && t.Before(at) {
+			at = t
+		}
+		for range min(sc.Pod.Restarts-old.Restarts, 16) {
+			st.PodRestarts = append(st.PodRestarts, at)
+		}
+	}
+	cut := sc.At.Add(-retention)
+	i := 0
+	for i < len(st.PodRestarts) && st.PodRestarts[i].Before(cut) {
+		i++
+	}
+	if i > 0 {
+		st.PodRestarts = slices.Clone(st.PodRestarts[i:])
+	}
+	r.info.Pod = sc.Pod
+}
+
 // appendGroup records one replica's samples at sc.At. It returns how many
 // samples were recorded and how many were rejected by the series limit.
 func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) (ingested, rejected int, err error) {
@@ -350,9 +378,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) 
 	st.LastAttempt, st.LastSuccess = sc.At, sc.At
 	st.Up, st.Reason, st.Status, st.Error, st.ConsecutiveFailures = true, "", 0, "", 0
 	st.ConsecutiveSuccesses++
-	if sc.Pod != nil {
-		r.info.Pod = sc.Pod
-	}
+	r.setPod(sc, opts.Retention)
 	switch {
 	case g.Worker != "":
 		// A worker behind a gateway's /engine_metrics is an engine, whatever

@@ -158,6 +158,11 @@ type ScrapeState struct {
 	// LastOutage is the newest run of failed scrapes that ended with a
 	// successful one; zero when there was none.
 	LastOutage Outage
+	// PodRestarts are the times, oldest first and within the window's
+	// retention, at which the Kubernetes restart count of the replica's pod
+	// was seen to go up (a container restart, also one that never answered
+	// a scrape). Read-only.
+	PodRestarts []time.Time
 }
 
 // Outage is a run of consecutive failed scrapes.

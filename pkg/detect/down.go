@@ -68,17 +68,24 @@ func (d *ReplicaDownDetector) paged(o Outage, st ScrapeState) bool {
 }
 
 // crashLoop counts the restarts in the crash-loop window: counter resets
-// the window saw, or (Kubernetes) the pod's restart count when its last
-// termination falls inside the window — a pod that crashes while loading
-// never answers a scrape, so no reset is ever seen.
+// the window saw, or (Kubernetes) increases of the pod's restart count — a
+// pod that crashes while it loads is never scraped, so no reset is ever
+// seen. A pod the kubelet holds in CrashLoopBackOff with enough restarts is
+// a crash loop by the kubelet's own verdict, even if the watchdog only just
+// met it.
 func (d *ReplicaDownDetector) crashLoop(w Window, pod *series.Pod, now time.Time) (int, bool) {
 	c := d.cfg
 	from := now.Add(-c.CrashLoopWindow)
 	restarts := w.Restarts(from, now)
-	if pod != nil && pod.Restarts > restarts {
-		if t := pod.LastTermination.Finished; (!t.IsZero() && t.After(from)) || pod.Waiting == crashLoopBackOff {
-			restarts = pod.Restarts
+	seen := 0
+	for _, t := range w.Scrape().PodRestarts {
+		if t.After(from) && !t.After(now) {
+			seen++
 		}
+	}
+	restarts = max(restarts, seen)
+	if pod != nil && pod.Waiting == crashLoopBackOff && pod.Restarts >= c.CrashLoopRestarts {
+		restarts = max(restarts, pod.Restarts)
 	}
 	return restarts, restarts >= c.CrashLoopRestarts
 }

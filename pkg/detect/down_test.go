@@ -286,6 +286,39 @@ func TestReplicaDownWithPodStatus(t *testing.T) {
 		}
 		contains(t, "diagnosis", f.Diagnosis, "waiting: CrashLoopBackOff", "last termination Error, exit code 1", "kubectl logs --previous")
 	})
+	t.Run("restart count climbing while loading: critical", func(t *testing.T) {
+		s := healthyEngine()
+		s.length = 20 * minute
+		s.failures = []failure{{from: 0, to: s.length, reason: series.FailureRefused, error: "connection refused"}}
+		s.pod = func(el time.Duration) *series.Pod {
+			// OOM-killed while loading every 5 minutes; never in back-off
+			// at the moment of a scrape that matters.
+			n := int(el / (5 * minute))
+			p := pod(-time.Minute, false, n)
+			if n > 0 {
+				p.LastTermination = series.Termination{Reason: "OOMKilled", ExitCode: 137, Finished: start.Add(time.Duration(n) * 5 * minute)}
+			}
+			return p
+		}
+		f := one(t, run(t, s, detect.ReplicaDown))
+		if f.Severity != detect.Critical || !strings.Contains(f.Summary, "Crash loop: 4 restarts") {
+			t.Errorf("finding %s %s", f.Severity, f.Summary)
+		}
+	})
+	t.Run("old restarts and one new crash: down, not a loop", func(t *testing.T) {
+		s := failingFor(6, series.FailureRefused, "connection refused")
+		s.pod = func(el time.Duration) *series.Pod {
+			if el < s.length-30*time.Second {
+				return pod(-7*24*time.Hour, true, 7) // restarted 7 times last week
+			}
+			p := pod(-7*24*time.Hour, false, 8)
+			p.LastTermination = series.Termination{Reason: "Error", ExitCode: 139, Finished: start.Add(s.length - 30*time.Second)}
+			return p
+		}
+		f := one(t, run(t, s, detect.ReplicaDown))
+		contains(t, "summary", f.Summary, "Replica down")
+		contains(t, "diagnosis", f.Diagnosis, "segmentation fault")
+	})
 	t.Run("one crash while loading is not yet a loop", func(t *testing.T) {
 		s := healthyEngine()
 		s.length = 10 * minute
