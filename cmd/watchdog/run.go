@@ -279,7 +279,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Registerer:   reg,
 		LogWriter:    alertsOut,
 
-		MaxRetryAfter: cfg.Notify.MaxRetryAfter,
+		Queue: cfg.Notify.QueueOptions(),
 	}, now)
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
@@ -581,5 +581,5 @@ func restartOnly(old, next config.Config) []string {
 }
 
 func notifyEqual(a, b config.Notify) bool {
-	return a.Slack == b.Slack && a.PagerDuty == b.PagerDuty // routes reload live
+	return a.Slack == b.Slack && a.PagerDuty == b.PagerDuty && a.QueueOptions() == b.QueueOptions() // routes reload live
 }

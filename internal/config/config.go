@@ -114,6 +114,30 @@ type Notify struct {
 	// every notification of its integration (also a wait restored after a
 	// restart), so one bad header cannot silence paging for hours.
 	MaxRetryAfter time.Duration `yaml:"max_retry_after"`
+	// MaxPending bounds each integration's outbox of undelivered
+	// notifications; beyond it the oldest update, then the oldest trigger
+	// is dropped (loudly), never a resolve.
+	MaxPending int `yaml:"max_pending"`
+	// MaxRecords caps the incident records each integration keeps to
+	// update and resolve what it paged.
+	MaxRecords int `yaml:"max_records"`
+	// NoticeRetention is how long a delivery-failure notice stays open
+	// while the failing integration delivers nothing.
+	NoticeRetention time.Duration `yaml:"notice_retention"`
+	// ResolvedRetention is how long a resolved incident's record is kept
+	// to recognise a duplicate resolve.
+	ResolvedRetention time.Duration `yaml:"resolved_retention"`
+}
+
+// QueueOptions are the queue options every integration is given.
+func (n Notify) QueueOptions() notify.QueueOptions {
+	return notify.QueueOptions{
+		MaxRetryAfter:     n.MaxRetryAfter,
+		MaxPending:        n.MaxPending,
+		MaxRecords:        n.MaxRecords,
+		NoticeRetention:   n.NoticeRetention,
+		ResolvedRetention: n.ResolvedRetention,
+	}
 }
 
 // Slack settings. Bot-token mode (token + channel) updates messages in
@@ -143,6 +167,7 @@ const (
 
 // Default returns the production defaults.
 func Default() Config {
+	queue := notify.DefaultQueueOptions()
 	return Config{
 		ListenAddress: DefaultListenAddress,
 		LogLevel:      "info",
@@ -168,7 +193,11 @@ func Default() Config {
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
 			PagerDuty: PagerDuty{EventsURL: DefaultPagerDutyURL},
 
-			MaxRetryAfter: notify.DefaultMaxRetryAfter,
+			MaxRetryAfter:     queue.MaxRetryAfter,
+			MaxPending:        queue.MaxPending,
+			MaxRecords:        queue.MaxRecords,
+			NoticeRetention:   queue.NoticeRetention,
+			ResolvedRetention: queue.ResolvedRetention,
 		},
 	}
 }
@@ -442,8 +471,21 @@ func (c Config) Validate() error {
 	if err := (notify.RouteConfig{Routes: c.Notify.Routes}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("notify.%w", err))
 	}
-	if c.Notify.MaxRetryAfter <= 0 {
-		add("notify.max_retry_after: must be positive, got %s", c.Notify.MaxRetryAfter)
+	n := c.Notify
+	for _, b := range []struct {
+		key string
+		v   any
+		ok  bool
+	}{
+		{"max_retry_after", n.MaxRetryAfter, n.MaxRetryAfter > 0},
+		{"max_pending", n.MaxPending, n.MaxPending > 0},
+		{"max_records", n.MaxRecords, n.MaxRecords > 0},
+		{"notice_retention", n.NoticeRetention, n.NoticeRetention > 0},
+		{"resolved_retention", n.ResolvedRetention, n.ResolvedRetention > 0},
+	} {
+		if !b.ok {
+			add("notify.%s: must be positive, got %v", b.key, b.v)
+		}
 	}
 	s := c.Notify.Slack
 	if s.BotToken != "" && s.Channel == "" {

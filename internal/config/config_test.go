@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
 func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
@@ -29,6 +30,7 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 		{"bad-syntax.yaml", []string{"yaml"}},
 		{"bad-slack-without-channel.yaml", []string{"notify.slack.channel"}},
 		{"bad-notify-max-retry-after.yaml", []string{"notify.max_retry_after"}},
+		{"bad-notify-queue.yaml", []string{"notify.max_pending", "notify.max_records", "notify.notice_retention", "notify.resolved_retention"}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -161,6 +163,35 @@ func TestNoTargetsIsAClearError(t *testing.T) {
 	_, err := Load(Default(), map[string]string{})
 	if err == nil || !strings.Contains(err.Error(), "WATCHDOG_TARGETS") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// The queue settings default to the notify package's own defaults and
+// reach the queue options the dispatcher is given.
+func TestNotifyQueueSettingsDefaultAndParse(t *testing.T) {
+	if got, want := Default().Notify.QueueOptions(), notify.DefaultQueueOptions(); got.MaxPending != want.MaxPending ||
+		got.MaxRecords != want.MaxRecords || got.NoticeRetention != want.NoticeRetention ||
+		got.ResolvedRetention != want.ResolvedRetention || got.MaxRetryAfter != want.MaxRetryAfter {
+		t.Errorf("defaults %+v differ from the notify package's %+v", got, want)
+	}
+	cfg, err := Parse(Default(), []byte(`targets: [{name: a, url: 'http://127.0.0.1:30000'}]
+notify:
+  max_retry_after: 2m
+  max_pending: 200
+  max_records: 300
+  notice_retention: 6h
+  resolved_retention: 48h
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("valid settings rejected: %v", err)
+	}
+	want := notify.QueueOptions{MaxRetryAfter: 2 * time.Minute, MaxPending: 200, MaxRecords: 300,
+		NoticeRetention: 6 * time.Hour, ResolvedRetention: 48 * time.Hour}
+	if got := cfg.Notify.QueueOptions(); got != want {
+		t.Errorf("queue options %+v, want %+v", got, want)
 	}
 }
 

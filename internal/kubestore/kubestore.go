@@ -376,7 +376,7 @@ func (s *Store) tooLarge(name string, jsonBytes, storedBytes, total int, c conte
 	if storedBytes != jsonBytes {
 		size = fmt.Sprintf("%d bytes (%d compressed)", jsonBytes, storedBytes)
 	}
-	return fmt.Errorf("state %s: %w: the document is %s, so ConfigMap %s would hold %d bytes of data, %d over the limit of %d (other documents: %s); the previous version is kept. Lower notify max_pending or resolved_retention",
+	return fmt.Errorf("state %s: %w: the document is %s, so ConfigMap %s would hold %d bytes of data, %d over the limit of %d (other documents: %s); the previous version is kept. Lower notify.max_pending, notify.max_records or notify.resolved_retention in the watchdog's configuration (they bound each integration's document)",
 		name, ErrTooLarge, size, s.Describe(), total, total-s.maxBytes, s.maxBytes, strings.Join(others, ", "))
 }
 

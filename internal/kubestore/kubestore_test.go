@@ -302,7 +302,7 @@ func TestTooLargeIsRefusedWithSizes(t *testing.T) {
 	if !errors.Is(err, kubestore.ErrTooLarge) {
 		t.Fatalf("Save = %v, want ErrTooLarge", err)
 	}
-	for _, want := range []string{"notify-slack", "526 bytes", "limit of 400", "alerts=7", "max_pending"} {
+	for _, want := range []string{"notify-slack", "526 bytes", "limit of 400", "alerts=7", "notify.max_pending", "notify.max_records"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

@@ -41,9 +41,10 @@ type DispatcherConfig struct {
 	// pair: it loads the persisted state (for OpenIncidents) but delivers
 	// and writes nothing until SetActive(true).
 	Standby bool
-	// MaxRetryAfter is the Retry-After cap of integrations whose options
-	// do not set one (0: DefaultMaxRetryAfter).
-	MaxRetryAfter time.Duration
+	// Queue holds the queue options of every integration, the built-in
+	// log one included, for each field its own Options leave zero (zero
+	// here as well: DefaultQueueOptions).
+	Queue QueueOptions
 }
 
 // Dispatcher routes events to the integrations' queues and runs them.
@@ -95,11 +96,7 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 			errs = append(errs, fmt.Errorf("integration %q configured twice", in.Name))
 			continue
 		}
-		opts := in.Options
-		if opts.MaxRetryAfter == 0 {
-			opts.MaxRetryAfter = cfg.MaxRetryAfter
-		}
-		q, err := newQueue(in.Name, in.Notifier, opts, cfg.Store, logger, m, now, cfg.Standby)
+		q, err := newQueue(in.Name, in.Notifier, in.Options.or(cfg.Queue), cfg.Store, logger, m, now, cfg.Standby)
 		if err != nil {
 			errs = append(errs, err)
 			continue

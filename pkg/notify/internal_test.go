@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -69,5 +70,24 @@ func TestPlanMakesDeliveriesIdempotent(t *testing.T) {
 				t.Errorf("plan = (%s, %v), want (%s, %v)", got.Kind, send, tc.wantKind, tc.wantSend)
 			}
 		})
+	}
+}
+
+// or carries every field: one it forgot would silently take the default
+// whatever the dispatcher is configured with.
+func TestQueueOptionsOrFillsEveryZeroField(t *testing.T) {
+	var d QueueOptions
+	v := reflect.ValueOf(&d).Elem()
+	for i := range v.NumField() {
+		v.Field(i).SetInt(int64(i + 1))
+	}
+	if got := (QueueOptions{}).or(d); got != d {
+		t.Errorf("zero.or(d) = %+v, want %+v", got, d)
+	}
+	own := QueueOptions{MaxPending: 7, NoticeRetention: time.Hour}
+	want := d
+	want.MaxPending, want.NoticeRetention = 7, time.Hour
+	if got := own.or(d); got != want {
+		t.Errorf("own.or(d) = %+v, want %+v: set fields must win", got, want)
 	}
 }

@@ -79,6 +79,22 @@ func DefaultQueueOptions() QueueOptions {
 	}
 }
 
+// or fills the zero fields of o from d.
+func (o QueueOptions) or(d QueueOptions) QueueOptions {
+	return QueueOptions{
+		InitialBackoff:    cmp.Or(o.InitialBackoff, d.InitialBackoff),
+		MaxBackoff:        cmp.Or(o.MaxBackoff, d.MaxBackoff),
+		MaxRetryDuration:  cmp.Or(o.MaxRetryDuration, d.MaxRetryDuration),
+		AttemptTimeout:    cmp.Or(o.AttemptTimeout, d.AttemptTimeout),
+		DrainTimeout:      cmp.Or(o.DrainTimeout, d.DrainTimeout),
+		MaxPending:        cmp.Or(o.MaxPending, d.MaxPending),
+		ResolvedRetention: cmp.Or(o.ResolvedRetention, d.ResolvedRetention),
+		MaxRecords:        cmp.Or(o.MaxRecords, d.MaxRecords),
+		NoticeRetention:   cmp.Or(o.NoticeRetention, d.NoticeRetention),
+		MaxRetryAfter:     cmp.Or(o.MaxRetryAfter, d.MaxRetryAfter),
+	}
+}
+
 func (o QueueOptions) withDefaults() QueueOptions {
 	d := DefaultQueueOptions()
 	if o.InitialBackoff <= 0 {

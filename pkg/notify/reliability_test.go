@@ -520,3 +520,34 @@ func gzipLen(b []byte) int {
 	zw.Close()
 	return buf.Len()
 }
+
+// The dispatcher's queue options reach every integration, the built-in log
+// one included, where the integration's own options leave a field zero.
+func TestDispatcherQueueOptionsReachEveryIntegration(t *testing.T) {
+	own := testOpts
+	own.MaxPending = 10
+	d, err := notify.NewDispatcher(notify.DispatcherConfig{
+		Integrations: []notify.Integration{
+			{Name: "pagerduty", Notifier: &notifytest.Recorder{}, Options: own},
+			{Name: "slack", Notifier: &notifytest.Recorder{}},
+		},
+		Routes: notify.DefaultRoutes(),
+		Queue:  notify.QueueOptions{MaxPending: 2},
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, fp := range []string{"aaaa", "bbbb", "cccc"} { // critical: pagerduty, slack and the log
+		d.Send(incident(fp, "sgl-"+fp, now))
+	}
+	for name, want := range map[string]func(int) bool{
+		"slack":     func(n int) bool { return n == 2 },
+		"log":       func(n int) bool { return n == 2 },
+		"pagerduty": func(n int) bool { return n >= 3 }, // its own bound
+	} {
+		if n := len(d.Queue(name).Pending()); !want(n) {
+			t.Errorf("%s: %d pending after 3 triggers (dispatcher max_pending 2, pagerduty's own 10)", name, n)
+		}
+	}
+}
