@@ -293,7 +293,7 @@ func TestRunbooksShowTheRunningConfiguration(t *testing.T) {
 	want := map[string][]string{
 		"preempt_storm":  {"7.25"},
 		"cache_collapse": {"3.5"},
-		"cold_start":     {"7m", "1h35m"},
+		"cold_start":     {"7m", "1h35m", "(now 7m)"},
 		"error_rate":     {"2.3%"},
 	}
 
@@ -307,6 +307,9 @@ func TestRunbooksShowTheRunningConfiguration(t *testing.T) {
 				t.Errorf("%s: %q shown before the configuration has it", class, v)
 			}
 		}
+	}
+	if md, _ := b.Markdown("cold_start"); !strings.Contains(md, "`detectors.cold_start.startup_budget` (now 15m)") {
+		t.Error("cold_start does not name the startup budget's setting with its value")
 	}
 	// A reload re-renders the served pages.
 	if err := b.Configure(cfg); err != nil {

@@ -416,6 +416,7 @@ func TestNewRejectsMalformedPages(t *testing.T) {
 		"unknown front matter key":      {"a.md": {Data: []byte("---\nseverity: [warning]\n---\n# Title\n\nSummary.\n\n## How the watchdog decided\n\nIt did.\n")}},
 		"unclosed front matter":         {"a.md": {Data: []byte("---\nseverities: [warning]\n# Title\n\nSummary.\n")}},
 		"unknown setting":               {"a.md": {Data: []byte("# Title\n\nSummary {{setting \"detectors.preempt_storm.no_such_key\"}}.\n")}},
+		"unknown key":                   {"a.md": {Data: []byte("# Title\n\nSummary {{key \"detectors.no_such_detector.range\"}}.\n")}},
 		"setting that is no fraction":   {"a.md": {Data: []byte("# Title\n\nSummary {{percent \"detectors.preempt_storm.range\"}}.\n")}},
 		"broken template":               {"a.md": {Data: []byte("# Title\n\nSummary {{setting.\n")}},
 	} {
