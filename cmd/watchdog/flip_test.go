@@ -212,13 +212,25 @@ func checkFleetFlip(start time.Time, events []notify.Event, recovery time.Durati
 // Slack thread, re-titled to the storm by an update (not a second
 // trigger); it stays open while the storm runs and while the backlog it
 // left drains, and resolves once, after everything cleared.
-//
-// The detectors compare their range with the baseline just before it, so
-// an incident that fills most of the baseline no longer stands out; the
-// healthy warm-up is long enough (4 minutes) for the 90 s incident to
-// stay visible to both detectors throughout, which the test checks in the
-// daemon's rounds.
 func TestCauseAfterEffectIsRetitledInPlace(t *testing.T) {
+	causeAfterEffect(t, 40*time.Second)
+}
+
+// TestCauseAfterEffectLongStormStaysOpen is the same incident with a storm
+// that lasts 3 minutes at a constant rate: a storm that goes on is not
+// over, however long the baseline before the detectors' range has been
+// holding it.
+func TestCauseAfterEffectLongStormStaysOpen(t *testing.T) {
+	causeAfterEffect(t, 3*time.Minute)
+}
+
+// causeAfterEffect plays the queue-then-storm incident with a storm
+// lasting stormFor. The detectors compare their range with the baseline
+// just before it; the healthy warm-up (4 minutes) is long enough for the
+// 40 s storm to stand out from it throughout. Along the way the test
+// checks, in the daemon's rounds, that the detectors see what the script
+// plays.
+func causeAfterEffect(t *testing.T, stormFor time.Duration) {
 	keepSignalMachineryOutOfBubble(t)
 	synctest.Test(t, func(t *testing.T) {
 		engine := newFakeEngine("org/model", healthyLoad())
@@ -259,9 +271,11 @@ func TestCauseAfterEffectIsRetitledInPlace(t *testing.T) {
 				l.RetractionsPerSecond, l.KVUsage, l.ITL = 3, 0.98, 0.06
 			})
 		})
-		s.at(storm+30*time.Second, "", nil)
-		has("during the storm", []string{"preempt_storm", "queue_latency"}, nil)
-		calm := storm + 40*time.Second
+		for at := storm + 30*time.Second; at < storm+stormFor; at += 30 * time.Second {
+			s.at(at, "", nil)
+			has(fmt.Sprintf("%s into the storm", at-storm), []string{"preempt_storm", "queue_latency"}, nil)
+		}
+		calm := storm + stormFor
 		s.at(calm, "r0: the storm ends, the backlog drains (TTFT still 4 s)", func() {
 			engine.set(func(l *engineLoad) {
 				l.RetractionsPerSecond, l.KVUsage, l.ITL = 0, 0.8, 0.02
