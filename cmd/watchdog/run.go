@@ -477,6 +477,11 @@ func (p *pipeline) apply(old, next config.Config) error {
 	if err != nil {
 		return err
 	}
+	// Rendered now, served with the detectors they describe.
+	runbooks, err := p.book.Prepare(next.Detectors)
+	if err != nil {
+		return fmt.Errorf("runbooks: %w", err)
+	}
 	routes := notify.RouteConfig{Routes: next.Notify.Routes}
 	if err := routes.Validate(); err != nil {
 		return err
@@ -493,11 +498,7 @@ func (p *pipeline) apply(old, next config.Config) error {
 		p.retire(removedNames(old.Targets, next.Targets), time.Now())
 	}
 	p.loop.Reconfigure(assess.New(detectors, assess.Config{Triage: next.Detectors.Triage, Correlation: next.Correlation}), next.Alerts, p.links(next, p.logger))
-	if err := p.book.Configure(next.Detectors); err != nil {
-		// The pages name the same settings with other values, so this is
-		// not expected; the old pages stay served.
-		p.logger.Error("runbooks keep the previous thresholds", zap.Error(err))
-	}
+	p.book.Publish(runbooks)
 	p.dispatcher.SetRoutes(routes) // validated above
 
 	if restart := restartOnly(old, next); len(restart) > 0 {

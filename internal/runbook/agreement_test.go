@@ -311,10 +311,16 @@ func TestRunbooksShowTheRunningConfiguration(t *testing.T) {
 	if md, _ := b.Markdown("cold_start"); !strings.Contains(md, "`detectors.cold_start.startup_budget` (now 15m)") {
 		t.Error("cold_start does not name the startup budget's setting with its value")
 	}
-	// A reload re-renders the served pages.
-	if err := b.Configure(cfg); err != nil {
+	// A reload renders the pages first and serves them with the rest of
+	// the configuration.
+	next, err := b.Prepare(cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, page := get(t, srv.URL+"/runbooks/preempt_storm"); strings.Contains(page, "7.25") {
+		t.Error("a prepared rendering is served before it is published")
+	}
+	b.Publish(next)
 	for class, values := range want {
 		resp, page := get(t, srv.URL+"/runbooks/"+class)
 		md, _ := b.Markdown(class)

@@ -184,9 +184,32 @@ func parseSource(name string, src []byte) (source, error) {
 // serves the result: a page that names a setting cfg lacks is an error and
 // the book keeps what it served.
 func (b *Book) Configure(cfg detect.Config) error {
-	values, err := settingValues(cfg)
+	r, err := b.Prepare(cfg)
 	if err != nil {
 		return err
+	}
+	b.Publish(r)
+	return nil
+}
+
+// Rendering is the book rendered with one configuration, not yet served.
+type Rendering struct{ ed *edition }
+
+// Publish serves r: every page changes at once. A zero Rendering is
+// ignored.
+func (b *Book) Publish(r Rendering) {
+	if r.ed != nil {
+		b.current.Store(r.ed)
+	}
+}
+
+// Prepare renders every page with cfg without serving it, so a caller can
+// check a configuration before anything changes and publish it with the
+// rest (a reload).
+func (b *Book) Prepare(cfg detect.Config) (Rendering, error) {
+	values, err := settingValues(cfg)
+	if err != nil {
+		return Rendering{}, err
 	}
 	disabled := map[string]bool{}
 	for _, e := range detect.Registry() {
@@ -208,31 +231,30 @@ func (b *Book) Configure(cfg detect.Config) error {
 			err = t.Funcs(settingFuncs(values)).Execute(&src, nil)
 		}
 		if err != nil {
-			return fmt.Errorf("runbook %s.md: %w", s.name, err)
+			return Rendering{}, fmt.Errorf("runbook %s.md: %w", s.name, err)
 		}
 		doc := md.Parser().Parse(text.NewReader(src.Bytes()))
 		p, err := describe(s.name, doc, src.Bytes())
 		if err != nil {
-			return fmt.Errorf("runbook %s.md: %w", s.name, err)
+			return Rendering{}, fmt.Errorf("runbook %s.md: %w", s.name, err)
 		}
 		switch {
 		case p.Incident && len(s.severities) == 0:
-			return fmt.Errorf("runbook %s.md: a class page names the severities it describes in its front matter", s.name)
+			return Rendering{}, fmt.Errorf("runbook %s.md: a class page names the severities it describes in its front matter", s.name)
 		case !p.Incident && len(s.severities) > 0:
-			return fmt.Errorf("runbook %s.md: a guide has no severities", s.name)
+			return Rendering{}, fmt.Errorf("runbook %s.md: a guide has no severities", s.name)
 		}
 		p.Severities = s.severities
 		p.Disabled = disabled[s.name]
 		var out bytes.Buffer
 		if err := md.Renderer().Render(&out, src.Bytes(), doc); err != nil {
-			return fmt.Errorf("runbook %s.md: %w", s.name, err)
+			return Rendering{}, fmt.Errorf("runbook %s.md: %w", s.name, err)
 		}
 		ed.pages[s.name] = &entry{Page: p, markdown: src.Bytes(), html: template.HTML(out.String())}
 		ed.names = append(ed.names, s.name)
 	}
 	sort.Strings(ed.names)
-	b.current.Store(ed)
-	return nil
+	return Rendering{ed}, nil
 }
 
 // settingValues are cfg's settings by YAML path ("detectors.<class>.<key>",
