@@ -213,24 +213,65 @@ func checkFleetFlip(start time.Time, events []notify.Event, recovery time.Durati
 // trigger); it stays open while the storm runs and while the backlog it
 // left drains, and resolves once, after everything cleared.
 func TestCauseAfterEffectIsRetitledInPlace(t *testing.T) {
-	causeAfterEffect(t, 40*time.Second)
+	causeAfterEffect(t, queueBuilds, 40*time.Second)
 }
 
-// TestCauseAfterEffectLongStormStaysOpen is the same incident with a storm
-// that lasts 3 minutes at a constant rate: a storm that goes on is not
-// over, however long the baseline before the detectors' range has been
-// holding it.
+// TestCauseAfterEffectDecodeSlowdownFirst is the same with decode slowing
+// first (inter-token latency 4x at the same batch): decode_slowdown pages,
+// then yields to the storm it is a symptom of, and comes back while the
+// decode stays slow after the storm.
+func TestCauseAfterEffectDecodeSlowdownFirst(t *testing.T) {
+	causeAfterEffect(t, decodeSlows, 40*time.Second)
+}
+
+// TestCauseAfterEffectLongStormStaysOpen is the queue-first incident with
+// a storm that lasts 3 minutes at a constant rate: a storm that goes on is
+// not over, however long the baseline before the detectors' range has
+// been holding it.
 func TestCauseAfterEffectLongStormStaysOpen(t *testing.T) {
-	causeAfterEffect(t, 3*time.Minute)
+	causeAfterEffect(t, queueBuilds, 3*time.Minute)
 }
 
-// causeAfterEffect plays the queue-then-storm incident with a storm
-// lasting stormFor. The detectors compare their range with the baseline
-// just before it; the healthy warm-up (4 minutes) is long enough for the
-// 40 s storm to stand out from it throughout. Along the way the test
-// checks, in the daemon's rounds, that the detectors see what the script
-// plays.
-func causeAfterEffect(t *testing.T, stormFor time.Duration) {
+// firstEffect is the consequence of the storm that shows first.
+type firstEffect struct {
+	class string
+	what  string
+	// start makes the effect show; drain is the load after the storm,
+	// while the effect lasts.
+	start, drain func(*engineLoad)
+	// duringStorm: the effect's detector still reports it while the storm
+	// runs (decode_slowdown leaves storms to preempt_storm).
+	duringStorm bool
+}
+
+var (
+	queueBuilds = firstEffect{
+		class: "queue_latency", what: "the queue builds (TTFT 4 s, 3.8 s of it queued), KV 85%",
+		start: func(l *engineLoad) {
+			l.Queued, l.Running, l.KVUsage = 60, 24, 0.85
+			l.TTFT, l.QueueTime = 4, 3.8
+		},
+		drain: func(l *engineLoad) {
+			l.RetractionsPerSecond, l.KVUsage, l.ITL = 0, 0.8, 0.02
+			l.Queued = 30
+		},
+		duringStorm: true,
+	}
+	decodeSlows = firstEffect{
+		class: "decode_slowdown", what: "decode slows (inter-token latency 80 ms, was 20 ms), same batch",
+		start: func(l *engineLoad) { l.ITL = 0.08 },
+		drain: func(l *engineLoad) { l.RetractionsPerSecond, l.KVUsage = 0, 0.8 },
+	}
+)
+
+// causeAfterEffect plays one replica's incident: first the effect shows,
+// 20 s later the storm that explains it (3 retractions/s, KV 98%) for
+// stormFor, then 30 s during which the effect lasts. The detectors
+// compare their range with the baseline just before it; the healthy
+// warm-up (4 minutes) is long enough for a 40 s storm to stand out from it
+// throughout. Along the way the test checks, in the daemon's rounds, that
+// the detectors see what the script plays.
+func causeAfterEffect(t *testing.T, effect firstEffect, stormFor time.Duration) {
 	keepSignalMachineryOutOfBubble(t)
 	synctest.Test(t, func(t *testing.T) {
 		engine := newFakeEngine("org/model", healthyLoad())
@@ -256,51 +297,45 @@ func causeAfterEffect(t *testing.T, stormFor time.Duration) {
 			}
 		}
 
-		queueing := 4*time.Minute + 500*time.Millisecond
-		s.at(queueing, "r0: the queue builds (TTFT 4 s, 3.8 s of it queued), KV 85%", func() {
-			engine.set(func(l *engineLoad) {
-				l.Queued, l.Running, l.KVUsage = 60, 24, 0.85
-				l.TTFT, l.QueueTime = 4, 3.8
-			})
-		})
-		storm := queueing + 20*time.Second
+		first := 4*time.Minute + 500*time.Millisecond
+		s.at(first, "r0: "+effect.what, func() { engine.set(effect.start) })
+		storm := first + 20*time.Second
 		s.at(storm-time.Second, "", nil)
-		has("before the storm", []string{"queue_latency"}, []string{"preempt_storm"})
+		has("before the storm", []string{effect.class}, []string{"preempt_storm"})
 		s.at(storm, "r0: preempt storm (3 retractions/s, KV 98%)", func() {
 			engine.set(func(l *engineLoad) {
-				l.RetractionsPerSecond, l.KVUsage, l.ITL = 3, 0.98, 0.06
+				l.RetractionsPerSecond, l.KVUsage, l.ITL = 3, 0.98, max(l.ITL, 0.06)
 			})
 		})
 		for at := storm + 30*time.Second; at < storm+stormFor; at += 30 * time.Second {
 			s.at(at, "", nil)
-			has(fmt.Sprintf("%s into the storm", at-storm), []string{"preempt_storm", "queue_latency"}, nil)
+			want := []string{"preempt_storm"}
+			if effect.duringStorm {
+				want = append(want, effect.class)
+			}
+			has(fmt.Sprintf("%s into the storm", at-storm), want, nil)
 		}
 		calm := storm + stormFor
-		s.at(calm, "r0: the storm ends, the backlog drains (TTFT still 4 s)", func() {
-			engine.set(func(l *engineLoad) {
-				l.RetractionsPerSecond, l.KVUsage, l.ITL = 0, 0.8, 0.02
-				l.Queued = 30
-			})
-		})
+		s.at(calm, "r0: the storm ends, "+effect.class+" lasts", func() { engine.set(effect.drain) })
 		s.at(calm+25*time.Second, "", nil)
-		has("while the backlog drains", []string{"queue_latency"}, []string{"preempt_storm"})
+		has("after the storm", []string{effect.class}, []string{"preempt_storm"})
 		cleared := calm + 30*time.Second
 		s.at(cleared, "r0: healthy again", func() { engine.set(func(l *engineLoad) { *l = healthyLoad() }) })
 		s.at(cleared+resolveBound+5*time.Second, "run stopped", nil)
 		if err := run.stop(); err != nil {
 			t.Fatalf("daemon: %v", err)
 		}
-		for _, v := range checkCauseAfterEffect(run.start, run.events(), storm, cleared) {
+		for _, v := range checkCauseAfterEffect(run.start, run.events(), effect.class, storm, cleared) {
 			t.Error(v)
 		}
 	})
 }
 
 // checkCauseAfterEffect judges the events of the cause found after its
-// effect: one incident, paged first as queue_latency before the storm,
+// effect: one incident, paged first as the effect before the storm,
 // re-titled in place to preempt_storm by an update, resolved once after
 // cleared and within resolveBound.
-func checkCauseAfterEffect(start time.Time, events []notify.Event, storm, cleared time.Duration) []string {
+func checkCauseAfterEffect(start time.Time, events []notify.Event, effect string, storm, cleared time.Duration) []string {
 	var out []string
 	fail := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	at := func(ev notify.Event) time.Duration { return ev.At.Sub(start) }
@@ -331,8 +366,8 @@ func checkCauseAfterEffect(start time.Time, events []notify.Event, storm, cleare
 	}
 	if len(triggers) != 1 {
 		fail("%d triggers, want 1 (the cause re-titles the page in place)", len(triggers))
-	} else if tr := triggers[0]; tr.Class != "queue_latency" || at(tr) >= storm {
-		fail("the first page is %s at t+%s, want queue_latency before the storm at t+%s", tr.Class, clock(at(tr)), clock(storm))
+	} else if tr := triggers[0]; tr.Class != effect || at(tr) >= storm {
+		fail("the first page is %s at t+%s, want %s before the storm at t+%s", tr.Class, clock(at(tr)), effect, clock(storm))
 	}
 	if !retitled {
 		fail("no update re-titled the incident to preempt_storm under the same dedup key")
@@ -515,7 +550,7 @@ func TestCauseAfterEffectCheck(t *testing.T) {
 			if tc.edit != nil {
 				events = tc.edit(events)
 			}
-			checkDepartures(t, checkCauseAfterEffect(start, events, storm, cleared), tc.want)
+			checkDepartures(t, checkCauseAfterEffect(start, events, "queue_latency", storm, cleared), tc.want)
 		})
 	}
 }
