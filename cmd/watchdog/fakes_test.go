@@ -49,29 +49,30 @@ func healthyLoad() engineLoad {
 // to tell the latencies the tests use apart (few buckets keep the tests
 // fast under -race).
 var (
-	ttftBounds      = []float64{0.2, 0.4, 1, 2, 4, 8, 20}
-	queueTimeBounds = []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 4, 10}
-	itlBuckets      = []float64{0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.5, 1}
+	fakeTTFTBounds      = []float64{0.2, 0.4, 1, 2, 4, 8, 20}
+	fakeQueueTimeBounds = []float64{0.01, 0.05, 0.1, 0.5, 1, 2, 4, 10}
+	fakeITLBounds       = []float64{0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.5, 1}
 )
 
-// histogram is a cumulative Prometheus histogram built from observations.
-type histogram struct {
+// fakeHistogram is a cumulative Prometheus histogram built from
+// observations.
+type fakeHistogram struct {
 	bounds []float64
 	counts []float64 // per bucket, the last one is +Inf
 	sum    float64
 }
 
-func newHistogram(bounds []float64) *histogram {
-	return &histogram{bounds: bounds, counts: make([]float64, len(bounds)+1)}
+func newFakeHistogram(bounds []float64) *fakeHistogram {
+	return &fakeHistogram{bounds: bounds, counts: make([]float64, len(bounds)+1)}
 }
 
-func (h *histogram) observe(v, n float64) {
+func (h *fakeHistogram) observe(v, n float64) {
 	i, _ := slices.BinarySearch(h.bounds, v) // first bound >= v
 	h.counts[i] += n
 	h.sum += v * n
 }
 
-func (h *histogram) write(b *strings.Builder, name, labels string) {
+func (h *fakeHistogram) write(b *strings.Builder, name, labels string) {
 	fmt.Fprintf(b, "# TYPE %s histogram\n", name)
 	inner := strings.TrimSuffix(strings.TrimPrefix(labels, "{"), "}")
 	cum := 0.0
@@ -97,14 +98,14 @@ type fakeEngine struct {
 	load     engineLoad
 	last     time.Time // when the counters were last advanced
 	counters map[string]float64
-	ttft     *histogram
-	queue    *histogram
-	itl      *histogram
+	ttft     *fakeHistogram
+	queue    *fakeHistogram
+	itl      *fakeHistogram
 }
 
 func newFakeEngine(model string, load engineLoad) *fakeEngine {
 	return &fakeEngine{model: model, load: load, counters: map[string]float64{},
-		ttft: newHistogram(ttftBounds), queue: newHistogram(queueTimeBounds), itl: newHistogram(itlBuckets)}
+		ttft: newFakeHistogram(fakeTTFTBounds), queue: newFakeHistogram(fakeQueueTimeBounds), itl: newFakeHistogram(fakeITLBounds)}
 }
 
 // set changes the load from now on.

@@ -41,21 +41,14 @@ detectors:
 alerts: {for: %s, keep_firing_for: 15s, resolved_retention: 30m, restore_grace: 30s, aftermath: 2m}
 `
 
-// warmup is how long the fake fleet runs healthy first: past the
+// flipWarmup is how long the fake fleet runs healthy first: past the
 // baselines' required coverage (a minute) and the range.
-const warmup = 90 * time.Second
+const flipWarmup = 90 * time.Second
 
-// step is a change of the fake fleet at a moment of the script (bubble
-// time since the daemon started). Moments fall between rounds (x.5 s),
-// so which round first sees a change does not depend on scheduling.
-type step struct {
-	at   time.Duration
-	what string
-	do   func()
-}
-
-// script plays steps in order at their moments and returns them as marks
-// for the timeline.
+// script plays changes of the fake fleet at moments (bubble time since
+// the daemon started) and keeps them as marks for the timeline. Moments
+// fall between rounds (x.5 s), so which round first sees a change does
+// not depend on scheduling.
 type script struct {
 	start time.Time
 	marks map[time.Duration]string
@@ -74,7 +67,7 @@ func (s *script) at(d time.Duration, what string, do func()) {
 	}
 }
 
-func hitRate(v float64) func(*engineLoad) { return func(l *engineLoad) { l.HitRate = v } }
+func withHitRate(v float64) func(*engineLoad) { return func(l *engineLoad) { l.HitRate = v } }
 
 // TestFleetFlipNoResolveUntilTheConditionClears: a prefix-cache collapse
 // (a router or prompt change) reaches replicas 0, 1 and 2 of a 4-replica
@@ -100,9 +93,9 @@ func TestFleetFlipNoResolveUntilTheConditionClears(t *testing.T) {
 			}
 		}()
 
-		onset := warmup + 500*time.Millisecond
+		onset := flipWarmup + 500*time.Millisecond
 		for i, n := range names[:3] {
-			s.at(onset+time.Duration(i)*time.Second, n+" prefix cache collapses", func() { engines[n].set(hitRate(0.05)) })
+			s.at(onset+time.Duration(i)*time.Second, n+" prefix cache collapses", func() { engines[n].set(withHitRate(0.05)) })
 		}
 		// The detectors see the collapse once most of their 20 s range has it.
 		s.at(onset+40*time.Second, "", nil)
@@ -114,17 +107,17 @@ func TestFleetFlipNoResolveUntilTheConditionClears(t *testing.T) {
 		hover := onset + time.Minute
 		for k := range 2 {
 			off := hover + time.Duration(2*k)*30*time.Second
-			s.at(off, "r2 recovers (2 of 4)", func() { engines["r2"].set(hitRate(0.8)) })
+			s.at(off, "r2 recovers (2 of 4)", func() { engines["r2"].set(withHitRate(0.8)) })
 			s.at(off+25*time.Second, "", nil)
 			checkFindings(t, run, fmt.Sprintf("hover %d, r2 healthy", k), map[string]bool{"r0": true, "r1": true, "r2": false, "r3": false})
-			s.at(off+30*time.Second, "r2 collapses again (3 of 4)", func() { engines["r2"].set(hitRate(0.05)) })
+			s.at(off+30*time.Second, "r2 collapses again (3 of 4)", func() { engines["r2"].set(withHitRate(0.05)) })
 			s.at(off+55*time.Second, "", nil)
 			checkFindings(t, run, fmt.Sprintf("hover %d, r2 collapsed", k), map[string]bool{"r0": true, "r1": true, "r2": true, "r3": false})
 		}
 		recovery := hover + 2*time.Minute
 		s.at(recovery, "r0, r1, r2 recover", func() {
 			for _, n := range names[:3] {
-				engines[n].set(hitRate(0.8))
+				engines[n].set(withHitRate(0.8))
 			}
 		})
 		s.at(recovery+resolveBound+5*time.Second, "run stopped", nil)
