@@ -46,7 +46,7 @@ func (d *ReplicaDownDetector) Detect(w Window, now time.Time) []Finding {
 		}
 		return []Finding{d.down(w, st, pod, now)}
 	}
-	if o := st.LastOutage; st.ConsecutiveSuccesses == 1 && d.paged(o, st) {
+	if o := st.LastOutage; st.ConsecutiveSuccesses == 1 && d.paged(o, st, pod) {
 		return []Finding{d.recovered(w, o, pod)}
 	}
 	return nil
@@ -62,9 +62,11 @@ func starting(st ScrapeState, pod *series.Pod) bool {
 }
 
 // paged reports whether an ended outage was one this detector reported:
-// unreachable for enough scrapes, after the replica had served.
-func (d *ReplicaDownDetector) paged(o Outage, st ScrapeState) bool {
-	return o.Failures >= d.cfg.FailuresToPage && o.Reason.Unreachable() && o.From.After(st.FirstSeen)
+// unreachable for enough scrapes, after the replica had served, and not a
+// replacement pod (created during the outage) starting up.
+func (d *ReplicaDownDetector) paged(o Outage, st ScrapeState, pod *series.Pod) bool {
+	return o.Failures >= d.cfg.FailuresToPage && o.Reason.Unreachable() && o.From.After(st.FirstSeen) &&
+		(pod == nil || pod.Created.Before(o.From))
 }
 
 // crashLoop counts the restarts in the crash-loop window: counter resets

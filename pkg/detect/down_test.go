@@ -250,6 +250,10 @@ func TestReplicaDownWithPodStatus(t *testing.T) {
 		none(t, run(t, s, detect.ReplicaDown))
 		f := one(t, run(t, s, detect.ColdStart))
 		contains(t, "cold start", f.Summary, "was created 15m ago")
+		// When the replacement serves, there is no outage to resolve.
+		s.length += s.step
+		s.failures[0].to = s.length - s.step
+		none(t, run(t, s, detect.ReplicaDown))
 	})
 	t.Run("served, then OOM-killed: down with the termination", func(t *testing.T) {
 		s := failingFor(6, series.FailureRefused, "connection refused")

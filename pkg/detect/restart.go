@@ -36,7 +36,7 @@ func (d *ReplicaRestartedDetector) Detect(w Window, now time.Time) []Finding {
 	if _, loop := crash.crashLoop(w, pod, now); loop && d.down.Enabled {
 		return nil // replica_down pages the crash loop
 	}
-	if o := st.LastOutage; !lr.Before(o.From) && !lr.After(o.To) && crash.paged(o, st) {
+	if o := st.LastOutage; !lr.Before(o.From) && !lr.After(o.To) && crash.paged(o, st, pod) {
 		return nil // the restart ended an outage replica_down paged and resolved
 	}
 	f := finding(ReplicaRestarted, w, Warning, LayerProcess)
