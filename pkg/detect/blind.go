@@ -161,9 +161,11 @@ func (d *MetricsBlindDetector) unusable(w Window, st ScrapeState) Finding {
 		f.Evidence = append(f.Evidence, Evidence{Name: "HTTP status of /metrics", Value: float64(st.Status)})
 	}
 	f.Summary = "Metrics blind: /metrics answers " + what + " — every detector is blind on this replica"
+	_, podText := podEvidence(w.Replica().Pod, st.LastAttempt)
 	f.Diagnosis = sentence(
 		"Scrape layer: /metrics answers "+what+". "+why,
 		"Something answers at the address, so this is not reported as the replica being down; but no detector can see it: "+strings.Join(classes, ", ")+". A crash, a hang or a storm on this replica would go unpaged until its metrics are readable again.",
+		podText,
 		"Last error: "+st.Error+".")
 	f.Emergency = append(steps,
 		"Until fixed, watch this replica by hand: curl /health_generate on it (200 within seconds: the engine serves).")

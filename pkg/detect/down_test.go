@@ -77,6 +77,7 @@ func TestBrokenMetricsEndpointOnAHealthyServerDoesNotPage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := healthyEngine()
 			s.failures = []failure{{from: 5 * minute, to: s.length, reason: tt.reason, status: tt.status, error: tt.text}}
+			s.pod = func(time.Duration) *series.Pod { return pod(-time.Hour, true, 0) }
 			for _, c := range []detect.Class{detect.ReplicaDown, detect.ReplicaRestarted, detect.ColdStart, detect.EngineHang} {
 				none(t, run(t, s, c))
 			}
@@ -85,7 +86,7 @@ func TestBrokenMetricsEndpointOnAHealthyServerDoesNotPage(t *testing.T) {
 			if f.Severity != detect.Warning || f.Layer != detect.LayerTransport {
 				t.Errorf("severity %s layer %s; want warning scrape", f.Severity, f.Layer)
 			}
-			contains(t, "page", f.Summary+" "+f.Diagnosis, append(tt.want, "preempt_storm", "engine_hang", tt.text)...)
+			contains(t, "page", f.Summary+" "+f.Diagnosis, append(tt.want, "preempt_storm", "engine_hang", tt.text, "Pod llm/sglang-0: phase Running, Ready")...)
 			if tt.status != 0 {
 				if e := evidenceNamed(t, f, "HTTP status of /metrics"); e.Value != float64(tt.status) {
 					t.Errorf("status evidence %+v, want %d", e, tt.status)
