@@ -304,7 +304,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	posts, updated := 0, false
 	for _, r := range slackSrv.Requests() {
-		if r.Method == "chat.postMessage" && r.Form.Get("thread_ts") == "" && strings.Contains(r.Form.Get("text"), "preempt_storm") {
+		if r.Method == "chat.postMessage" && r.Form.Get("thread_ts") == "" && strings.Contains(strings.ToLower(r.Form.Get("text")), "preempt") {
 			posts++
 		}
 		if r.Method == "chat.update" && strings.Contains(strings.ToLower(r.Form.Get("text")), "resolved") {
@@ -468,6 +468,8 @@ func TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile(t *testing.T) {
 	out.waitFor(t, "target removed resolve", func(s string) bool {
 		return strings.Contains(s, "target removed")
 	})
+	// The removal is applied before the reload is recorded as a success.
+	logs.waitFor(t, "reload recorded", func(s string) bool { return strings.Contains(s, "configuration reloaded") })
 	_, metrics = get(t, base+"/metrics")
 	if !strings.Contains(metrics, "watchdog_config_last_reload_successful 1") || strings.Contains(metrics, `target="r0"`) {
 		t.Error("after the good reload: success not recorded, or r0 still scraped")
