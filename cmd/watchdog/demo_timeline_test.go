@@ -52,11 +52,9 @@ func TestDemoTimeline(t *testing.T) {
 	})
 }
 
-// demoStoryEnforced makes a departure from the story fail the test. Issue
-// 8's pipeline fixes are landing; until the timeline passes, departures are
-// logged with the timeline. TestDemoTimelineCheck proves the checks catch
-// each departure either way.
-const demoStoryEnforced = false
+// demoStoryEnforced makes a departure from the story fail the test;
+// TestDemoTimelineCheck proves the checks catch each departure.
+const demoStoryEnforced = true
 
 // keepSignalMachineryOutOfBubble subscribes to SIGHUP for the whole test.
 // The daemon subscribes too (reloads); the first subscription of a process
