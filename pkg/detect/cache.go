@@ -167,11 +167,11 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	f := finding(CacheCollapse, w, sev, layer)
 	f.Evidence = append(f.Evidence,
 		hr.evidence("prefix cache hit rate ("+src.describes+")", "ratio",
-			fmt.Sprintf("<= %sx baseline and >= %s below it", num(c.MaxRatioToBaseline), num(c.MinAbsoluteDrop))),
+			fmt.Sprintf("<= %sx baseline and >= %s below it", num(c.MaxRatioToBaseline), pctPoints(c.MinAbsoluteDrop))),
 		Evidence{Name: "prompt tokens in range", Value: tokensNow, Baseline: tokensBase, HasBaseline: true},
 	)
 	if kv.nowOK {
-		f.Evidence = append(f.Evidence, kv.evidence("KV cache usage (avg)", "ratio", ">= "+num(c.KVUsageThreshold)+" means memory pressure"))
+		f.Evidence = append(f.Evidence, kv.evidence("KV cache usage (avg)", "ratio", ">= "+pct(c.KVUsageThreshold)+" means memory pressure"))
 	}
 	if evictions.nowOK {
 		f.Evidence = append(f.Evidence, evictions.evidence("evicted tokens/s", "/s", ""))
@@ -192,11 +192,11 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		f.Evidence = append(f.Evidence, Evidence{Name: "KV page size", Value: pageSize, Unit: "tokens"})
 	}
 
-	f.Summary = fmt.Sprintf("Prefix cache hit rate collapsed to %.2f (baseline %.2f)", hr.now, hr.base)
+	f.Summary = fmt.Sprintf("Prefix cache hit rate collapsed to %s (baseline %s)", pct(hr.now), pct(hr.base))
 	var diag strings.Builder
 	if memory {
-		f.Summary += fmt.Sprintf(" under KV memory pressure (usage %.2f)", kv.now)
-		fmt.Fprintf(&diag, "KV memory layer: the KV pool is near full — usage %s — so the radix cache evicts shared prefixes to make room", vsBaseline(kv, ""))
+		f.Summary += fmt.Sprintf(" under KV memory pressure (usage %s)", pct(kv.now))
+		fmt.Fprintf(&diag, "KV memory layer: the KV pool is near full — usage %s — so the radix cache evicts shared prefixes to make room", pctVsBaseline(kv))
 		if evictions.nowOK {
 			fmt.Fprintf(&diag, " (evictions %s)", vsBaseline(evictions, " tokens/s"))
 		}

@@ -105,7 +105,7 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 	var phaseText []string
 	for _, ph := range phases {
 		f.Evidence = append(f.Evidence, Evidence{Name: "startup phase " + ph.name, Value: ph.secs, Unit: "s"})
-		phaseText = append(phaseText, fmt.Sprintf("%s %ss", ph.name, num(ph.secs)))
+		phaseText = append(phaseText, fmt.Sprintf("%s %s s", ph.name, num(ph.secs)))
 	}
 
 	ago := dur(age.Round(time.Second))

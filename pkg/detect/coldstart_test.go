@@ -59,7 +59,7 @@ func TestColdStartAfterRestart(t *testing.T) {
 	}
 	contains(t, "summary", f.Summary, "restarted 15m ago", "not serving")
 	contains(t, "diagnosis", f.Diagnosis, "every /health_generate probe since then failed", "requests have been waiting",
-		"load_weight 420s, cuda_graph_capture 75s, kv_cache_allocation 15s")
+		"load_weight 420 s, cuda_graph_capture 75 s, kv_cache_allocation 15 s")
 	contains(t, "steps", strings.Join(append(f.Emergency, f.RootCause...), " "),
 		"warm pool", "over-provision", "ramdisk", "--cuda-graph-bs", "pre-built")
 	// The restart itself is replica_restarted's warning (no outage, no

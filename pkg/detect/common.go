@@ -243,6 +243,9 @@ func vsBaseline(m measure, unit string) string {
 	if !m.baseOK {
 		return num(m.now) + unit + " (no baseline)"
 	}
+	if unit == "s" {
+		unit = " s" // seconds read "0.4 s" on every page
+	}
 	return fmt.Sprintf("%s%s (baseline %s%s)", num(m.now), unit, num(m.base), unit)
 }
 
@@ -470,7 +473,18 @@ func sentence(parts ...string) string {
 }
 
 // pct renders a 0-1 ratio as a percentage.
-func pct(v float64) string { return strconv.FormatFloat(100*v, 'f', 0, 64) + "%" }
+func pct(v float64) string { return FormatNumber(100*v) + "%" }
+
+// pctPoints is a difference of two shares, in percentage points.
+func pctPoints(v float64) string { return FormatNumber(100*v) + " points" }
+
+// pctVsBaseline renders a share measure in percent next to its baseline.
+func pctVsBaseline(m measure) string {
+	if !m.baseOK {
+		return pct(m.now)
+	}
+	return fmt.Sprintf("%s (baseline %s)", pct(m.now), pct(m.base))
+}
 
 // dur renders a duration for humans: "5m", "1h", "2m30s".
 func dur(d time.Duration) string {

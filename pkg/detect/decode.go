@@ -228,7 +228,7 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 	}
 	f := finding(DecodeSlowdown, w, sev, LayerDecode)
 	f.Evidence = append(f.Evidence, ev.p99.evidence("inter-token latency p99", "s",
-		fmt.Sprintf("p99 or mean >= %sx baseline, p99 >= %ss", num(c.ITLRatio), num(c.MinITLSeconds))))
+		fmt.Sprintf("p99 or mean >= %sx baseline, p99 >= %s s", num(c.ITLRatio), num(c.MinITLSeconds))))
 	if ev.mean.nowOK {
 		f.Evidence = append(f.Evidence, ev.mean.evidence("inter-token latency mean", "s", ""))
 	}
@@ -257,7 +257,7 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 	switch {
 	case hold != nil:
 		since := hold.since.UTC().Format("15:04 UTC")
-		f.Summary = fmt.Sprintf("Decode slowdown since %s: inter-token latency p99 %ss (%sx its %ss before the slowdown)",
+		f.Summary = fmt.Sprintf("Decode slowdown since %s: inter-token latency p99 %s s (%sx its %s s before the slowdown)",
 			since, num(ev.p99.now), num(ev.growth), num(ev.p99.base))
 		head = fmt.Sprintf("Decode layer: the slowdown was established at %s at unchanged work (%s running, baseline %s), and the inter-token latency is still p99 %s",
 			since, num(hold.onset.running.now), num(hold.onset.running.base), vsBaseline(ev.p99, "s"))
@@ -273,14 +273,14 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 		}
 		head += built + ": " + what + ". A batch that changed shape is not a recovery."
 	default:
-		f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %ss (baseline %ss) at an unchanged batch", num(ev.p99.now), num(ev.p99.base))
+		f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %s s (baseline %s s) at an unchanged batch", num(ev.p99.now), num(ev.p99.base))
 		batch := fmt.Sprintf("the batch is the same size (%s running, baseline %s", num(ev.running.now), num(ev.running.base))
 		if ev.seqs.nowOK && ev.seqs.baseOK {
 			batch += fmt.Sprintf("; %s tokens in the batch, baseline %s", num(ev.seqs.now), num(ev.seqs.base))
 		}
 		batch += ")"
 		if ev.backlog {
-			f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %ss (baseline %ss) at unchanged arrivals", num(ev.p99.now), num(ev.p99.base))
+			f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %s s (baseline %s s) at unchanged arrivals", num(ev.p99.now), num(ev.p99.base))
 			batch = fmt.Sprintf("the arrivals are unchanged (%s) and so is the context per request; the batch grew to %s running (baseline %s) only because each request now takes longer",
 				vsBaseline(ev.arrivals, "/s"), num(ev.running.now), num(ev.running.base))
 		}

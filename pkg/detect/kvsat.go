@@ -161,7 +161,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	usage := measure{now: lvl.min, nowOK: true, base: base.avg, baseOK: base.ok}
 	f.Evidence = append(f.Evidence,
 		usage.evidence("KV cache usage, lowest in range ("+lvl.source+"; baseline: average)", "ratio",
-			fmt.Sprintf(">= %s for %s", num(c.UsageThreshold), dur(c.Range))),
+			fmt.Sprintf(">= %s for %s", pct(c.UsageThreshold), dur(c.Range))),
 		Evidence{Name: "KV cache usage, average in range", Value: lvl.avg, Unit: "ratio"},
 	)
 	if total, ok := w.Last(Sel(series.MaxTotalNumTokens)); ok {
@@ -196,9 +196,9 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		f.Evidence = append(f.Evidence, retractions.evidence("retracted requests/s", "/s", ""))
 	}
 
-	level := fmt.Sprintf("KV cache pinned at >= %s for %s (lowest %s", pct(c.UsageThreshold), dur(c.Range), num(lvl.min))
+	level := fmt.Sprintf("KV cache pinned at >= %s for %s (lowest %s", pct(c.UsageThreshold), dur(c.Range), pct(lvl.min))
 	if base.ok {
-		level += fmt.Sprintf(", baseline average %s", num(base.avg))
+		level += fmt.Sprintf(", baseline average %s", pct(base.avg))
 	}
 	level += ")"
 	var why, diag string
@@ -260,7 +260,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	cache := ""
 	if hr.nowOK {
-		cache = fmt.Sprintf("The prefix hit rate is %s; cached prefixes no running request holds are evictable and this usage counts them as free, so the pool is held by the running requests themselves, not by the cache — flushing it frees nothing.", num(hr.now))
+		cache = fmt.Sprintf("The prefix hit rate is %s; cached prefixes no running request holds are evictable and this usage counts them as free, so the pool is held by the running requests themselves, not by the cache — flushing it frees nothing.", pct(hr.now))
 	}
 	f.Diagnosis = sentence("KV memory layer: "+level+".", diag, cache, pressure)
 	d.triage.Classify(w, now, false).annotate(&f)

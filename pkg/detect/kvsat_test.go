@@ -83,7 +83,7 @@ func TestKVSaturationDiagnoses(t *testing.T) {
 		// a high hit rate is still the running requests' (see
 		// TestKVSaturationHighHitRateIsNotRetention).
 		{"high hit rate", fullEngine().with(kvUsageTo(incidentLong, 0.97)...).with(hitRateChange(incidentLong, 0.9)...), detect.Warning,
-			[]string{"Plain capacity", "prefix hit rate is 0.9", "evictable", "held by the running requests"}},
+			[]string{"Plain capacity", "prefix hit rate is 90%", "evictable", "held by the running requests"}},
 		{"plain capacity", fullEngine().with(kvUsageTo(incidentLong, 0.97)...).with(
 			gauge(series.NumRunningReqs, stepAt(incidentLong, 40, 80)),
 			gauge(series.DecodeSumSeqLens, stepAt(incidentLong, 60000, 120000))), detect.Warning,

@@ -85,7 +85,7 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	f := finding(LoraThrash, w, Warning, LayerDecode)
 	f.Evidence = append(f.Evidence,
 		Evidence{Name: "LoRA adapter pool utilization, lowest in range (" + source + ")", Value: lowest, Unit: "ratio",
-			Threshold: ">= " + num(c.FullUtilization)},
+			Threshold: ">= " + pct(c.FullUtilization)},
 		p99.evidence("inter-token latency p99", "s", fmt.Sprintf("p99, p99/p50 or mean >= %sx baseline", num(c.LatencyRatio))),
 	)
 	if mean.nowOK {
@@ -96,13 +96,13 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	if graphs {
 		f.Evidence = append(f.Evidence, share.evidence("decode passes without CUDA graph (share)", "ratio",
-			fmt.Sprintf("rise >= %s", num(c.FallbackShareRise))))
+			fmt.Sprintf("rise >= %s", pctPoints(c.FallbackShareRise))))
 	}
 	if total, ok := w.Last(Sel(loraPoolSlotsTotal)); ok {
 		f.Evidence = append(f.Evidence, Evidence{Name: "LoRA adapter slots", Value: total})
 	}
 
-	f.Summary = fmt.Sprintf("LoRA thrash: adapter pool full, inter-token latency p99 %ss (baseline %ss)", num(p99.now), num(p99.base))
+	f.Summary = fmt.Sprintf("LoRA thrash: adapter pool full, inter-token latency p99 %s s (baseline %s s)", num(p99.now), num(p99.base))
 	graphText := "This release does not expose sglang:cuda_graph_passes_total, so CUDA graph fallbacks cannot be confirmed from metrics."
 	if graphs {
 		graphText = fmt.Sprintf("The share of decode passes run without a CUDA graph rose to %s (baseline %s): adapter switches break graph replay.", num(share.now), num(share.base))

@@ -62,7 +62,7 @@ func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	if shareOK {
 		f.Evidence = append(f.Evidence, Evidence{Name: "share of requests failing the hand-over", Value: share, Unit: "ratio",
-			Threshold: fmt.Sprintf(">= %s for critical", num(c.CriticalFailureShare))})
+			Threshold: fmt.Sprintf(">= %s for critical", pct(c.CriticalFailureShare))})
 	}
 	for _, q := range []struct{ name, label string }{
 		{prefillBootstrapQueue, "prefill bootstrap queue"},

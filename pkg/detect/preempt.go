@@ -107,7 +107,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	kvText, poolText := "KV usage not exposed", "the pool is full (KV usage not exposed, implied by the retractions)"
 	if kvOK {
 		f.Evidence = append(f.Evidence, Evidence{Name: "KV cache usage (max in range)", Value: kvMax, Unit: "ratio",
-			Threshold: ">= " + num(c.KVUsageThreshold)})
+			Threshold: ">= " + pct(c.KVUsageThreshold)})
 		kvText = fmt.Sprintf("KV cache %.0f%% full", 100*kvMax)
 		poolText = fmt.Sprintf("the pool is %.0f%% full", 100*kvMax)
 	}

@@ -65,7 +65,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	switch {
 	case shareOK:
 		scheduling = share >= c.QueueShare
-		how = fmt.Sprintf("mean queue wait %ss of mean TTFT %ss (%s)", num(queueMean.now), num(ttftMean.now), pct(share))
+		how = fmt.Sprintf("mean queue wait %s s of mean TTFT %s s (%s)", num(queueMean.now), num(ttftMean.now), pct(share))
 	default:
 		// No queue-time histogram: judge by the queue itself.
 		scheduling = tr.Verdict == TriageAdmission || tr.Verdict == TriageSaturated
@@ -85,7 +85,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	f := finding(QueueLatency, w, sev, layer)
 	f.Evidence = append(f.Evidence,
-		ttft.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline and >= %ss (or the mean >= %sx and >= %ss)",
+		ttft.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline and >= %s s (or the mean >= %sx and >= %s s)",
 			num(c.TTFTRatio), num(c.MinTTFTSeconds), num(c.TTFTRatio), num(c.MinMeanTTFTSeconds))),
 		Evidence{Name: "first tokens in range", Value: n, Threshold: ">= " + num(c.MinRequests)},
 	)
@@ -100,7 +100,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	if shareOK {
 		f.Evidence = append(f.Evidence, Evidence{Name: "share of TTFT spent queueing", Value: share, Unit: "ratio",
-			Threshold: fmt.Sprintf(">= %s is the scheduling side", num(c.QueueShare))})
+			Threshold: fmt.Sprintf(">= %s is the scheduling side", pct(c.QueueShare))})
 	}
 	if queued.nowOK {
 		f.Evidence = append(f.Evidence, queued.evidence("queued requests (avg)", "", ""))
@@ -110,9 +110,9 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	if scheduling {
 		side = "the time goes into the waiting queue"
 	}
-	f.Summary = fmt.Sprintf("TTFT p99 %ss (baseline %ss): %s", num(ttft.now), num(ttft.base), side)
+	f.Summary = fmt.Sprintf("TTFT p99 %s s (baseline %s s): %s", num(ttft.now), num(ttft.base), side)
 	if shareOK {
-		f.Summary += fmt.Sprintf(" (%ss of %ss mean TTFT is queue wait)", num(queueMean.now), num(ttftMean.now))
+		f.Summary += fmt.Sprintf(" (%s s of %s s mean TTFT is queue wait)", num(queueMean.now), num(ttftMean.now))
 	}
 
 	if scheduling {

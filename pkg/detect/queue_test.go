@@ -42,7 +42,7 @@ func TestQueueLatencySeedScenarioSchedulingSide(t *testing.T) {
 	if e := evidenceNamed(t, f, "share of TTFT spent queueing"); !approx(e.Value, 2.3/2.8, 1e-6) {
 		t.Errorf("queue share = %+v", e)
 	}
-	contains(t, "summary", f.Summary, "2.3s of 2.8s mean TTFT is queue wait")
+	contains(t, "summary", f.Summary, "2.3 s of 2.8 s mean TTFT is queue wait")
 	contains(t, "diagnosis", f.Diagnosis, "scheduling side", "not the GPU")
 	if strings.Contains(f.Diagnosis, "Prefill layer") || strings.Contains(strings.Join(f.Emergency, " "), "profile") {
 		t.Errorf("scheduling-side latency sent to prefill/profiling: %s | %v", f.Diagnosis, f.Emergency)

@@ -200,7 +200,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 		}
 	case t.LatencyHigh && waitOK && queueWait.share >= c.QueueWaitShare:
 		t.Verdict, t.Layer = TriageAdmission, LayerQueue
-		t.Reason = nums + fmt.Sprintf(", queue wait is %ss of %ss to the first token", num(queueWait.wait), num(queueWait.ttft))
+		t.Reason = nums + fmt.Sprintf(", queue wait is %s s of %s s to the first token", num(queueWait.wait), num(queueWait.ttft))
 		t.NextStep = "the time to first token goes to waiting for admission, the scheduling side: check --max-running-requests, --chunked-prefill-size and --schedule-policy, and what holds slots (long generations, retractions) before looking at kernels"
 	case t.LatencyHigh:
 		t.Verdict = TriageExecution
@@ -244,9 +244,9 @@ func (c TriageConfig) latencyUp(w Window, now time.Time) (up bool, slow string) 
 		}
 		switch {
 		case fam == series.TTFTSeconds && q.now >= c.SlowTTFT.Seconds():
-			return true, fmt.Sprintf("time-to-first-token p99 %ss", num(q.now))
+			return true, fmt.Sprintf("time-to-first-token p99 %s s", num(q.now))
 		case fam == series.InterTokenLatency && q.now >= c.SlowInterToken.Seconds():
-			return true, fmt.Sprintf("inter-token p99 %ss", num(q.now))
+			return true, fmt.Sprintf("inter-token p99 %s s", num(q.now))
 		}
 	}
 	return false, ""
