@@ -279,7 +279,7 @@ func (t *Tracker) Update(round assess.Round) []notify.Event {
 		case a.State == StatePending:
 			delete(t.alerts, fp)
 		case a.State == StateFiring:
-			if now.Sub(a.LastSeen) >= t.cfg.timing(a.Class).KeepFiringFor && !now.Before(a.HoldUntil) {
+			if now.Sub(a.LastSeen) >= t.cfg.timing(a.Class).KeepFiringFor && !now.Before(a.HoldUntil) && !t.backlogRemains(a, round) {
 				a.State, a.ResolvedAt = StateResolved, now
 				events = append(events, t.event(a, notify.KindResolve, round))
 			}
@@ -296,6 +296,19 @@ func (t *Tracker) Update(round assess.Round) []notify.Event {
 		return events[i].Seq < events[j].Seq
 	})
 	return events
+}
+
+// backlogRemains holds the resolve of a replica incident while the queue it
+// built is still there: detectors read rates and tails over ranges that
+// can clear before users stop waiting. The hold lasts at most the
+// aftermath window after the incident was last seen, so a replica that
+// always queues a little cannot keep an incident open.
+func (t *Tracker) backlogRemains(a *Alert, round assess.Round) bool {
+	if a.Fleet || round.At.Sub(a.LastSeen) >= t.cfg.Aftermath {
+		return false
+	}
+	r, ok := round.Replica(a.Replica)
+	return ok && r.Scrape.Up && r.Triage.WaitingHigh
 }
 
 // aftermathOf returns the incident resolved on inc's replica within the

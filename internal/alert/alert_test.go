@@ -522,3 +522,35 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 		}
 	}
 }
+
+func TestResolveWaitsForTheBacklogTheIncidentBuilt(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	cfg.Aftermath = 5 * time.Minute
+	tr := NewTracker(cfg, Links{})
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	update(tr, []detect.Finding{storm}, t0)
+	backlog := func(now time.Time, waiting bool) assess.Round {
+		return assess.Round{At: now, Replicas: []assess.Replica{{Replica: detect.Replica{Name: "r1"}, Scrape: detect.ScrapeState{Up: true},
+			Triage: detect.TriageResult{Verdict: detect.TriageAdmission, WaitingHigh: waiting}}}}
+	}
+	// The storm's finding is gone but requests still wait: no resolve.
+	for i := 1; i <= 12; i++ {
+		if evs := tr.Update(backlog(t0.Add(time.Duration(i)*10*time.Second), true)); len(evs) != 0 {
+			t.Fatalf("resolved at +%ds with a backlog: %v", i*10, kinds(evs))
+		}
+	}
+	if evs := tr.Update(backlog(t0.Add(130*time.Second), false)); len(evs) != 1 || evs[0].Kind != notify.KindResolve {
+		t.Fatalf("want the resolve once the queue drained, got %v", kinds(evs))
+	}
+	// A queue that never drains holds the resolve only for the aftermath.
+	tr = NewTracker(cfg, Links{})
+	update(tr, []detect.Finding{storm}, t0)
+	var evs []notify.Event
+	for i := 1; i <= 40; i++ {
+		evs = append(evs, tr.Update(backlog(t0.Add(time.Duration(i)*10*time.Second), true))...)
+	}
+	if len(evs) != 1 || evs[0].At.Sub(t0) != cfg.Aftermath {
+		t.Fatalf("want one resolve when the aftermath ends, got %v", kinds(evs))
+	}
+}
