@@ -2,18 +2,18 @@ package scrape
 
 import (
 	"bytes"
-	"os"
 	"testing"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 func benchBody(b *testing.B) []byte {
 	b.Helper()
-	body, err := os.ReadFile("testdata/sglang-current-full.prom")
+	body, err := fixture.SGLang(fixture.CurrentFull)
 	if err != nil {
 		b.Fatal(err)
 	}

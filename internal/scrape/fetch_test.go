@@ -17,11 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 func TestScrapeOnceFailures(t *testing.T) {
-	current, err := os.ReadFile("testdata/sglang-current-full.prom")
+	current, err := fixture.SGLang(fixture.CurrentFull)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -37,9 +37,9 @@ func fakeFetch(body []byte) fetchFunc {
 	}
 }
 
-func fixture(t *testing.T) []byte {
+func currentFull(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile("testdata/sglang-current-full.prom")
+	b, err := fixture.SGLang(fixture.CurrentFull)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestLoopDeadTargetDoesNotStallHealthy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.fetch = fakeFetch(fixture(t))
+		m.fetch = fakeFetch(currentFull(t))
 		start := time.Now()
 		stop := startManager(t, m)
 
@@ -167,7 +167,7 @@ func TestSetTargets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.fetch = fakeFetch(fixture(t))
+		m.fetch = fakeFetch(currentFull(t))
 		start := time.Now()
 		stop := startManager(t, m)
 		defer stop()
@@ -238,7 +238,7 @@ func TestRunStopsAndReturns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.fetch = fakeFetch(fixture(t))
+		m.fetch = fakeFetch(currentFull(t))
 		stop := startManager(t, m)
 		<-rec.scrapes // at least one loop is running
 		stop()        // Run returned: synctest.Test also fails if any goroutine is left
@@ -265,7 +265,7 @@ func TestAppendErrorsAreCountedNotFatal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.fetch = fakeFetch(fixture(t))
+		m.fetch = fakeFetch(currentFull(t))
 		stop := startManager(t, m)
 		<-rec.scrapes
 		<-rec.scrapes // the loop carried on after the refusal
@@ -321,7 +321,7 @@ func TestSetTargetsUpdatesPodStatusInPlace(t *testing.T) {
 		}
 		var fetches int
 		var mu sync.Mutex
-		inner := fakeFetch(fixture(t))
+		inner := fakeFetch(currentFull(t))
 		m.fetch = func(ctx context.Context, t Target, buf *bytes.Buffer) error {
 			mu.Lock()
 			fetches++
@@ -382,7 +382,7 @@ func TestHealthProbeConcurrencyBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.fetch = fakeFetch(fixture(t))
+		m.fetch = fakeFetch(currentFull(t))
 		var mu sync.Mutex
 		inFlight, peak, probes := 0, 0, 0
 		m.probe = func(ctx context.Context, _ Target) HealthProbe {

@@ -212,7 +212,7 @@ func TestLoopHealthProbe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.fetch = fakeFetch(fixture(t))
+		m.fetch = fakeFetch(currentFull(t))
 		var mu sync.Mutex
 		calls := map[string]int{}
 		m.probe = func(ctx context.Context, tg Target) HealthProbe {

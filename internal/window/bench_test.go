@@ -1,8 +1,8 @@
 package window
 
 import (
+	"bytes"
 	"math"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -11,22 +11,22 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
-// fixtureSamples flattens testdata/sglang-current-full.prom (a full /metrics
+// fixtureSamples flattens the sglang-current-full.prom capture (a full /metrics
 // of a current SGLang release) the way the scraper does: histograms become
 // _bucket{le}, _sum and _count samples.
 func fixtureSamples(tb testing.TB) []series.Sample {
 	tb.Helper()
-	f, err := os.Open("testdata/sglang-current-full.prom")
+	body, err := fixture.SGLang(fixture.CurrentFull)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer f.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(f)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
 		tb.Fatal(err)
 	}
