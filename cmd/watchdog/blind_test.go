@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -52,34 +49,13 @@ func brokenMetricsPage(t *testing.T, kind, want string) {
 	rep := newFakeReplica()
 	healthy := httptest.NewServer(rep)
 	t.Cleanup(healthy.Close)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "watchdog.yaml")
 	cfg := `
 scrape: {interval: 100ms, health_probe: {interval: 300ms, timeout: 200ms}}
 evaluation: {interval: 100ms}
 alerts: {for: 300ms, keep_firing_for: 1s, resolved_retention: 1m, restore_grace: 2s}
 `
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{
-		"WATCHDOG_CONFIG":         cfgPath,
-		"WATCHDOG_TARGETS":        fmt.Sprintf("broken=%s,healthy=%s", broken.URL, healthy.URL),
-		"WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0",
-	}
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	collect(outR)
-	logs := collect(errR)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, nil, env, outW, errW)
-		outW.Close()
-		errW.Close()
-		done <- err
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	env := map[string]string{"WATCHDOG_CONFIG": writeConfig(t, cfg), "WATCHDOG_TARGETS": fmt.Sprintf("broken=%s,healthy=%s", broken.URL, healthy.URL)}
+	_, logs := runDaemon(t, env)
 
 	page := func(s string) (resolveNote, bool) {
 		var n resolveNote

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,37 +25,11 @@ func linkDaemon(t *testing.T, extra map[string]string) (*fakeReplica, string, *l
 	rep := newFakeReplica()
 	srv := httptest.NewServer(rep)
 	t.Cleanup(srv.Close)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "watchdog.yaml")
-	if err := os.WriteFile(cfgPath, []byte(linksConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{
-		"WATCHDOG_CONFIG":         cfgPath,
-		"WATCHDOG_TARGETS":        "r0=" + srv.URL,
-		"WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0",
-	}
+	env := map[string]string{"WATCHDOG_CONFIG": writeConfig(t, linksConfig), "WATCHDOG_TARGETS": "r0=" + srv.URL}
 	for k, v := range extra {
 		env[k] = v
 	}
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	collect(outR)
-	logs := collect(errR)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, nil, env, outW, errW)
-		outW.Close()
-		errW.Close()
-		done <- err
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run returned %v", err)
-		}
-	})
+	_, logs := runDaemon(t, env)
 	startLine := logs.waitFor(t, "start log line", func(s string) bool { return strings.Contains(s, "watchdog started") })
 	var started struct{ Listen string }
 	if err := json.Unmarshal([]byte(startLine), &started); err != nil || started.Listen == "" {

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -71,8 +68,6 @@ func TestDaemonProbeSeesAHangWithNothingInFlight(t *testing.T) {
 	idle := httptest.NewServer(idleEngine(false))
 	t.Cleanup(idle.Close)
 
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "watchdog.yaml")
 	// Only the timings are scaled down; the probe is on by default.
 	cfg := `
 scrape:
@@ -83,27 +78,8 @@ detectors:
   engine_hang: {range: 2s, fallback_range: 2s, min_probes: 2}
 alerts: {for: 300ms, keep_firing_for: 1s, resolved_retention: 1m, restore_grace: 2s}
 `
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{
-		"WATCHDOG_CONFIG":         cfgPath,
-		"WATCHDOG_TARGETS":        fmt.Sprintf("hung=%s,idle=%s", hung.URL, idle.URL),
-		"WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0",
-	}
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	collect(outR)
-	logs := collect(errR)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, nil, env, outW, errW)
-		outW.Close()
-		errW.Close()
-		done <- err
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	env := map[string]string{"WATCHDOG_CONFIG": writeConfig(t, cfg), "WATCHDOG_TARGETS": fmt.Sprintf("hung=%s,idle=%s", hung.URL, idle.URL)}
+	_, logs := runDaemon(t, env)
 
 	logs.waitFor(t, "engine_hang page for the hung engine", func(s string) bool {
 		var n notification

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -31,8 +27,6 @@ func TestDaemonCrashedReplicaResolvesWhenItServesAgain(t *testing.T) {
 	addr := srv.Listener.Addr().String()
 	t.Cleanup(func() { srv.Close() })
 
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "watchdog.yaml")
 	cfg := `
 scrape: {interval: 100ms, health_probe: {enabled: false}}
 evaluation: {interval: 100ms}
@@ -41,27 +35,8 @@ detectors:
   replica_restarted: {lookback: 1m}
 alerts: {for: 300ms, keep_firing_for: 300ms, resolved_retention: 1m, restore_grace: 2s}
 `
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{
-		"WATCHDOG_CONFIG":         cfgPath,
-		"WATCHDOG_TARGETS":        "r=" + srv.URL,
-		"WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0",
-	}
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	collect(outR)
-	logs := collect(errR)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, nil, env, outW, errW)
-		outW.Close()
-		errW.Close()
-		done <- err
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	env := map[string]string{"WATCHDOG_CONFIG": writeConfig(t, cfg), "WATCHDOG_TARGETS": "r=" + srv.URL}
+	_, logs := runDaemon(t, env)
 	note := func(what string, match func(n resolveNote) bool) resolveNote {
 		var got resolveNote
 		logs.waitFor(t, what, func(s string) bool {
