@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,19 +28,7 @@ func TestServedRunbooksFollowTheReloadedThresholds(t *testing.T) {
 	}
 	write("123.5")
 
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	collect(outR)
-	logs := collect(errR)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, nil, map[string]string{"WATCHDOG_CONFIG": cfgPath, "WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0"}, outW, errW)
-		outW.Close()
-		errW.Close()
-		done <- err
-	}()
-	defer func() { cancel(); <-done }()
+	_, logs := runDaemon(t, map[string]string{"WATCHDOG_CONFIG": cfgPath})
 	startLine := logs.waitFor(t, "start", func(s string) bool { return strings.Contains(s, "watchdog started") })
 	var started struct{ Listen string }
 	json.Unmarshal([]byte(startLine), &started)
