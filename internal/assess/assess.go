@@ -40,11 +40,6 @@ type Config struct {
 	ArrivalEndpoints string
 }
 
-// DefaultArrivalEndpoints are SGLang's inference endpoints: the
-// watchdog's own /metrics and /health_generate requests are not traffic.
-const DefaultArrivalEndpoints = "/generate|/v1/chat/completions|/v1/completions|/v1/responses|" +
-	"/v1/embeddings|/v1/rerank|/v1/score|/v1/messages|/encode|/classify"
-
 // Assessor runs the detectors and the correlation over windows.
 type Assessor struct {
 	cfg       Config
@@ -54,7 +49,7 @@ type Assessor struct {
 // New returns an assessor over the given detectors.
 func New(detectors []detect.Detector, cfg Config) *Assessor {
 	if cfg.ArrivalEndpoints == "" {
-		cfg.ArrivalEndpoints = DefaultArrivalEndpoints
+		cfg.ArrivalEndpoints = detect.DefaultInferenceEndpoints
 	}
 	return &Assessor{cfg: cfg, detectors: detectors}
 }

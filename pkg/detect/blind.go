@@ -225,7 +225,7 @@ func (d *MetricsBlindDetector) sawTraffic(w Window, from, now time.Time) bool {
 	}
 	for _, sel := range []Selector{
 		Sel(series.RealtimeTokensTotal), Sel(series.NumRequestsTotal), Sel(series.PromptTokensTotal),
-		inference(series.HTTPRequestsTotal, defaultInferenceEndpoints),
+		inference(series.HTTPRequestsTotal, DefaultInferenceEndpoints),
 	} {
 		if inc, ok := w.Increase(sel, from, now); ok && inc > 0 {
 			return true

@@ -223,7 +223,7 @@ func defaultColdStart() ColdStartConfig {
 		StartupBudget:      15 * time.Minute, // large models load for 5-10 minutes from network storage, plus graph capture
 		CriticalAfter:      20 * time.Minute,
 		DemandRange:        2 * time.Minute,
-		InferenceEndpoints: defaultInferenceEndpoints,
+		InferenceEndpoints: DefaultInferenceEndpoints,
 		MinProbes:          2,
 		FreshRequests:      10,
 	}

@@ -286,10 +286,10 @@ const (
 	decodeTransferQueue    = "sglang:num_decode_transfer_queue_reqs"
 )
 
-// defaultInferenceEndpoints are the endpoint label values that carry
+// DefaultInferenceEndpoints are the endpoint label values that carry
 // inference traffic. Health checks, /metrics and /v1/loads are left out on
 // purpose: the watchdog's own polling is not traffic.
-const defaultInferenceEndpoints = "/generate|/v1/chat/completions|/v1/completions|/v1/responses|" +
+const DefaultInferenceEndpoints = "/generate|/v1/chat/completions|/v1/completions|/v1/responses|" +
 	"/v1/embeddings|/v1/rerank|/v1/score|/v1/messages|/encode|/classify"
 
 func (p periods) max(w Window, sel Selector) measure {

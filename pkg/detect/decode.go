@@ -375,7 +375,7 @@ func defaultDecodeSlowdown() DecodeSlowdownConfig {
 		ITLRatio:             2,
 		MinITLSeconds:        0.05, // 20 tokens/s per request
 		BatchTolerance:       0.25,
-		ArrivalEndpoints:     defaultInferenceEndpoints,
+		ArrivalEndpoints:     DefaultInferenceEndpoints,
 		RetractionsPerSecond: 0.1,
 		CriticalITLRatio:     4,
 		BaselineCoverage:     DefaultBaselineCoverage(),

@@ -341,7 +341,7 @@ func defaultErrorRate() ErrorRateConfig {
 	return ErrorRateConfig{
 		Enabled:              true,
 		Range:                2 * time.Minute,
-		InferenceEndpoints:   defaultInferenceEndpoints,
+		InferenceEndpoints:   DefaultInferenceEndpoints,
 		MinRequests:          60,
 		MinFailedRequests:    5,
 		WarningRatio:         0.01,

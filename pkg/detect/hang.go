@@ -253,7 +253,7 @@ func defaultEngineHang() EngineHangConfig {
 		Enabled:            true,
 		Range:              2 * time.Minute, // six times SGLang's 20 s health-check timeout
 		FallbackRange:      5 * time.Minute,
-		InferenceEndpoints: defaultInferenceEndpoints,
+		InferenceEndpoints: DefaultInferenceEndpoints,
 		MinInFlight:        1,
 		MaxProgressTokens:  0, // any token processed is progress
 		MinProbes:          2,

@@ -368,7 +368,7 @@ func defaultRetryAvalanche() RetryAvalancheConfig {
 		Enabled:               true,
 		Range:                 2 * time.Minute,
 		Baseline:              time.Hour,
-		ArrivalEndpoints:      defaultInferenceEndpoints,
+		ArrivalEndpoints:      DefaultInferenceEndpoints,
 		MinRequests:           100,
 		MinArrivalGrowth:      1.5,
 		MinAmplification:      1.3,
