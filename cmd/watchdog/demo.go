@@ -68,7 +68,7 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 		base.Targets = append(base.Targets, config.Target{Name: name, URL: "http://" + ln.Addr().String(), Kind: "engine"})
 	}
 
-	load := func() (config.Config, error) { return config.Load(base, env) }
+	load := func() (config.Config, error) { return config.LoadWithFlags(base, env, dio.flags) }
 	cfg, err := load()
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
@@ -80,7 +80,7 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
 	}
 
-	dio.alertsOut, dio.console, dio.load = out, true, load
+	dio.alertsOut, dio.load = out, load
 	dio.started = func(addr string) {
 		fmt.Fprintf(out, "watchdog listening on http://%s  (try /api/v1/alerts, /api/v1/targets, /runbooks/, /metrics)\n\n", addr)
 	}
