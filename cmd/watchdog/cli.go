@@ -30,9 +30,7 @@ func commands() []command {
 			return diagnoseCmd(ctx, args, env, dio.stdout, dio.stderr)
 		}},
 		{"check", "check config FILE...: validate configuration files as the daemon loads them", checkCmd},
-		{"version", "print the version and build information", func(_ context.Context, _ []string, _ map[string]string, dio daemonIO) error {
-			return printVersion(dio.stdout)
-		}},
+		{"version", "print the version and build information", versionCmd},
 	}
 }
 
@@ -73,6 +71,14 @@ func writeUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, "  help      print this help\n\n`watchdog COMMAND -h` lists a command's flags. Flags win over environment variables,\nwhich win over the configuration file (see README.md).\n")
+}
+
+func versionCmd(_ context.Context, args []string, _ map[string]string, dio daemonIO) error {
+	fs := newFlagSet("version", "usage: watchdog version\n\nPrint the version, revision, branch, build date and Go version.\n", dio)
+	if err := parseFlags(fs, args, dio, false); err != nil {
+		return err
+	}
+	return printVersion(dio.stdout)
 }
 
 func printVersion(w io.Writer) error {
@@ -184,6 +190,11 @@ flags:
 
 func runCmd(ctx context.Context, args []string, env map[string]string, dio daemonIO) error {
 	fs := newFlagSet("run", runUsage, dio)
+	fs.Usage = func() {
+		writeUsage(fs.Output())
+		fmt.Fprint(fs.Output(), "\n"+runUsage)
+		fs.PrintDefaults()
+	}
 	df := addDaemonFlags(fs)
 	showVersion := fs.Bool("version", false, "print the version and build information, then exit")
 	if err := parseFlags(fs, args, dio, false); err != nil {
