@@ -91,7 +91,9 @@ targets: [{name: r0, url: "http://127.0.0.1:1"}]
 		{"file", nil, map[string]string{"WATCHDOG_CONFIG": fileOnly},
 			func(l string) bool { return strings.Contains(l, "INFO") && strings.Contains(l, "\twatchdog started\t") }},
 		{"environment over file", nil, map[string]string{"WATCHDOG_CONFIG": file, "WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0", "WATCHDOG_LOG_FORMAT": "logfmt"},
-			func(l string) bool { return strings.Contains(l, "level=info") && strings.Contains(l, `msg="watchdog started"`) }},
+			func(l string) bool {
+				return strings.Contains(l, "level=info") && strings.Contains(l, `msg="watchdog started"`)
+			}},
 		{"flags over environment", []string{"--config.file=" + file, "--web.listen-address=127.0.0.1:0", "--log.format=json"},
 			map[string]string{"WATCHDOG_CONFIG": "/nonexistent/watchdog.yaml", "WATCHDOG_LISTEN_ADDRESS": "env-is-not-host-port", "WATCHDOG_LOG_FORMAT": "logfmt"},
 			func(l string) bool { return isJSON(l) && strings.Contains(l, `"msg":"watchdog started"`) }},
