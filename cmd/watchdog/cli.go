@@ -132,18 +132,20 @@ type daemonFlags struct {
 	fs                                             *flag.FlagSet
 }
 
-// DefaultConfigWatchInterval is how often the configuration file's
+// defaultConfigWatchInterval is how often the configuration file's
 // content is compared with what was loaded.
-const DefaultConfigWatchInterval = 10 * time.Second
+const defaultConfigWatchInterval = 10 * time.Second
 
-func addDaemonFlags(fs *flag.FlagSet) *daemonFlags {
+// addDaemonFlags defines the flags; base holds the defaults they show
+// (the daemon's, or the demo's).
+func addDaemonFlags(fs *flag.FlagSet, base config.Config) *daemonFlags {
 	f := &daemonFlags{fs: fs}
 	fs.StringVar(&f.configFile, "config.file", "", "configuration file (env WATCHDOG_CONFIG)")
-	fs.StringVar(&f.listenAddress, "web.listen-address", config.DefaultListenAddress, "address of the HTTP server (env WATCHDOG_LISTEN_ADDRESS, YAML listen_address)")
-	fs.StringVar(&f.logLevel, "log.level", "info", "debug, info, warn or error (env WATCHDOG_LOG_LEVEL, YAML log_level)")
-	fs.StringVar(&f.logFormat, "log.format", config.LogFormatJSON, "json, logfmt or console (env WATCHDOG_LOG_FORMAT, YAML log_format)")
+	fs.StringVar(&f.listenAddress, "web.listen-address", base.ListenAddress, "address of the HTTP server (env WATCHDOG_LISTEN_ADDRESS, YAML listen_address)")
+	fs.StringVar(&f.logLevel, "log.level", base.LogLevel, "debug, info, warn or error (env WATCHDOG_LOG_LEVEL, YAML log_level)")
+	fs.StringVar(&f.logFormat, "log.format", base.LogFormat, "json, logfmt or console (env WATCHDOG_LOG_FORMAT, YAML log_format)")
 	fs.BoolVar(&f.enableLifecycle, "web.enable-lifecycle", false, "enable POST /-/reload (same-origin requests only)")
-	fs.DurationVar(&f.watchInterval, "config.watch-interval", DefaultConfigWatchInterval, "how often the configuration file is checked for changes, which reload it; 0 turns watching off (env WATCHDOG_CONFIG_WATCH_INTERVAL)")
+	fs.DurationVar(&f.watchInterval, "config.watch-interval", defaultConfigWatchInterval, "how often the configuration file is checked for changes, which reload it; 0 turns watching off (env WATCHDOG_CONFIG_WATCH_INTERVAL)")
 	return f
 }
 
@@ -195,7 +197,7 @@ func runCmd(ctx context.Context, args []string, env map[string]string, dio daemo
 		fmt.Fprint(fs.Output(), "\n"+runUsage)
 		fs.PrintDefaults()
 	}
-	df := addDaemonFlags(fs)
+	df := addDaemonFlags(fs, config.Default())
 	showVersion := fs.Bool("version", false, "print the version and build information, then exit")
 	if err := parseFlags(fs, args, dio, false); err != nil {
 		return err
@@ -227,14 +229,16 @@ flags:
 
 func demoCmd(ctx context.Context, args []string, env map[string]string, dio daemonIO) error {
 	fs := newFlagSet("demo", demoUsage, dio)
-	df := addDaemonFlags(fs)
-	if err := parseFlags(fs, args, dio, false); err != nil {
-		return err
-	}
-	flags, err := df.settings(env, &dio)
+	base, err := demoConfig()
 	if err != nil {
 		return err
 	}
-	dio.flags = flags
+	df := addDaemonFlags(fs, base)
+	if err := parseFlags(fs, args, dio, false); err != nil {
+		return err
+	}
+	if dio.flags, err = df.settings(env, &dio); err != nil {
+		return err
+	}
 	return demo(ctx, env, dio)
 }

@@ -40,9 +40,9 @@ func demoFleet(start time.Time) sim.FleetConfig {
 // integrations standing in for the dry-run printers.
 func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 	stdout := dio.stdout
-	base, err := config.Parse(config.Default(), configs.Demo())
+	base, err := demoConfig()
 	if err != nil {
-		return fmt.Errorf("embedded demo config: %w", err)
+		return err
 	}
 
 	listen := dio.listen
@@ -106,6 +106,15 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 		return nil
 	}
 	return err
+}
+
+// demoConfig is the demo's configuration before its targets are added.
+func demoConfig() (config.Config, error) {
+	cfg, err := config.Parse(config.Default(), configs.Demo())
+	if err != nil {
+		return config.Config{}, fmt.Errorf("embedded demo config: %w", err)
+	}
+	return cfg, nil
 }
 
 func hasIntegration(ins []notify.Integration, name string) bool {
