@@ -18,10 +18,10 @@ func writeConfig(t *testing.T, yaml string) string {
 	return path
 }
 
-// runDaemon runs `watchdog run` with env (listening on a free loopback
-// port unless env says otherwise) until the test ends, and returns its
-// stdout and stderr as lines. The daemon must stop without an error.
-func runDaemon(t *testing.T, env map[string]string) (out, logs *lines) {
+// runDaemon runs `watchdog run args...` with env (listening on a free
+// loopback port unless env says otherwise) until the test ends, and returns
+// its stdout and stderr as lines. The daemon must stop without an error.
+func runDaemon(t *testing.T, env map[string]string, args ...string) (out, logs *lines) {
 	t.Helper()
 	if _, ok := env["WATCHDOG_LISTEN_ADDRESS"]; !ok {
 		env["WATCHDOG_LISTEN_ADDRESS"] = "127.0.0.1:0"
@@ -32,7 +32,7 @@ func runDaemon(t *testing.T, env map[string]string) (out, logs *lines) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, nil, env, outW, errW)
+		err := run(ctx, append([]string{"run"}, args...), env, outW, errW)
 		outW.Close()
 		errW.Close()
 		done <- err

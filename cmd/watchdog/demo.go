@@ -40,9 +40,9 @@ func demoFleet(start time.Time) sim.FleetConfig {
 // integrations standing in for the dry-run printers.
 func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 	stdout := dio.stdout
-	base, err := config.Parse(config.Default(), configs.Demo())
+	base, err := demoConfig()
 	if err != nil {
-		return fmt.Errorf("embedded demo config: %w", err)
+		return err
 	}
 
 	listen := dio.listen
@@ -68,7 +68,7 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 		base.Targets = append(base.Targets, config.Target{Name: name, URL: "http://" + ln.Addr().String(), Kind: "engine"})
 	}
 
-	load := func() (config.Config, error) { return config.Load(base, env) }
+	load := func() (config.Config, error) { return config.LoadWithFlags(base, env, dio.flags) }
 	cfg, err := load()
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
@@ -80,9 +80,9 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
 	}
 
-	dio.alertsOut, dio.console, dio.load = out, true, load
+	dio.alertsOut, dio.load = out, load
 	dio.started = func(addr string) {
-		fmt.Fprintf(out, "watchdog listening on http://%s  (try /api/v1/alerts, /api/v1/targets, /runbooks/, /metrics)\n\n", addr)
+		fmt.Fprintf(out, "watchdog listening on http://%s  (try /api/v1/watchdog/alerts, /api/v1/targets, /runbooks/, /metrics)\n\n", addr)
 	}
 	// Without Slack or PagerDuty credentials the demo prints what it would
 	// have sent to them, so the routing is visible too. An integration of
@@ -106,6 +106,15 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 		return nil
 	}
 	return err
+}
+
+// demoConfig is the demo's configuration before its targets are added.
+func demoConfig() (config.Config, error) {
+	cfg, err := config.Parse(config.Default(), configs.Demo())
+	if err != nil {
+		return config.Config{}, fmt.Errorf("embedded demo config: %w", err)
+	}
+	return cfg, nil
 }
 
 func hasIntegration(ins []notify.Integration, name string) bool {

@@ -103,7 +103,7 @@ func TestPagesLinkToTheDaemonWithoutExternalURL(t *testing.T) {
 			t.Fatal("no PagerDuty trigger")
 		}
 	}
-	runbookURL, alertURL := base+"/runbooks/preempt_storm", base+"/api/v1/alerts?fingerprint="+ev.DedupKey
+	runbookURL, alertURL := base+"/runbooks/preempt_storm", base+"/api/v1/watchdog/alerts?fingerprint="+ev.DedupKey
 	hrefs := map[string]bool{}
 	for _, l := range ev.Links {
 		hrefs[l["href"]] = true

@@ -10,9 +10,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	promversion "github.com/prometheus/common/version"
 )
 
 func main() {
+	if promversion.Version == "" {
+		promversion.Version = buildVersion()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], environ(), os.Stdout, os.Stderr)
 	stop()

@@ -44,7 +44,7 @@ func idleEngine(hung bool) http.Handler {
 
 // notification is the structured log line the daemon writes per event.
 type notification struct {
-	Msg, Kind, Class, Replica, Severity string
+	Msg, Kind, Class, Replica, Severity, Summary string
 }
 
 func notifications(logs *lines) []notification {

@@ -16,9 +16,12 @@ import (
 	"syscall"
 	"time"
 
+	zaplogfmt "github.com/jsternberg/zap-logfmt"
 	oklog "github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	promversion "github.com/prometheus/common/version"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/kubernetes"
@@ -43,24 +46,11 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
-// version is set at build time (-ldflags "-X main.version=...").
+// version is set at build time (-ldflags "-X main.version=..."); main
+// hands it to prometheus/common/version, which --version and
+// watchdog_build_info read (with the revision, branch and build date set
+// there by -X github.com/prometheus/common/version.Revision=... etc.).
 var version = "dev"
-
-const usage = `usage: watchdog [command]
-
-commands:
-  run       watch the targets from WATCHDOG_TARGETS / WATCHDOG_CONFIG (default)
-  demo      watch a built-in simulated SGLang fleet going through incidents
-  diagnose  one-shot triage of URL...: scrape twice, print state, layer and incidents
-            (exit 3 when an incident is found; --output json; see watchdog diagnose -h)
-  version   print the version
-
-environment: see README.md (WATCHDOG_CONFIG, WATCHDOG_TARGETS, WATCHDOG_LISTEN_ADDRESS,
-WATCHDOG_SCRAPE_INTERVAL, WATCHDOG_LOG_LEVEL, WATCHDOG_STATE_DIR, SLACK_*, PAGERDUTY_*)
-`
-
-// errUsage marks command-line mistakes (exit status 2).
-var errUsage = errors.New("usage")
 
 func exitCode(err error) int {
 	if errors.Is(err, errUsage) {
@@ -70,40 +60,6 @@ func exitCode(err error) int {
 		return 3 // diagnose found an incident: scripts can tell it from a failure
 	}
 	return 1
-}
-
-// run is the whole program minus signal handling.
-func run(ctx context.Context, args []string, env map[string]string, stdout, stderr io.Writer) error {
-	cmd := "run"
-	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
-	}
-	if cmd == "diagnose" {
-		return diagnoseCmd(ctx, args, env, stdout, stderr)
-	}
-	if len(args) > 0 {
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, args)
-	}
-	switch cmd {
-	case "run":
-		load := func() (config.Config, error) { return config.Load(config.Default(), env) }
-		cfg, err := load()
-		if err != nil {
-			return fmt.Errorf("configuration:\n%w", err)
-		}
-		return daemon(ctx, cfg, daemonIO{stdout: stdout, stderr: stderr, load: load})
-	case "demo":
-		return demo(ctx, env, daemonIO{stdout: stdout, stderr: stderr})
-	case "version":
-		fmt.Fprintln(stdout, "sglang-watchdog", buildVersion())
-		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }
 
 func buildVersion() string {
@@ -116,16 +72,25 @@ func buildVersion() string {
 	return version
 }
 
-// daemonIO carries the process streams and test hooks.
+// daemonIO carries the process streams, the command-line settings that
+// are not configuration, and test hooks.
 type daemonIO struct {
 	stdout, stderr io.Writer
+	// flags are the configuration settings given as flags (over the
+	// environment and the file).
+	flags config.Flags
+	// lifecycle enables POST /-/reload (--web.enable-lifecycle).
+	lifecycle bool
+	// configFile is watched for changes every watchInterval (0: not
+	// watched); a change reloads as SIGHUP does. "" for none.
+	configFile    string
+	watchInterval time.Duration
 	// alertsOut receives the human-readable block of every notification
-	// (the log integration); nil: stdout.
+	// (the log integration); nil: stderr with --log.format=console, else
+	// none (one structured record per notification).
 	alertsOut io.Writer
 	// started, when set, gets the bound listen address once serving.
 	started func(addr string)
-	// console selects a human log format (the demo).
-	console bool
 	// extraIntegrations are added to the configured ones (the demo's
 	// dry-run printers).
 	extraIntegrations []notify.Integration
@@ -149,26 +114,41 @@ func (dio daemonIO) transport() *http.Transport {
 	return t
 }
 
-func newLogger(level string, w io.Writer, console bool) (*zap.Logger, error) {
+// newLogger writes one record per line to w in format (config.LogFormats).
+func newLogger(level, format string, w io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, err
 	}
 	encCfg := zap.NewProductionEncoderConfig()
 	encCfg.TimeKey, encCfg.EncodeTime = "ts", zapcore.ISO8601TimeEncoder
-	enc := zapcore.NewJSONEncoder(encCfg)
-	if console {
+	var enc zapcore.Encoder
+	switch format {
+	case config.LogFormatJSON:
+		enc = zapcore.NewJSONEncoder(encCfg)
+	case config.LogFormatLogfmt:
+		enc = zaplogfmt.NewEncoder(encCfg)
+	case config.LogFormatConsole:
 		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
 		encCfg.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05")
 		enc = zapcore.NewConsoleEncoder(encCfg)
+	default:
+		return nil, fmt.Errorf("log format %q is not one of %s", format, strings.Join(config.LogFormats, ", "))
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+}
+
+// loopStaleAfter is how long the evaluation loop may go without a round
+// before the daemon counts it as stuck: a few intervals, plus room for a
+// slow round on a large fleet.
+func loopStaleAfter(interval time.Duration) time.Duration {
+	return 3*interval + time.Minute
 }
 
 // daemon wires the pipeline scrape -> window -> detect -> alert -> notify
 // and runs it until ctx is done.
 func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
-	logger, err := newLogger(cfg.LogLevel, dio.stderr, dio.console)
+	logger, err := newLogger(cfg.LogLevel, cfg.LogFormat, dio.stderr)
 	if err != nil {
 		return err
 	}
@@ -179,10 +159,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "watchdog_build_info", Help: "Build information; the value is always 1.",
-			ConstLabels: prometheus.Labels{"version": buildVersion(), "goversion": goVersion()},
-		}, func() float64 { return 1 }),
+		versioncollector.NewCollector("watchdog"), // watchdog_build_info
 	)
 
 	stateDir, err := state.Open(cfg.StateDir)
@@ -266,9 +243,11 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return err
 	}
 	integrations = append(integrations, dio.extraIntegrations...)
+	// Production logs are structured records only; the multi-line block
+	// is for a terminal.
 	alertsOut := dio.alertsOut
-	if alertsOut == nil {
-		alertsOut = dio.stdout
+	if alertsOut == nil && cfg.LogFormat == config.LogFormatConsole {
+		alertsOut = dio.stderr
 	}
 	dispatcher, err := notify.NewDispatcher(notify.DispatcherConfig{
 		Integrations: integrations,
@@ -331,21 +310,24 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		}
 	}
 	var reloader *reload.Reloader[config.Config]
-	var reloadFn func() error
+	var reloadFn, lifecycleReload func() error
 	if dio.load != nil {
 		reloader = reload.New(cfg, dio.load, p.apply, now, reg, logger.Named("reload"))
 		reloadFn = func() error { return reloader.Reload(time.Now()) }
+		if dio.lifecycle {
+			lifecycleReload = reloadFn
+		}
 	}
 	srv, err := server.New(cfg.ListenAddress, server.Options{
-		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: reloadFn, Notices: p.notices,
-		Listen: dio.listen,
+		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: lifecycleReload, Notices: p.notices,
+		StaleAfter: loopStaleAfter(cfg.Evaluation.Interval), Listen: dio.listen,
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
 	}
 	p.listen = srv.Addr()
 	tracker.SetConfig(cfg.Alerts, p.links(cfg, logger)) // before the first round
-	logger.Info("watchdog started", zap.String("version", buildVersion()), zap.String("listen", srv.Addr()),
+	logger.Info("watchdog started", zap.String("version", promversion.Version), zap.String("revision", promversion.GetRevision()), zap.String("listen", srv.Addr()),
 		zap.Int("targets", len(targets)), zap.Int("detectors", len(detectors)), zap.Strings("integrations", dispatcher.Integrations()),
 		zap.String("state_dir", stateDir.Path()))
 	if dio.started != nil {
@@ -390,6 +372,10 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 				}
 			}
 		}, func(error) { stopPipe() })
+		if dio.configFile != "" && dio.watchInterval > 0 {
+			watcher := reload.NewFileWatcher(dio.configFile, dio.watchInterval, func() { reloadFn() }, logger.Named("reload"))
+			g.Add(func() error { return watcher.Run(pipeCtx) }, func(error) { stopPipe() })
+		}
 	}
 	g.Add(func() error { return loop.Run(pipeCtx) }, func(error) { stopPipe() })
 	g.Add(func() error { defer close(notifyDone); return dispatcher.Run(notifyCtx) }, func(error) { stopPipe(); stopNotify() })
@@ -403,7 +389,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	// from the leader: its silence must mean "nobody is watching".
 	hb, err := heartbeat.New(cfg.Heartbeat, &http.Client{Transport: dio.transport()}, func() bool {
 		last := loop.LastEvaluation()
-		fresh := !last.IsZero() && time.Since(last) < 3*cfg.Evaluation.Interval+time.Minute
+		fresh := !last.IsZero() && time.Since(last) < loopStaleAfter(cfg.Evaluation.Interval)
 		return fresh && (elector == nil || elector.IsLeader())
 	}, reg, logger.Named("heartbeat"))
 	if err != nil {
@@ -423,13 +409,6 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	err = g.Run()
 	logger.Info("watchdog stopped")
 	return err
-}
-
-func goVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		return bi.GoVersion
-	}
-	return "unknown"
 }
 
 func scrapeTargets(ts []config.Target) ([]scrape.Target, error) {
@@ -573,6 +552,7 @@ func restartOnly(old, next config.Config) []string {
 	check("listen_address", old.ListenAddress != next.ListenAddress)
 	check("state_dir", old.StateDir != next.StateDir)
 	check("log_level", old.LogLevel != next.LogLevel)
+	check("log_format", old.LogFormat != next.LogFormat)
 	check("scrape", old.Scrape != next.Scrape)
 	check("evaluation", old.Evaluation != next.Evaluation)
 	check("ha", old.HA != next.HA)

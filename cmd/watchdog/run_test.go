@@ -262,9 +262,7 @@ func TestEndToEnd(t *testing.T) {
 	// Healthy baseline, then a storm on r0.
 	reps[0].waitScrapes(t, 30)
 	reps[0].setStorm(true)
-	out.waitFor(t, "preempt_storm trigger", func(s string) bool {
-		return strings.Contains(s, "preempt_storm on r0 (trigger)")
-	})
+	logs.waitFor(t, "preempt_storm trigger", notified("preempt_storm", "r0", "trigger", ""))
 
 	var api struct {
 		Alerts []struct {
@@ -276,7 +274,7 @@ func TestEndToEnd(t *testing.T) {
 			Emergency []string `json:"emergency_steps"`
 		}
 	}
-	getJSON(t, base+"/api/v1/alerts?state=firing", &api)
+	getJSON(t, base+"/api/v1/watchdog/alerts?state=firing", &api)
 	var fp string
 	for _, a := range api.Alerts {
 		if a.Class == "preempt_storm" && a.Replica == "r0" {
@@ -294,11 +292,9 @@ func TestEndToEnd(t *testing.T) {
 	// Recovery resolves it, in the log, in PagerDuty (same dedup key) and
 	// in Slack (the original message updated).
 	reps[0].setStorm(false)
-	out.waitFor(t, "preempt_storm resolve", func(s string) bool {
-		return strings.Contains(s, "preempt_storm on r0") && strings.Contains(s, "RESOLVED")
-	})
+	logs.waitFor(t, "preempt_storm resolve", notified("preempt_storm", "r0", "resolve", ""))
 	waitPagerDuty(t, pdEvents, "resolve", fp)
-	getJSON(t, base+"/api/v1/alerts?state=resolved&fingerprint="+fp, &api)
+	getJSON(t, base+"/api/v1/watchdog/alerts?state=resolved&fingerprint="+fp, &api)
 	if len(api.Alerts) != 1 {
 		t.Errorf("resolved alert not listed: %+v", api.Alerts)
 	}
@@ -318,14 +314,14 @@ func TestEndToEnd(t *testing.T) {
 	// A replica restart zeroes every counter: it may be reported as a
 	// restart, but must not look like a retry avalanche or a cache collapse.
 	reps[1].restart()
-	out.waitFor(t, "restart report on r1", func(s string) bool { return strings.Contains(s, "replica_restarted on r1 (trigger)") })
+	logs.waitFor(t, "restart report on r1", notified("replica_restarted", "r1", "trigger", ""))
 	reps[1].waitScrapes(t, 60) // 6 s: past every range and the restart lookback
-	for _, s := range strings.Split(out.text(), "\n") {
-		if strings.Contains(s, " on r1 ") && (strings.Contains(s, "retry_avalanche") || strings.Contains(s, "cache_collapse")) {
-			t.Errorf("restart raised %q", s)
+	for _, n := range notifications(logs) {
+		if n.Replica == "r1" && (n.Class == "retry_avalanche" || n.Class == "cache_collapse") {
+			t.Errorf("restart raised %+v", n)
 		}
-		if strings.Contains(s, " on r2 ") {
-			t.Errorf("healthy replica paged: %q", s)
+		if n.Replica == "r2" {
+			t.Errorf("healthy replica paged: %+v", n)
 		}
 	}
 
@@ -350,6 +346,31 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(logs.text(), "watchdog stopped") {
 		t.Error("no clean shutdown line")
+	}
+	// Production output is one stream of structured records: every line on
+	// stderr is a JSON object, the notifications included, and nothing is
+	// written to stdout.
+	for i, line := range strings.Split(logs.text(), "\n") {
+		var record map[string]any
+		if err := json.Unmarshal([]byte(line), &record); err != nil {
+			t.Errorf("stderr line %d is not a JSON record: %q", i+1, line)
+		}
+	}
+	if len(notifications(logs)) == 0 {
+		t.Error("no notification record on stderr")
+	}
+	if out.text() != "" {
+		t.Errorf("stdout is not empty:\n%s", out.text())
+	}
+}
+
+// notified matches the structured record the log integration writes for
+// an event of class on replica of kind, whose summary contains summary.
+func notified(class, replica, kind, summary string) func(string) bool {
+	return func(s string) bool {
+		var n notification
+		return json.Unmarshal([]byte(s), &n) == nil && n.Msg == "notification" && n.Class == class &&
+			n.Replica == replica && n.Kind == kind && strings.Contains(n.Summary, summary)
 	}
 }
 
@@ -406,7 +427,7 @@ func TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, nil, map[string]string{"WATCHDOG_CONFIG": cfgPath, "WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0"}, outW, errW)
+		err := run(ctx, []string{"--web.enable-lifecycle", "--config.watch-interval=0"}, map[string]string{"WATCHDOG_CONFIG": cfgPath, "WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0"}, outW, errW)
 		outW.Close()
 		errW.Close()
 		done <- err
@@ -427,7 +448,7 @@ func TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile(t *testing.T) {
 	}
 
 	r0.waitScrapes(t, 30) // 3 s of storm below the threshold: nothing pages
-	if strings.Contains(out.text(), "preempt_storm") {
+	if len(notifications(logs)) > 0 {
 		t.Fatal("paged above the configured threshold")
 	}
 
@@ -445,7 +466,7 @@ func TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile(t *testing.T) {
 			t.Logf("stdout:\n%s\nstderr:\n%s", out.text(), logs.text())
 		}
 	}()
-	out.waitFor(t, "storm after the threshold change", func(s string) bool { return strings.Contains(s, "preempt_storm on r0 (trigger)") })
+	logs.waitFor(t, "storm after the threshold change", notified("preempt_storm", "r0", "trigger", ""))
 	r1.waitScrapes(t, 5)
 
 	// A broken file is rejected, by the API and by SIGHUP; the old
@@ -465,11 +486,16 @@ func TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile(t *testing.T) {
 	// Removing r0 by SIGHUP resolves its firing alert as "target removed".
 	write("1", "r1="+s1.URL)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
-	out.waitFor(t, "target removed resolve", func(s string) bool {
-		return strings.Contains(s, "target removed")
+	// The removal is applied before the reload is recorded as a success;
+	// the log integration's queue writes the resolve concurrently, so the
+	// two records come in either order.
+	resolved, reloaded := notified("preempt_storm", "r0", "resolve", "target removed"), false
+	seenResolve := false
+	logs.waitFor(t, "reload recorded and target removed resolve", func(s string) bool {
+		reloaded = reloaded || strings.Contains(s, "configuration reloaded")
+		seenResolve = seenResolve || resolved(s)
+		return reloaded && seenResolve
 	})
-	// The removal is applied before the reload is recorded as a success.
-	logs.waitFor(t, "reload recorded", func(s string) bool { return strings.Contains(s, "configuration reloaded") })
 	_, metrics = get(t, base+"/metrics")
 	if !strings.Contains(metrics, "watchdog_config_last_reload_successful 1") || strings.Contains(metrics, `target="r0"`) {
 		t.Error("after the good reload: success not recorded, or r0 still scraped")

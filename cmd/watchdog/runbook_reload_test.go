@@ -28,7 +28,7 @@ func TestServedRunbooksFollowTheReloadedThresholds(t *testing.T) {
 	}
 	write("123.5")
 
-	_, logs := runDaemon(t, map[string]string{"WATCHDOG_CONFIG": cfgPath})
+	_, logs := runDaemon(t, map[string]string{"WATCHDOG_CONFIG": cfgPath}, "--web.enable-lifecycle")
 	startLine := logs.waitFor(t, "start", func(s string) bool { return strings.Contains(s, "watchdog started") })
 	var started struct{ Listen string }
 	json.Unmarshal([]byte(startLine), &started)

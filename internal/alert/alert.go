@@ -186,7 +186,7 @@ func (l Links) runbook(c detect.Class) string {
 }
 
 func (l Links) alert(fp string) string {
-	return l.ExternalURL + "/api/v1/alerts?fingerprint=" + fp
+	return l.ExternalURL + "/api/v1/watchdog/alerts?fingerprint=" + fp
 }
 
 // Tracker holds every alert. It is not safe for concurrent use: the

@@ -84,7 +84,7 @@ func TestLifecyclePendingFiringResolved(t *testing.T) {
 	if trig.Fingerprint != Fingerprint("r1", detect.PreemptStorm) || trig.Seq != 1 {
 		t.Errorf("trigger identity: %+v", trig)
 	}
-	if trig.RunbookURL != "http://wd:9402/runbooks/preempt_storm" || !strings.HasPrefix(trig.AlertURL, "http://wd:9402/api/v1/alerts") {
+	if trig.RunbookURL != "http://wd:9402/runbooks/preempt_storm" || !strings.HasPrefix(trig.AlertURL, "http://wd:9402/api/v1/watchdog/alerts?fingerprint=") {
 		t.Errorf("links: %q %q", trig.RunbookURL, trig.AlertURL)
 	}
 	if len(trig.Evidence) != 1 || !trig.Evidence[0].HasBase {

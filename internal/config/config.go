@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ type Config struct {
 	// absolute. Empty derives one from this daemon's address (PageLinkBase).
 	ExternalURL string `yaml:"external_url"`
 	LogLevel    string `yaml:"log_level"`
+	LogFormat   string `yaml:"log_format"` // LogFormats
 	// StateDir keeps incidents and delivery state across restarts; empty
 	// keeps them in memory only.
 	StateDir string `yaml:"state_dir"`
@@ -171,6 +173,7 @@ func Default() Config {
 	return Config{
 		ListenAddress: DefaultListenAddress,
 		LogLevel:      "info",
+		LogFormat:     LogFormatJSON,
 		Scrape: Scrape{
 			Interval:     5 * time.Second,
 			MaxBodyBytes: 16 << 20,
@@ -210,6 +213,7 @@ type envVars struct {
 	ListenAddress  *string        `env:"WATCHDOG_LISTEN_ADDRESS"`
 	ScrapeInterval *time.Duration `env:"WATCHDOG_SCRAPE_INTERVAL"`
 	LogLevel       *string        `env:"WATCHDOG_LOG_LEVEL"`
+	LogFormat      *string        `env:"WATCHDOG_LOG_FORMAT"`
 	StateDir       *string        `env:"WATCHDOG_STATE_DIR"`
 	ExternalURL    *string        `env:"WATCHDOG_EXTERNAL_URL"`
 	PodIP          *string        `env:"POD_IP"`
@@ -230,18 +234,24 @@ type envVars struct {
 // the daemon, a demo config for the demo); the file named by
 // WATCHDOG_CONFIG, if any, is decoded over it.
 func Load(base Config, environ map[string]string) (Config, error) {
+	return LoadWithFlags(base, environ, Flags{})
+}
+
+// LoadWithFlags is Load with command-line flags, which win over the
+// environment, which wins over the file.
+func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config, error) {
 	var ev envVars
 	if err := env.ParseWithOptions(&ev, env.Options{Environment: environ}); err != nil {
 		return Config{}, fmt.Errorf("environment: %w", err)
 	}
 	cfg := base
-	if ev.Config != nil && *ev.Config != "" {
-		data, err := os.ReadFile(*ev.Config)
+	if path, source := flags.configFile(ev.Config); path != "" {
+		data, err := os.ReadFile(path)
 		if err != nil {
-			return Config{}, fmt.Errorf("WATCHDOG_CONFIG: %w", err)
+			return Config{}, fmt.Errorf("%s: %w", source, err)
 		}
 		if cfg, err = Parse(base, data); err != nil {
-			return Config{}, fmt.Errorf("%s: %w", *ev.Config, err)
+			return Config{}, fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	var errs []error
@@ -252,6 +262,7 @@ func Load(base Config, environ map[string]string) (Config, error) {
 	}
 	set(&cfg.ListenAddress, ev.ListenAddress)
 	set(&cfg.LogLevel, ev.LogLevel)
+	set(&cfg.LogFormat, ev.LogFormat)
 	set(&cfg.StateDir, ev.StateDir)
 	set(&cfg.ExternalURL, ev.ExternalURL)
 	set(&cfg.PodIP, ev.PodIP)
@@ -300,6 +311,7 @@ func Load(base Config, environ map[string]string) (Config, error) {
 	readSecret("notify.slack.bot_token_file", cfg.Notify.Slack.BotTokenFile, &cfg.Notify.Slack.BotToken)
 	readSecret("notify.slack.webhook_url_file", cfg.Notify.Slack.WebhookURLFile, &cfg.Notify.Slack.WebhookURL)
 	readSecret("notify.pagerduty.routing_key_file", cfg.Notify.PagerDuty.RoutingKeyFile, &cfg.Notify.PagerDuty.RoutingKey)
+	flags.apply(&cfg)
 
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
@@ -393,6 +405,9 @@ func (c Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		add("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if !slices.Contains(LogFormats, c.LogFormat) {
+		add("log_format: %q is not one of %s", c.LogFormat, strings.Join(LogFormats, ", "))
 	}
 	if c.ExternalURL != "" {
 		if u, err := url.Parse(c.ExternalURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {

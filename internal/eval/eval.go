@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,12 +55,15 @@ type Loop struct {
 	mu        sync.RWMutex // guards everything below and opts.Assessor/Tracker swaps
 	alerts    []alert.Alert
 	round     assess.Round
-	lastEval  time.Time
 	rounds    uint64
 	persisted []string // fingerprint:seq of the last saved snapshot
 	// stale says the stored document may differ from persisted (another
 	// copy wrote it while this one followed): the next persist saves.
 	stale bool
+
+	// lastEval is the time of the last completed round, read without the
+	// lock so a probe answers while a round is stuck holding it.
+	lastEval atomic.Pointer[time.Time]
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -149,7 +153,8 @@ func (l *Loop) Retire(gone func(replica string) bool, reason string, now time.Ti
 
 func (l *Loop) publish(round assess.Round) {
 	l.round = round
-	l.lastEval = round.At
+	at := round.At
+	l.lastEval.Store(&at)
 	l.rounds++
 	l.publishAlerts()
 }
@@ -228,9 +233,10 @@ func (l *Loop) Round() assess.Round {
 
 // LastEvaluation is the time of the last round, zero before the first.
 func (l *Loop) LastEvaluation() time.Time {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return l.lastEval
+	if at := l.lastEval.Load(); at != nil {
+		return *at
+	}
+	return time.Time{}
 }
 
 // Ready is closed after the first evaluation round.

@@ -1,15 +1,20 @@
-// Package server is the daemon's own HTTP surface: /metrics, /healthz,
-// /readyz, the JSON API (/api/v1/alerts, /api/v1/targets) and the runbooks.
-// It only reads: alert state and windows are owned by the evaluation loop
-// and the window store.
+// Package server is the daemon's own HTTP surface: /metrics, the probes
+// (/-/healthy and /-/ready as in Prometheus, /healthz and /readyz as
+// aliases), the lifecycle endpoint /-/reload, the JSON API
+// (/api/v1/alerts in Prometheus' shape, /api/v1/watchdog/alerts,
+// /api/v1/targets) and the runbooks. Apart from /-/reload it only reads:
+// alert state and windows are owned by the evaluation loop and the window
+// store.
 package server
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,8 +42,13 @@ type Options struct {
 	Logger   *zap.Logger
 	// Now reads the clock for the API's "age" fields; main passes time.Now.
 	Now func() time.Time
-	// Reload applies the configuration again (POST /-/reload); nil: 404.
+	// Reload applies the configuration again (POST /-/reload); nil: the
+	// lifecycle API is off and /-/reload answers 403 saying so.
 	Reload func() error
+	// StaleAfter is how long the evaluation loop may go without completing
+	// a round before the daemon reports itself unhealthy and unready; 0
+	// never.
+	StaleAfter time.Duration
 	// Notices returns operator warnings shown in /readyz (e.g. page links
 	// no one configured); they do not make the daemon unready. nil: none.
 	Notices func() []string
@@ -53,6 +63,9 @@ type Server struct {
 	srv      *http.Server
 	ln       net.Listener
 	stopping chan struct{}
+	// started stands in for the last round until the first one completes,
+	// so a daemon is healthy while it waits for its first round.
+	started time.Time
 }
 
 // New binds the listener (so ":0" gets a port and Addr works before Run).
@@ -65,7 +78,7 @@ func New(addr string, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, ln: ln, stopping: make(chan struct{})}
+	s := &Server{opts: opts, ln: ln, stopping: make(chan struct{}), started: opts.Now()}
 	s.srv = newHTTPServer(s.Handler())
 	return s, nil
 }
@@ -99,27 +112,39 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.HandleFunc("GET /api/v1/alerts", s.alerts)
-	mux.HandleFunc("GET /api/v1/targets", s.targets)
-	if s.opts.Reload != nil {
-		mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, _ *http.Request) {
-			if err := s.opts.Reload(); err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			w.Write([]byte("reloaded\n"))
-		})
+	for _, path := range []string{"/-/healthy", "/healthz"} {
+		mux.HandleFunc("GET "+path, s.healthy)
 	}
+	for _, path := range []string{"/-/ready", "/readyz"} {
+		mux.HandleFunc("GET "+path, s.ready)
+	}
+	mux.HandleFunc("GET /api/v1/alerts", s.prometheusAlerts)
+	mux.HandleFunc("GET /api/v1/watchdog/alerts", s.alerts)
+	mux.HandleFunc("GET /api/v1/targets", s.targets)
+	// A browser on another site must not be able to make an operator's
+	// browser reload the daemon: cross-origin requests (Sec-Fetch-Site,
+	// Origin against Host) are refused with 403.
+	mux.Handle("POST /-/reload", http.NewCrossOriginProtection().Handler(http.HandlerFunc(s.reload)))
 	if s.opts.Runbooks != nil {
 		mux.Handle("GET /runbooks/", s.opts.Runbooks)
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("sglang-watchdog\n\n/api/v1/alerts\n/api/v1/targets\n/metrics\n/healthz\n/readyz\n/runbooks/\n"))
+		w.Write([]byte("sglang-watchdog\n\n/api/v1/alerts\n/api/v1/watchdog/alerts\n/api/v1/targets\n/metrics\n/-/healthy\n/-/ready\n/runbooks/\n"))
 	})
 	return mux
+}
+
+func (s *Server) reload(w http.ResponseWriter, _ *http.Request) {
+	if s.opts.Reload == nil {
+		http.Error(w, "the lifecycle API is not enabled: start the daemon with --web.enable-lifecycle, or send it SIGHUP", http.StatusForbidden)
+		return
+	}
+	if err := s.opts.Reload(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Write([]byte("reloaded\n"))
 }
 
 // Run serves until ctx is done, then shuts down gracefully.
@@ -143,7 +168,36 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+// stalled says why the evaluation loop counts as stuck: no round completed
+// within StaleAfter (counted from start-up before the first round). "" when
+// it is not.
+func (s *Server) stalled() string {
+	if s.opts.Alerts == nil || s.opts.StaleAfter <= 0 {
+		return ""
+	}
+	last := s.opts.Alerts.LastEvaluation()
+	if last.IsZero() {
+		last = s.started
+	}
+	if age := s.opts.Now().Sub(last); age > s.opts.StaleAfter {
+		return fmt.Sprintf("evaluation loop stalled: no round completed for %s (limit %s)", age.Truncate(time.Second), s.opts.StaleAfter)
+	}
+	return ""
+}
+
+// healthy is the liveness probe: the process serves and its evaluation
+// loop completes rounds.
+func (s *Server) healthy(w http.ResponseWriter, _ *http.Request) {
+	if why := s.stalled(); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
+}
+
+// ready is the readiness probe: the first evaluation round has completed,
+// the loop has not stalled since, and the daemon is not shutting down.
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 	select {
 	case <-s.stopping:
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
@@ -156,12 +210,19 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 			detail += "\nwarning: " + n
 		}
 	}
-	select {
-	case <-s.opts.Alerts.Ready():
-		w.Write([]byte("ready" + detail + "\n"))
-	default:
-		http.Error(w, "waiting for the first evaluation round"+detail, http.StatusServiceUnavailable)
+	if s.opts.Alerts != nil {
+		select {
+		case <-s.opts.Alerts.Ready():
+		default:
+			http.Error(w, "waiting for the first evaluation round"+detail, http.StatusServiceUnavailable)
+			return
+		}
 	}
+	if why := s.stalled(); why != "" {
+		http.Error(w, why+detail, http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ready" + detail + "\n"))
 }
 
 // apiAlert is the JSON shape of an alert.
@@ -257,4 +318,53 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// promAlert is an alert in the shape of Prometheus' GET /api/v1/alerts,
+// so Grafana, Karma and scripts written for Prometheus read it. The
+// watchdog's own view, with evidence and steps, is /api/v1/watchdog/alerts.
+type promAlert struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+	State       string            `json:"state"`
+	ActiveAt    time.Time         `json:"activeAt"`
+	Value       string            `json:"value"`
+}
+
+// prometheusAlerts serves the pending and firing alerts as Prometheus
+// does: {"status":"success","data":{"alerts":[...]}}. Resolved alerts are
+// not active and are left out, as Prometheus leaves them out.
+func (s *Server) prometheusAlerts(w http.ResponseWriter, _ *http.Request) {
+	alerts := []promAlert{}
+	for _, a := range s.opts.Alerts.Alerts() {
+		if a.State != alert.StatePending && a.State != alert.StateFiring {
+			continue
+		}
+		f := a.Finding
+		labels := map[string]string{"alertname": string(a.Class), "severity": a.Severity, "replica": a.Replica, "fingerprint": a.Fingerprint}
+		if a.Model != "" {
+			labels["model"] = a.Model
+		}
+		if f.Layer != "" {
+			labels["layer"] = string(f.Layer)
+		}
+		annotations := map[string]string{"summary": f.Summary, "description": f.Diagnosis}
+		if f.Runbook != "" {
+			annotations["runbook_url"] = f.Runbook
+		}
+		// The value is the first evidence number, the one the headline leads
+		// with, formatted as Prometheus formats sample values.
+		value := ""
+		if len(f.Evidence) > 0 {
+			value = strconv.FormatFloat(f.Evidence[0].Value, 'e', -1, 64)
+		}
+		alerts = append(alerts, promAlert{Labels: labels, Annotations: annotations, State: string(a.State), ActiveAt: a.ActiveAt, Value: value})
+	}
+	type data struct {
+		Alerts []promAlert `json:"alerts"`
+	}
+	writeJSON(w, struct {
+		Status string `json:"status"`
+		Data   data   `json:"data"`
+	}{Status: "success", Data: data{Alerts: alerts}})
 }

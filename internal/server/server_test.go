@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +19,10 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -77,18 +83,24 @@ func TestEndpoints(t *testing.T) {
 	go func() { done <- srv.Run(ctx) }()
 	base := "http://" + srv.Addr()
 
-	if code, _ := get(t, base+"/healthz"); code != 200 {
-		t.Errorf("healthz %d", code)
+	for _, path := range []string{"/-/healthy", "/healthz"} {
+		if code, _ := get(t, base+path); code != 200 {
+			t.Errorf("%s %d", path, code)
+		}
 	}
-	if code, _ := get(t, base+"/readyz"); code != 503 {
-		t.Errorf("readyz before the first round: %d", code)
+	for _, path := range []string{"/-/ready", "/readyz"} {
+		if code, _ := get(t, base+path); code != 503 {
+			t.Errorf("%s before the first round: %d", path, code)
+		}
 	}
 	close(fa.ready)
-	if code, _ := get(t, base+"/readyz"); code != 200 {
-		t.Errorf("readyz after: %d", code)
+	for _, path := range []string{"/-/ready", "/readyz"} {
+		if code, _ := get(t, base+path); code != 200 {
+			t.Errorf("%s after: %d", path, code)
+		}
 	}
 
-	_, body := get(t, base+"/api/v1/alerts?state=firing")
+	_, body := get(t, base+"/api/v1/watchdog/alerts?state=firing")
 	var alerts struct{ Alerts []apiAlert }
 	json.Unmarshal([]byte(body), &alerts)
 	if len(alerts.Alerts) != 1 || alerts.Alerts[0].Diagnosis != "KV full" || len(alerts.Alerts[0].Evidence) != 1 || len(alerts.Alerts[0].Emergency) != 1 {
@@ -116,6 +128,28 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("r2: %+v", r2)
 	}
 
+	// A browser on another site posting to /-/reload is refused, whichever
+	// header gives it away.
+	for _, h := range []map[string]string{{"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://evil.example"}} {
+		req, _ := http.NewRequest("POST", base+"/-/reload", nil)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("cross-origin reload %v: %d, want 403", h, resp.StatusCode)
+		}
+	}
+	if code, _ := get(t, base+"/-/reload"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /-/reload: %d, want 405", code)
+	}
+	if reloads != 0 {
+		t.Fatalf("refused requests reloaded %d times", reloads)
+	}
 	resp, _ := http.Post(base+"/-/reload", "", nil)
 	resp.Body.Close()
 	resp2, _ := http.Post(base+"/-/reload", "", nil)
@@ -130,3 +164,162 @@ func TestEndpoints(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// The API at /api/v1/alerts has Prometheus' shape: active alerts only,
+// with labels, annotations, state, activeAt and value.
+func TestPrometheusShapedAlerts(t *testing.T) {
+	active := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	fa := &fakeAlerts{ready: make(chan struct{}), alerts: []alert.Alert{
+		{Fingerprint: "f1", Class: detect.PreemptStorm, Replica: "r1", Model: "m", State: alert.StateFiring, Severity: "critical", ActiveAt: active,
+			Finding: detect.Finding{Layer: detect.LayerMemory, Summary: "storm", Diagnosis: "KV full", Runbook: "/runbooks/preempt_storm",
+				Evidence: []detect.Evidence{{Name: "retractions/s", Value: 3}}}},
+		{Fingerprint: "f2", Class: detect.CacheCollapse, Replica: "r1", State: alert.StatePending, Severity: "warning", ActiveAt: active},
+		{Fingerprint: "f3", Class: detect.ReplicaDown, Replica: "r2", State: alert.StateResolved, Severity: "critical"},
+	}}
+	h := (&Server{opts: Options{Alerts: fa, Now: time.Now}}).Handler()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/alerts", nil))
+	var got struct {
+		Status string
+		Data   struct {
+			Alerts []struct {
+				Labels      map[string]string
+				Annotations map[string]string
+				State       string
+				ActiveAt    time.Time
+				Value       string
+			}
+		}
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, rec.Body)
+	}
+	if got.Status != "success" || len(got.Data.Alerts) != 2 {
+		t.Fatalf("want status success and the 2 active alerts: %s", rec.Body)
+	}
+	a := got.Data.Alerts[0]
+	wantLabels := map[string]string{"alertname": "preempt_storm", "severity": "critical", "replica": "r1", "model": "m", "fingerprint": "f1", "layer": string(detect.LayerMemory)}
+	if !maps.Equal(a.Labels, wantLabels) {
+		t.Errorf("labels %v, want %v", a.Labels, wantLabels)
+	}
+	if a.Annotations["summary"] != "storm" || a.Annotations["description"] != "KV full" || a.Annotations["runbook_url"] != "/runbooks/preempt_storm" {
+		t.Errorf("annotations %v", a.Annotations)
+	}
+	if a.State != "firing" || !a.ActiveAt.Equal(active) || a.Value != "3e+00" {
+		t.Errorf("state %q activeAt %s value %q", a.State, a.ActiveAt, a.Value)
+	}
+	if got.Data.Alerts[1].State != "pending" {
+		t.Errorf("second alert %+v, want the pending one", got.Data.Alerts[1])
+	}
+	for _, key := range []string{`"activeAt"`, `"labels"`, `"annotations"`} {
+		if !strings.Contains(rec.Body.String(), key) {
+			t.Errorf("body lacks %s: %s", key, rec.Body)
+		}
+	}
+}
+
+// Without the lifecycle API enabled, /-/reload refuses and says how to
+// enable it.
+func TestReloadDisabledByDefault(t *testing.T) {
+	h := (&Server{opts: Options{Now: time.Now}}).Handler()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/-/reload", nil))
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "--web.enable-lifecycle") {
+		t.Errorf("%d %q, want 403 naming --web.enable-lifecycle", rec.Code, rec.Body)
+	}
+}
+
+// stallingWindows are a window store whose reads block while stalled, as
+// a round stuck on a lock or a slow dependency would.
+type stallingWindows struct {
+	mu      sync.Mutex
+	stalled chan struct{} // nil: reads return at once
+}
+
+func (w *stallingWindows) stall() chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stalled = make(chan struct{})
+	return w.stalled
+}
+
+func (w *stallingWindows) Replicas() []detect.Replica {
+	w.mu.Lock()
+	c := w.stalled
+	w.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+	return nil
+}
+
+func (w *stallingWindows) View(string, func(detect.Window)) bool { return false }
+
+// Liveness and readiness follow the real evaluation loop: both answer 200
+// while rounds complete, both turn 503 once no round has completed for
+// StaleAfter, and both recover when rounds resume.
+func TestProbesFollowTheEvaluationLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		windows := &stallingWindows{}
+		loop := eval.New(eval.Options{
+			Interval: 5 * time.Second, Windows: windows, Sender: discard{}, Logger: zap.NewNop(),
+			Assessor: assess.New(nil, assess.Config{Triage: detect.DefaultConfig().Triage}),
+			Tracker:  alert.NewTracker(alert.DefaultConfig(), alert.Links{}),
+		}, prometheus.NewRegistry())
+		h := (&Server{opts: Options{Alerts: loop, Now: time.Now, StaleAfter: 20 * time.Second}, stopping: make(chan struct{}), started: time.Now()}).Handler()
+		probe := func(path string) (int, string) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			return rec.Code, rec.Body.String()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- loop.Run(ctx) }()
+
+		if code, _ := probe("/-/ready"); code != 503 {
+			t.Errorf("/-/ready before the first round: %d", code)
+		}
+		if code, _ := probe("/-/healthy"); code != 200 {
+			t.Errorf("/-/healthy while waiting for the first round: %d", code)
+		}
+		time.Sleep(6 * time.Second) // virtual time: one round
+		synctest.Wait()
+		for _, path := range []string{"/-/healthy", "/-/ready"} {
+			if code, body := probe(path); code != 200 {
+				t.Errorf("%s while rounds complete: %d %s", path, code, body)
+			}
+		}
+
+		release := windows.stall()
+		time.Sleep(19 * time.Second) // the next round is stuck, within the limit
+		synctest.Wait()
+		if code, body := probe("/-/healthy"); code != 200 {
+			t.Errorf("/-/healthy within StaleAfter: %d %s", code, body)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		for _, path := range []string{"/-/healthy", "/healthz", "/-/ready", "/readyz"} {
+			if code, body := probe(path); code != 503 || !strings.Contains(body, "evaluation loop stalled") {
+				t.Errorf("%s with the loop stuck: %d %q, want 503 saying it stalled", path, code, body)
+			}
+		}
+
+		windows.mu.Lock()
+		windows.stalled = nil
+		windows.mu.Unlock()
+		close(release)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		for _, path := range []string{"/-/healthy", "/-/ready"} {
+			if code, body := probe(path); code != 200 {
+				t.Errorf("%s after rounds resumed: %d %s", path, code, body)
+			}
+		}
+		cancel()
+		<-done
+	})
+}
+
+type discard struct{}
+
+func (discard) Send(notify.Event) {}

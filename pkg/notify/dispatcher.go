@@ -409,7 +409,7 @@ func resolveNotice(n Event, why string, at time.Time) Event {
 	r.Kind, r.Status = KindResolve, StatusResolved
 	r.EndsAt, r.At = at, at
 	r.Summary = fmt.Sprintf("Delivery-failure notice closed: %s This says nothing about the incident itself. The notice was: %s", why, n.Summary)
-	r.Diagnosis = fmt.Sprintf("%s The event %s lost was not re-sent; the incident's current state is in the watchdog's /api/v1/alerts, and its next update or resolve goes to %s again.",
+	r.Diagnosis = fmt.Sprintf("%s The event %s lost was not re-sent; the incident's current state is in the watchdog's /api/v1/watchdog/alerts, and its next update or resolve goes to %s again.",
 		why, n.Integration, n.Integration)
 	r.Emergency, r.Evidence = nil, nil
 	return r
