@@ -67,7 +67,7 @@ type Config struct {
 	URLs []string `yaml:"urls"`
 	// HTTPClient is Prometheus's HTTP client configuration: basic auth,
 	// authorization, OAuth2, TLS, proxy.
-	HTTPClient commoncfg.HTTPClientConfig `yaml:"http_client"`
+	HTTPClient HTTPClient `yaml:"http_client"`
 	// ResendInterval is how often a firing incident is sent again; its
 	// endsAt is 4 resend intervals ahead.
 	ResendInterval time.Duration `yaml:"resend_interval"`
@@ -75,7 +75,27 @@ type Config struct {
 
 // DefaultConfig has no Alertmanager and Prometheus's HTTP client defaults.
 func DefaultConfig() Config {
-	return Config{HTTPClient: commoncfg.DefaultHTTPClientConfig, ResendInterval: DefaultResendInterval}
+	return Config{HTTPClient: HTTPClient{commoncfg.DefaultHTTPClientConfig}, ResendInterval: DefaultResendInterval}
+}
+
+// HTTPClient is Prometheus's HTTP client configuration. It decodes without
+// the validation commoncfg.HTTPClientConfig runs while decoding, which
+// would abort the whole file at the first problem and without its path;
+// Config.Validate reports it with the others, under http_client.
+type HTTPClient struct {
+	commoncfg.HTTPClientConfig `yaml:",inline"`
+}
+
+// UnmarshalYAML decodes over Prometheus's defaults (follow redirects,
+// HTTP/2), as commoncfg.HTTPClientConfig does.
+func (c *HTTPClient) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain commoncfg.HTTPClientConfig
+	p := plain(commoncfg.DefaultHTTPClientConfig)
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	c.HTTPClientConfig = commoncfg.HTTPClientConfig(p)
+	return nil
 }
 
 // Enabled reports whether an Alertmanager is configured.
@@ -139,7 +159,7 @@ func New(cfg Config, logger *zap.Logger) (*Notifier, error) {
 	if !cfg.Enabled() {
 		return nil, errors.New("urls: at least one Alertmanager URL is required")
 	}
-	client, err := commoncfg.NewClientFromConfig(cfg.HTTPClient, Name)
+	client, err := commoncfg.NewClientFromConfig(cfg.HTTPClient.HTTPClientConfig, Name)
 	if err != nil {
 		return nil, fmt.Errorf("http_client: %w", err)
 	}
