@@ -579,7 +579,7 @@ func TestTargetLabelsReachEveryEventOfTheIncident(t *testing.T) {
 	for _, tracker := range []*Tracker{tr, restored} {
 		var resolve []notify.Event
 		for i := 1; i <= 40 && len(resolve) == 0; i++ {
-			resolve = tracker.Update(roundOf(t0.Add(time.Minute+time.Duration(i)*10*time.Second)))
+			resolve = tracker.Update(roundOf(t0.Add(time.Minute + time.Duration(i)*10*time.Second)))
 		}
 		if len(resolve) != 1 || resolve[0].Kind != notify.KindResolve || resolve[0].Labels["team"] != "inference" {
 			t.Errorf("resolve with the replica gone: %v %+v", kinds(resolve), resolve)
