@@ -53,6 +53,9 @@ func TestWatchdogYAMLStatesTheDefaults(t *testing.T) {
 		if len(c.Discovery.DNS) == 0 {
 			c.Discovery.DNS = nil
 		}
+		if len(c.Notify.Alertmanager.URLs) == 0 {
+			c.Notify.Alertmanager.URLs = nil
+		}
 	}
 	normalize(&got)
 	normalize(&want)

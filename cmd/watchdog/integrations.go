@@ -10,6 +10,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/alertmanager"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
 )
@@ -44,6 +45,14 @@ func buildIntegrations(cfg config.Config, logger *zap.Logger) ([]notify.Integrat
 			errs = append(errs, fmt.Errorf("pagerduty: %w", err))
 		} else {
 			out = append(out, notify.Integration{Name: notify.IntegrationPagerDuty, Notifier: n})
+		}
+	}
+	if am := cfg.Notify.Alertmanager; am.Enabled() {
+		n, err := alertmanager.New(am, logger.Named("alertmanager"))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("alertmanager: %w", err))
+		} else {
+			out = append(out, notify.Integration{Name: alertmanager.Name, Notifier: n})
 		}
 	}
 	return out, errors.Join(errs...)

@@ -157,6 +157,10 @@ type Alert struct {
 	Peak      []detect.Evidence `json:"peak,omitempty"`
 	PeakAt    time.Time         `json:"peak_at,omitzero"`
 	PeakScore float64           `json:"peak_score,omitempty"`
+	// Labels are the replica's target labels last seen (namespace, team,
+	// ...), kept so that the incident's events carry them even when the
+	// replica is gone from the round, as when it resolves.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // open reports whether the alert is pending or firing.
@@ -590,7 +594,7 @@ func (t *Tracker) RestoreIncidents(open []notify.Event, now time.Time) int {
 			members = union(members, []detect.Class{detect.Class(c)})
 		}
 		t.alerts[ev.Fingerprint] = &Alert{
-			Fingerprint: ev.Fingerprint, Class: f.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet,
+			Fingerprint: ev.Fingerprint, Class: f.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet, Labels: ev.Labels,
 			State: StateFiring, Severity: ev.Severity,
 			ActiveAt: ev.StartsAt, FiredAt: ev.StartsAt, LastSeen: now, LastNotified: ev.At, HoldUntil: now.Add(t.cfg.RestoreGrace),
 			Seq: ev.Seq, Finding: f, Members: members,
@@ -641,6 +645,10 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 		At:          now,
 	}
 	snap, haveSnap := round.Replica(a.Replica)
+	if haveSnap && len(snap.Replica.Labels) > 0 && !a.Fleet {
+		a.Labels = maps.Clone(snap.Replica.Labels)
+	}
+	ev.Labels = maps.Clone(a.Labels)
 	// Values of a replica that cannot be scraped are from its last good
 	// scrape: stale, so not shown as what users feel now.
 	ev.Headline = headline(a, snap.Snapshot, haveSnap && snap.Scrape.Up, kind == notify.KindResolve, now)

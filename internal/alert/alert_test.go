@@ -554,3 +554,35 @@ func TestResolveWaitsForTheBacklogTheIncidentBuilt(t *testing.T) {
 		t.Fatalf("want one resolve when the aftermath ends, got %v", kinds(evs))
 	}
 }
+
+// The replica's target labels (namespace, team) reach every event of its
+// incident, the resolve included when the replica is gone from the round,
+// and survive a restart through the notifiers' records.
+func TestTargetLabelsReachEveryEventOfTheIncident(t *testing.T) {
+	tr := NewTracker(testConfig(), Links{ExternalURL: "http://wd:9402"})
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	labels := map[string]string{"namespace": "llm-prod", "team": "inference"}
+	withReplica := func(now time.Time) assess.Round {
+		r := roundOf(now, storm)
+		r.Replicas = []assess.Replica{{Replica: detect.Replica{Name: "r1", Model: "m", Labels: labels}, Scrape: detect.ScrapeState{Up: true}}}
+		return r
+	}
+	var evs []notify.Event
+	for i := 0; i <= 3; i++ {
+		evs = append(evs, tr.Update(withReplica(t0.Add(time.Duration(i)*10*time.Second)))...)
+	}
+	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Labels["team"] != "inference" || evs[0].Labels["namespace"] != "llm-prod" {
+		t.Fatalf("trigger: %v labels %v", kinds(evs), evs)
+	}
+	restored := NewTracker(testConfig(), Links{ExternalURL: "http://wd:9402"})
+	restored.RestoreIncidents(evs, t0.Add(time.Minute))
+	for _, tracker := range []*Tracker{tr, restored} {
+		var resolve []notify.Event
+		for i := 1; i <= 40 && len(resolve) == 0; i++ {
+			resolve = tracker.Update(roundOf(t0.Add(time.Minute + time.Duration(i)*10*time.Second)))
+		}
+		if len(resolve) != 1 || resolve[0].Kind != notify.KindResolve || resolve[0].Labels["team"] != "inference" {
+			t.Errorf("resolve with the replica gone: %v %+v", kinds(resolve), resolve)
+		}
+	}
+}

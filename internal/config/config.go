@@ -27,6 +27,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/alertmanager"
 )
 
 // Config is the whole configuration.
@@ -112,6 +113,8 @@ type Notify struct {
 	Routes    []notify.Route `yaml:"routes"`
 	Slack     Slack          `yaml:"slack"`
 	PagerDuty PagerDuty      `yaml:"pagerduty"`
+	// Alertmanager posts incidents to Prometheus Alertmanager (alertmanager.go).
+	Alertmanager Alertmanager `yaml:"alertmanager"`
 	// MaxRetryAfter caps the wait a provider's Retry-After imposes on
 	// every notification of its integration (also a wait restored after a
 	// restart), so one bad header cannot silence paging for hours.
@@ -195,6 +198,8 @@ func Default() Config {
 			Routes:    notify.DefaultRoutes().Routes,
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
 			PagerDuty: PagerDuty{EventsURL: DefaultPagerDutyURL},
+
+			Alertmanager: alertmanager.DefaultConfig(),
 
 			MaxRetryAfter:     queue.MaxRetryAfter,
 			MaxPending:        queue.MaxPending,
@@ -485,6 +490,9 @@ func (c Config) Validate() error {
 	}
 	if err := (notify.RouteConfig{Routes: c.Notify.Routes}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("notify.%w", err))
+	}
+	if err := validateAlertmanager(c.Notify.Alertmanager); err != nil {
+		errs = append(errs, err)
 	}
 	n := c.Notify
 	for _, b := range []struct {

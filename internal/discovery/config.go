@@ -104,6 +104,9 @@ const (
 	// window store reads it when the exposition lacks model_name, and
 	// sharding by model hashes it.
 	LabelModel = "model"
+	// LabelNamespace is the target label Kubernetes discovery sets to the
+	// pod's namespace; routes match it and Alertmanager receives it.
+	LabelNamespace = "namespace"
 )
 
 // DefaultCopyLabels returns the pod labels copied onto targets by default.

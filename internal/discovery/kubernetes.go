@@ -259,6 +259,7 @@ func (k *kubeSource) podTarget(p *corev1.Pod) podResult {
 	if v := p.Labels[k.cfg.ModelLabel]; v != "" {
 		set(LabelModel, v)
 	}
+	set(LabelNamespace, p.Namespace)
 	return podResult{target: scrape.Target{
 		Name:   podTargetName(p.Namespace, p.Name),
 		URL:    k.cfg.Scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + k.cfg.Path,

@@ -118,8 +118,8 @@ func TestKubernetesPodLifecycle(t *testing.T) {
 		if a.URL != "http://10.1.0.1:30000/metrics" || a.Kind != scrape.KindEngine {
 			t.Errorf("target %+v", a)
 		}
-		// The default copy_labels, not the rest (pod-template-hash).
-		if want := map[string]string{"app.kubernetes.io/name": "sglang", "model": "llama-3-70b", "role": "decode"}; !maps.Equal(a.Labels, want) {
+		// The default copy_labels and the namespace, not the rest (pod-template-hash).
+		if want := map[string]string{"app.kubernetes.io/name": "sglang", "model": "llama-3-70b", "role": "decode", "namespace": "llm"}; !maps.Equal(a.Labels, want) {
 			t.Errorf("labels %v, want %v", a.Labels, want)
 		}
 
@@ -288,7 +288,7 @@ func TestKubernetesModelLabel(t *testing.T) {
 		h := newHarness(t, kubeConfig(func(k *KubernetesConfig) { k.ModelLabel = "sglang.ai/model"; k.CopyLabels = []string{} }), nil, cs, nil)
 		h.start(t)
 		u := h.next(t)
-		if got := u.targets[0].Labels; !maps.Equal(got, map[string]string{LabelModel: "deepseek-v3"}) {
+		if got := u.targets[0].Labels; !maps.Equal(got, map[string]string{LabelModel: "deepseek-v3", LabelNamespace: "llm"}) {
 			t.Errorf("labels %v", got)
 		}
 	})

@@ -150,7 +150,7 @@ func (d *Dispatcher) Queue(name string) *Queue { return d.byName[name] }
 // and those that already know the incident (so a resolve or de-escalation
 // reaches PagerDuty even when the route no longer selects it).
 func (d *Dispatcher) Targets(ev Event) []*Queue {
-	names := d.routes.Load().Match(ev.Severity, ev.Class)
+	names := d.routes.Load().Match(ev)
 	var out []*Queue
 	for _, q := range d.queues {
 		if q.name == IntegrationLog || slices.Contains(names, q.name) || q.Tracks(ev.Fingerprint) {

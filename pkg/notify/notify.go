@@ -54,7 +54,11 @@ type Event struct {
 	Replica     string `json:"replica"`
 	Model       string `json:"model,omitempty"`
 	Fleet       bool   `json:"fleet,omitempty"` // the incident spans most replicas of Model; Replica is "fleet/<model>"
-	Layer       string `json:"layer,omitempty"`
+	// Labels are the replica's target labels from configuration or
+	// discovery (namespace, team, role, ...): routes match on them and
+	// Alertmanager receives them. Nil for fleet incidents.
+	Labels map[string]string `json:"labels,omitempty"`
+	Layer  string            `json:"layer,omitempty"`
 	// Headline is the page's title: where, what is happening, and what
 	// users feel (queue, time to first token) when known.
 	Headline  string `json:"headline,omitempty"`
@@ -84,4 +88,13 @@ type Event struct {
 // retryable with backoff.
 type Notifier interface {
 	Notify(ctx context.Context, ev Event) error
+}
+
+// Refresher is a Notifier whose provider forgets a firing alert unless it is
+// sent again (Alertmanager ends an alert at its endsAt). While the
+// integration has an incident open and nothing of it waiting, its queue
+// re-sends the last delivered event as a repeat every RefreshInterval.
+type Refresher interface {
+	Notifier
+	RefreshInterval() time.Duration
 }

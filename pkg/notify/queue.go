@@ -726,9 +726,22 @@ func (q *Queue) loop(ctx context.Context, drain bool) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	timer.Stop()
+	// A Refresher's open incidents are re-sent at once (they may have
+	// expired at the provider while the daemon was down) and then every
+	// interval; not while draining, which only finishes what is queued.
+	var refresh time.Duration
+	var nextRefresh time.Time
+	if r, ok := q.notifier.(Refresher); ok && !drain && r.RefreshInterval() > 0 {
+		refresh, nextRefresh = r.RefreshInterval(), q.now()
+	}
 	for ctx.Err() == nil {
 		q.mu.Lock()
-		p, wait, empty := q.pickLocked(q.now(), drain)
+		now := q.now()
+		if refresh > 0 && !now.Before(nextRefresh) {
+			q.refreshLocked(now)
+			nextRefresh = now.Add(refresh)
+		}
+		p, wait, empty := q.pickLocked(now, drain)
 		var ev Event
 		if p != nil {
 			ev = p.Event
@@ -757,7 +770,13 @@ func (q *Queue) loop(ctx context.Context, drain bool) {
 			}
 		}
 		var tc <-chan time.Time
-		if !empty {
+		timed := !empty
+		if refresh > 0 {
+			if untilRefresh := nextRefresh.Sub(now); !timed || untilRefresh < wait {
+				wait, timed = untilRefresh, true
+			}
+		}
+		if timed {
 			timer.Reset(wait)
 			tc = timer.C
 		}
@@ -903,6 +922,38 @@ func (q *Queue) attempt(ctx context.Context, id uint64, ev Event, gen uint64) {
 	if err == nil && onDelivered != nil {
 		onDelivered(send, now)
 	}
+}
+
+// refreshLocked enqueues, for every incident open at the integration with
+// nothing of it waiting, its last delivered event again as a repeat at now.
+// Nothing is refreshed into a full outbox: the backlog is delivered first,
+// and a refresh must never push out a page.
+func (q *Queue) refreshLocked(now time.Time) {
+	if q.standby || len(q.state.Outbox) >= q.opts.MaxPending {
+		return
+	}
+	waiting := make(map[string]bool, len(q.state.Outbox))
+	for _, p := range q.state.Outbox {
+		waiting[p.Event.Fingerprint] = true
+	}
+	n := 0
+	for _, fp := range slices.Sorted(maps.Keys(q.state.Incidents)) {
+		inc := q.state.Incidents[fp]
+		if !inc.Open || waiting[fp] || inc.Last.Fingerprint == "" || len(q.state.Outbox) >= q.opts.MaxPending {
+			continue
+		}
+		ev := inc.Last
+		ev.Kind, ev.At = KindRepeat, now
+		q.state.Outbox = append(q.state.Outbox, &pending{ID: q.state.NextID, Event: ev, EnqueuedAt: now})
+		q.state.NextID++
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	q.log.Debug("refreshing open incidents", zap.Int("incidents", n))
+	q.saveLocked(now)
+	q.m.queueLen.WithLabelValues(q.name).Set(float64(len(q.state.Outbox)))
 }
 
 // slim is what a resolved record keeps of its last event: enough to

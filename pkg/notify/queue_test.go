@@ -211,10 +211,10 @@ func TestRouteConfigValidate(t *testing.T) {
 		{Classes: []string{"replica_down"}, Integrations: []string{"pagerduty"}},
 		{Severities: []string{"critical", "warning"}, Integrations: []string{"slack"}},
 	}}
-	if got := custom.Match("warning", "replica_down"); len(got) != 1 || got[0] != "pagerduty" {
+	if got := custom.Match(notify.Event{Severity: "warning", Class: "replica_down"}); len(got) != 1 || got[0] != "pagerduty" {
 		t.Errorf("class route: got %v", got)
 	}
-	if got := custom.Match("info", "preempt_storm"); got != nil {
+	if got := custom.Match(notify.Event{Severity: "info", Class: "preempt_storm"}); got != nil {
 		t.Errorf("unmatched: got %v, want nil (log only)", got)
 	}
 }

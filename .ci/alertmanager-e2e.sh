@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# End-to-end check with a real Alertmanager (called by .ci/run):
+#   1. install Debian's prometheus-alertmanager (and amtool) when missing,
+#      without letting the package start its own service,
+#   2. start it on a free loopback port with a routing tree that sends
+#      team="inference" to a webhook receiver (amtool check-config first),
+#   3. run TestRealAlertmanagerRoundTrip against it: the watchdog's
+#      dispatcher, queue and Alertmanager notifier post an incident, the
+#      webhook (served by the test) receives it through the team route, an
+#      amtool silence suppresses it, and its resolve reaches the webhook.
+# Alertmanager is always stopped (trap). Bounded waits only.
+#
+# usage: .ci/alertmanager-e2e.sh WORKDIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+work=${1:?usage: $0 WORKDIR}
+mkdir -p "$work"
+
+if ! command -v prometheus-alertmanager >/dev/null || ! command -v amtool >/dev/null; then
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	# Keep the package's postinst from starting a system Alertmanager on :9093.
+	policy=""
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		policy=/usr/sbin/policy-rc.d
+	fi
+	apt-get install -y -q --no-install-recommends prometheus-alertmanager
+	[[ -n $policy ]] && rm -f "$policy"
+fi
+prometheus-alertmanager --version 2>&1 | head -n 1
+
+am_pid=""
+cleanup() {
+	if [[ -n $am_pid ]]; then
+		kill "$am_pid" 2>/dev/null || true
+		wait "$am_pid" 2>/dev/null || true
+	fi
+}
+trap cleanup EXIT
+
+fail() {
+	echo "FAIL: $*" >&2
+	if [[ -s $work/alertmanager.log ]]; then
+		echo "--- last lines of $work/alertmanager.log" >&2
+		tail -n 30 "$work/alertmanager.log" >&2
+	fi
+	exit 1
+}
+
+# free_port prints a TCP port nothing listens on (loopback).
+free_port() {
+	local p
+	for _ in $(seq 1 50); do
+		p=$((20000 + RANDOM % 20000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+am_port=$(free_port) || fail "no free port"
+hook_port=$(free_port) || fail "no free port"
+while [[ $hook_port == "$am_port" ]]; do hook_port=$(free_port) || fail "no free port"; done
+
+cat >"$work/alertmanager.yml" <<YAML
+route:
+  receiver: blackhole
+  group_by: [alertname, replica]
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 1h
+  routes:
+    - matchers: ['team="inference"']
+      receiver: team-webhook
+receivers:
+  - name: blackhole
+  - name: team-webhook
+    webhook_configs:
+      - url: http://127.0.0.1:$hook_port/hook
+        send_resolved: true
+YAML
+amtool check-config "$work/alertmanager.yml"
+
+echo "--- start: alertmanager on 127.0.0.1:$am_port (webhook receiver 127.0.0.1:$hook_port)"
+prometheus-alertmanager --config.file="$work/alertmanager.yml" --storage.path="$work/data" \
+	--web.listen-address="127.0.0.1:$am_port" --cluster.listen-address= --log.level=warn \
+	>"$work/alertmanager.log" 2>&1 &
+am_pid=$!
+
+end=$((SECONDS + 30))
+until curl -fs -o /dev/null "http://127.0.0.1:$am_port/-/ready"; do
+	((SECONDS < end)) || fail "Alertmanager not ready after 30s"
+	kill -0 "$am_pid" 2>/dev/null || fail "Alertmanager exited"
+	sleep 0.5
+done
+
+echo "--- round trip: watchdog notifier -> Alertmanager -> webhook, amtool silence, resolve"
+if ! ALERTMANAGER_URL="http://127.0.0.1:$am_port" ALERTMANAGER_WEBHOOK_ADDR="127.0.0.1:$hook_port" \
+	go test -count=1 -race -run '^TestRealAlertmanagerRoundTrip$' -v ./pkg/notify/alertmanager/ >"$work/test.log" 2>&1; then
+	cat "$work/test.log"
+	fail "the Alertmanager round trip failed"
+fi
+grep -E '^(=== RUN|--- |ok|\s+realam_test)' "$work/test.log"
+grep -q -- '--- PASS: TestRealAlertmanagerRoundTrip' "$work/test.log" || fail "the round trip test did not run"

@@ -1,0 +1,401 @@
+// Package alertmanager delivers watchdog incidents to Prometheus
+// Alertmanager's /api/v2/alerts, so that teams that route every alert
+// through Alertmanager (routing trees, silences, inhibition, receivers)
+// get the watchdog's pages there too. One call is one attempt, posted to
+// every configured Alertmanager of one cluster; failures are classified for
+// the shared queue in pkg/notify.
+//
+// Alertmanager forgets a firing alert once its endsAt passes, so, as
+// Prometheus does, every firing alert is sent with endsAt = now + 4 ×
+// resend interval and re-sent every resend interval while the incident is
+// open (the queue calls back through notify.Refresher); a resolve is sent
+// with endsAt = the time the incident ended.
+package alertmanager
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	commoncfg "github.com/prometheus/common/config"
+	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// Name is the integration's name in routes, metrics and state.
+const Name = "alertmanager"
+
+// AlertsPath is the API path appended to each configured Alertmanager URL.
+const AlertsPath = "/api/v2/alerts"
+
+// DefaultResendInterval is Prometheus's default resend delay.
+const DefaultResendInterval = time.Minute
+
+// endsAtResends is how many resend intervals a firing alert stays firing
+// in Alertmanager without a refresh: Prometheus's factor, so one or two
+// lost refreshes do not resolve an alert that is still firing.
+const endsAtResends = 4
+
+// refLabels is the key under which the incident record keeps the label set
+// last sent, the alert's identity in Alertmanager.
+const refLabels = "alertmanager_labels"
+
+const (
+	maxErrorBody      = 1024
+	defaultThrottled  = 30 * time.Second
+	maxAnnotationRune = 4000
+)
+
+// Config configures the integration.
+type Config struct {
+	// URLs are the Alertmanagers of one cluster (base URLs such as
+	// http://alertmanager:9093; AlertsPath is appended). Every event goes
+	// to each of them, as Prometheus does: they deduplicate among
+	// themselves, and one of them accepting it is a delivery.
+	URLs []string `yaml:"urls"`
+	// HTTPClient is Prometheus's HTTP client configuration: basic auth,
+	// authorization, OAuth2, TLS, proxy.
+	HTTPClient HTTPClient `yaml:"http_client"`
+	// ResendInterval is how often a firing incident is sent again; its
+	// endsAt is 4 resend intervals ahead.
+	ResendInterval time.Duration `yaml:"resend_interval"`
+}
+
+// DefaultConfig has no Alertmanager and Prometheus's HTTP client defaults.
+func DefaultConfig() Config {
+	return Config{HTTPClient: HTTPClient{commoncfg.DefaultHTTPClientConfig}, ResendInterval: DefaultResendInterval}
+}
+
+// HTTPClient is Prometheus's HTTP client configuration. It decodes without
+// the validation commoncfg.HTTPClientConfig runs while decoding, which
+// would abort the whole file at the first problem and without its path;
+// Config.Validate reports it with the others, under http_client.
+type HTTPClient struct {
+	commoncfg.HTTPClientConfig `yaml:",inline"`
+}
+
+// UnmarshalYAML decodes over Prometheus's defaults (follow redirects,
+// HTTP/2), as commoncfg.HTTPClientConfig does.
+func (c *HTTPClient) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain commoncfg.HTTPClientConfig
+	p := plain(commoncfg.DefaultHTTPClientConfig)
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	c.HTTPClientConfig = commoncfg.HTTPClientConfig(p)
+	return nil
+}
+
+// Enabled reports whether an Alertmanager is configured.
+func (c Config) Enabled() bool { return len(c.URLs) > 0 }
+
+// Validate reports every problem with YAML paths relative to the
+// integration's section ("urls[1]: ...").
+func (c Config) Validate() error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, raw := range c.URLs {
+		if _, err := alertsURL(raw); err != nil {
+			errs = append(errs, fmt.Errorf("urls[%d]: %w", i, err))
+			continue
+		}
+		if seen[raw] {
+			errs = append(errs, fmt.Errorf("urls[%d]: %s is listed twice", i, raw))
+		}
+		seen[raw] = true
+	}
+	if c.ResendInterval <= 0 {
+		errs = append(errs, fmt.Errorf("resend_interval: must be positive, got %s", c.ResendInterval))
+	}
+	if err := c.HTTPClient.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("http_client: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// alertsURL is the API endpoint of one configured Alertmanager URL.
+// Credentials belong in http_client, where they are kept out of logs.
+func alertsURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", errors.New("want an http(s) URL such as http://alertmanager:9093")
+	}
+	if u.User != nil {
+		return "", errors.New("must not hold credentials; use http_client.basic_auth")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", errors.New("must not have a query or fragment")
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), AlertsPath) + AlertsPath
+	return u.String(), nil
+}
+
+// Notifier posts events to the Alertmanagers of one cluster.
+type Notifier struct {
+	endpoints []string
+	client    *http.Client
+	resend    time.Duration
+	log       *zap.Logger
+	now       func() time.Time
+}
+
+// New builds the notifier and its HTTP client from cfg.HTTPClient.
+func New(cfg Config, logger *zap.Logger) (*Notifier, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.Enabled() {
+		return nil, errors.New("urls: at least one Alertmanager URL is required")
+	}
+	client, err := commoncfg.NewClientFromConfig(cfg.HTTPClient.HTTPClientConfig, Name)
+	if err != nil {
+		return nil, fmt.Errorf("http_client: %w", err)
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	n := &Notifier{client: client, resend: cfg.ResendInterval, log: logger, now: time.Now}
+	for _, raw := range cfg.URLs {
+		u, _ := alertsURL(raw)
+		n.endpoints = append(n.endpoints, u)
+	}
+	return n, nil
+}
+
+// RefreshInterval implements notify.Refresher: the queue re-sends every open
+// incident this often, so Alertmanager keeps it firing.
+func (n *Notifier) RefreshInterval() time.Duration { return n.resend }
+
+// Notify implements notify.Notifier (without incident context).
+func (n *Notifier) Notify(ctx context.Context, ev notify.Event) error {
+	return n.NotifyIncident(ctx, ev, nil)
+}
+
+// NotifyIncident implements notify.IncidentNotifier. Alertmanager knows an
+// alert by its label set; when the incident's labels change (re-titled to
+// its cause, severity changed, target labels changed) the label set sent
+// before is resolved in the same request, so that no stale alert lingers
+// until its endsAt. A resolve closes the label set last sent.
+func (n *Notifier) NotifyIncident(ctx context.Context, ev notify.Event, inc *notify.Incident) error {
+	now := n.now()
+	labels := Labels(ev)
+	var previous map[string]string
+	if inc != nil {
+		if raw := inc.Ref[refLabels]; raw != "" {
+			if err := json.Unmarshal([]byte(raw), &previous); err != nil {
+				n.log.Warn("stored Alertmanager label set unreadable; not resolving it", zap.String("fingerprint", ev.Fingerprint), zap.Error(err))
+				previous = nil
+			}
+		}
+	}
+	alert := postableAlert{
+		Labels:       labels,
+		Annotations:  Annotations(ev),
+		StartsAt:     ev.StartsAt,
+		GeneratorURL: ev.AlertURL,
+	}
+	resolved := notify.Resolved(ev)
+	if resolved {
+		alert.EndsAt = ev.EndsAt
+		if alert.EndsAt.IsZero() {
+			alert.EndsAt = now
+		}
+	} else {
+		alert.EndsAt = now.Add(endsAtResends * n.resend)
+	}
+	if alert.StartsAt.IsZero() || alert.StartsAt.After(alert.EndsAt) {
+		alert.StartsAt = ev.At
+	}
+	batch := []postableAlert{alert}
+	if previous != nil && !maps.Equal(previous, labels) {
+		old := alert
+		old.Labels = previous
+		old.EndsAt = now
+		if resolved {
+			old.EndsAt = alert.EndsAt
+		}
+		batch = append(batch, old)
+	}
+	if err := n.post(ctx, batch); err != nil {
+		return err
+	}
+	if inc != nil {
+		b, err := json.Marshal(labels)
+		if err == nil {
+			if inc.Ref == nil {
+				inc.Ref = map[string]string{}
+			}
+			inc.Ref[refLabels] = string(b)
+		}
+	}
+	return nil
+}
+
+// postableAlert is Alertmanager's API v2 PostableAlert. The generated
+// OpenAPI models (api/v2/models) would pull go-openapi's validate, strfmt,
+// spec and loads into the daemon for five fields; Alertmanager itself
+// validates what we post and answers 400, which is classified permanent.
+type postableAlert struct {
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations,omitempty"`
+	StartsAt     time.Time         `json:"startsAt,omitzero"`
+	EndsAt       time.Time         `json:"endsAt,omitzero"`
+	GeneratorURL string            `json:"generatorURL,omitempty"`
+}
+
+// Labels is the alert's label set: the event's labels (notify.EventLabels:
+// class, severity, replica, model, fleet and the target's labels from
+// discovery, such as namespace and team), alertname (the class) and, on a
+// delivery-failure notice, the integration that failed.
+func Labels(ev notify.Event) map[string]string {
+	out := notify.EventLabels(ev)
+	out["alertname"] = ev.Class
+	if ev.Integration != "" {
+		out["integration"] = ev.Integration
+	}
+	return out
+}
+
+// Annotations are the page's texts: summary (the title), diagnosis,
+// triage, evidence, the emergency and root-cause steps (one per line), the
+// runbook and the incident's URL.
+func Annotations(ev notify.Event) map[string]string {
+	out := map[string]string{}
+	set := func(k, v string) {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			return
+		}
+		if r := []rune(v); len(r) > maxAnnotationRune {
+			v = string(r[:maxAnnotationRune]) + "…(truncated)"
+		}
+		out[k] = v
+	}
+	set("summary", notify.Title(ev))
+	set("description", ev.Summary)
+	set("diagnosis", ev.Diagnosis)
+	set("triage", notify.Triage(ev))
+	var evidence []string
+	for _, f := range notify.Shown(ev.Evidence) {
+		evidence = append(evidence, notify.FormatField(f))
+	}
+	set("evidence", strings.Join(evidence, "\n"))
+	set("emergency_steps", numbered(ev.Emergency))
+	set("root_cause_steps", numbered(ev.RootCause))
+	set("runbook_url", ev.RunbookURL)
+	set("incident_url", ev.AlertURL)
+	return out
+}
+
+func numbered(steps []string) string {
+	lines := make([]string, 0, len(steps))
+	for i, s := range steps {
+		lines = append(lines, strconv.Itoa(i+1)+". "+s)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// post sends batch to every endpoint at once. One acceptance is a delivery:
+// the cluster's members share alerts among themselves. When all fail, the
+// error is classified as retryable if any endpoint's failure is (a member
+// may come back), permanent only when every one rejected the request.
+func (n *Notifier) post(ctx context.Context, batch []postableAlert) error {
+	body, err := json.Marshal(batch)
+	if err != nil {
+		return notify.Permanent(notify.WithReason(fmt.Errorf("alertmanager: encode alerts: %w", err), notify.ReasonInvalidPayload))
+	}
+	errs := make([]error, len(n.endpoints))
+	var wg sync.WaitGroup
+	for i, endpoint := range n.endpoints {
+		wg.Go(func() { errs[i] = n.postOne(ctx, endpoint, body) })
+	}
+	wg.Wait()
+	if slices.Contains(errs, nil) {
+		for i, err := range errs {
+			if err != nil {
+				n.log.Warn("an Alertmanager of the cluster did not accept the alerts; another did",
+					zap.String("url", n.endpoints[i]), zap.Error(err))
+			}
+		}
+		return nil
+	}
+	primary := errs[0]
+	for _, err := range errs {
+		if !notify.IsPermanent(err) {
+			primary = err
+			break
+		}
+	}
+	if len(errs) == 1 {
+		return primary
+	}
+	return &clusterError{primary: primary, all: errs}
+}
+
+// clusterError reports every endpoint's failure but is classified (reason,
+// permanence, Retry-After) by one of them only: joining them would make
+// the whole look permanent when one member rejected and another is down.
+type clusterError struct {
+	primary error
+	all     []error
+}
+
+func (e *clusterError) Error() string {
+	msgs := make([]string, len(e.all))
+	for i, err := range e.all {
+		msgs[i] = err.Error()
+	}
+	return "every Alertmanager failed: " + strings.Join(msgs, "; ")
+}
+
+func (e *clusterError) Unwrap() error { return e.primary }
+
+func (n *Notifier) postOne(ctx context.Context, endpoint string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		return notify.Permanent(fmt.Errorf("alertmanager %s: %w", endpoint, err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("alertmanager %s: %w", endpoint, notify.RedactURL(err))
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return nil
+	}
+	reason := notify.ReasonForStatus(resp.StatusCode)
+	err = notify.WithReason(fmt.Errorf("alertmanager %s: HTTP %d: %s", endpoint, resp.StatusCode, strings.TrimSpace(string(msg))), reason)
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return notify.RetryAfter(err, retryAfter(resp.Header.Get("Retry-After")))
+	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode >= 500:
+		return err
+	case resp.StatusCode >= 400:
+		return notify.Permanent(err)
+	}
+	return err // 1xx, 3xx not followed: retry, the proxy in front may be reconfigured
+}
+
+// retryAfter parses a Retry-After header in seconds; without one, the
+// default pause.
+func retryAfter(h string) time.Duration {
+	if s, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	return defaultThrottled
+}
