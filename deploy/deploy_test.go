@@ -126,9 +126,13 @@ type kustomization struct {
 	metav1.TypeMeta    `json:",inline"`
 	Namespace          string   `json:"namespace,omitempty"`
 	Resources          []string `json:"resources,omitempty"`
+	Components         []string `json:"components,omitempty"`
 	ConfigMapGenerator []struct {
-		Name  string   `json:"name"`
-		Files []string `json:"files"`
+		Name    string   `json:"name"`
+		Files   []string `json:"files"`
+		Options struct {
+			DisableNameSuffixHash bool `json:"disableNameSuffixHash"`
+		} `json:"options"`
 	} `json:"configMapGenerator,omitempty"`
 	Labels []struct {
 		Pairs            map[string]string `json:"pairs"`
@@ -218,6 +222,12 @@ func decodeFile(t *testing.T, path string) []object {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decodeDocs(t, path, data)
+}
+
+// decodeDocs decodes every document of a YAML stream read from path.
+func decodeDocs(t *testing.T, path string, data []byte) []object {
+	t.Helper()
 	var out []object
 	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for i := 0; ; i++ {
@@ -272,9 +282,6 @@ type layout struct {
 	name    string
 	dir     string // kustomize directory; "" for a Helm render
 	objects []object
-	// generated ConfigMap names (kustomize configMapGenerator) and their
-	// watchdog.yaml.
-	generated map[string]string
 }
 
 func of[T any](l layout) []T {
@@ -287,6 +294,9 @@ func of[T any](l layout) []T {
 	return out
 }
 
+// plainLayouts are the kustomize directories as `kubectl apply -k` sees
+// them: the rendered objects, plus the kustomization and the Secret
+// template (which the render leaves out) as files.
 func plainLayouts(t *testing.T) []layout {
 	t.Helper()
 	dirs, err := filepath.Glob("kubernetes/*/kustomization.yaml")
@@ -296,28 +306,11 @@ func plainLayouts(t *testing.T) []layout {
 	var out []layout
 	for _, k := range dirs {
 		dir := filepath.Dir(k)
-		l := layout{name: dir, dir: dir, generated: map[string]string{}}
-		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if filepath.Base(f) == "watchdog.yaml" { // the daemon's config, not a manifest
-				continue
-			}
-			l.objects = append(l.objects, decodeFile(t, f)...)
-		}
-		for _, kz := range of[*kustomization](l) {
-			for _, g := range kz.ConfigMapGenerator {
-				for _, f := range g.Files {
-					b, err := os.ReadFile(filepath.Join(dir, f))
-					if err != nil {
-						t.Errorf("%s: configMapGenerator %s: %v", dir, g.Name, err)
-						continue
-					}
-					l.generated[g.Name] = string(b)
-				}
-			}
+		l := layout{name: dir, dir: dir}
+		l.objects = append(l.objects, decodeDocs(t, dir+" (kustomize build)", kustomizeBuild(t, dir))...)
+		l.objects = append(l.objects, decodeFile(t, k)...)
+		if _, err := os.Stat(filepath.Join(dir, "secret.example.yaml")); err == nil {
+			l.objects = append(l.objects, decodeFile(t, filepath.Join(dir, "secret.example.yaml"))...)
 		}
 		out = append(out, l)
 	}
@@ -417,7 +410,12 @@ func checkKustomization(t *testing.T, l layout) {
 		t.Fatalf("%d kustomizations", len(ks))
 	}
 	k := ks[0]
-	for _, r := range k.Resources {
+	for _, g := range k.ConfigMapGenerator {
+		if !g.Options.DisableNameSuffixHash {
+			t.Errorf("configMapGenerator %s: without disableNameSuffixHash every edit renames the ConfigMap and rolls the pods, losing their windows; the watchdog reloads the mounted file instead", g.Name)
+		}
+	}
+	for _, r := range slices.Concat(k.Resources, k.Components) {
 		if _, err := os.Stat(filepath.Join(l.dir, r)); err != nil {
 			t.Errorf("resource %s: %v", r, err)
 		}
@@ -439,7 +437,8 @@ func TestPlainMonitorsSelectEveryLayout(t *testing.T) {
 			others = append(others, l)
 		}
 	}
-	sms, pms := of[*serviceMonitor](mon), of[*podMonitor](mon)
+	// podmonitor.yaml is the commented-out alternative to the ServiceMonitor.
+	sms, pms := of[*serviceMonitor](mon), of[*podMonitor](layout{objects: decodeFile(t, "kubernetes/monitoring/podmonitor.yaml")})
 	if len(sms) != 1 || len(pms) != 1 {
 		t.Fatalf("monitoring layout: %d ServiceMonitors and %d PodMonitors, want one each", len(sms), len(pms))
 	}
@@ -776,11 +775,22 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 		t.Errorf("%s: watchdog container must run non-root, read-only, without privilege escalation, with ALL capabilities dropped", where)
 	}
-	if wd.LivenessProbe == nil || wd.LivenessProbe.HTTPGet == nil || wd.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("%s: watchdog liveness probe must be GET /healthz", where)
+	if wd.LivenessProbe == nil || wd.LivenessProbe.HTTPGet == nil || wd.LivenessProbe.HTTPGet.Path != "/-/healthy" {
+		t.Errorf("%s: watchdog liveness probe must be GET /-/healthy", where)
 	}
-	if wd.ReadinessProbe == nil || wd.ReadinessProbe.HTTPGet == nil || wd.ReadinessProbe.HTTPGet.Path != "/readyz" {
-		t.Errorf("%s: watchdog readiness probe must be GET /readyz", where)
+	if len(p.Containers) > 1 { // a sidecar beside the serving container
+		for _, err := range checkSidecarContainer(*wd) {
+			t.Errorf("%s: %v", where, err)
+		}
+	} else if wd.ReadinessProbe == nil || wd.ReadinessProbe.HTTPGet == nil || wd.ReadinessProbe.HTTPGet.Path != "/-/ready" {
+		t.Errorf("%s: watchdog readiness probe must be GET /-/ready", where)
+	}
+	// A key missing from the Secret must not keep the pod in
+	// ContainerCreating: the watchdog starts with that integration off.
+	for _, ref := range secretKeyRefs(p) {
+		if !ref.optional {
+			t.Errorf("%s: key %s of Secret %s is not optional", where, ref.key, ref.name)
+		}
 	}
 	if !hasContainerPort(corev1.PodSpec{Containers: []corev1.Container{*wd}}, "http-metrics") {
 		t.Errorf("%s: watchdog container has no port http-metrics", where)
@@ -822,9 +832,6 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 	cms := map[string]bool{}
 	for _, cm := range of[*corev1.ConfigMap](l) {
 		cms[cm.Name] = true
-	}
-	for n := range l.generated {
-		cms[n] = true
 	}
 	for _, v := range p.Volumes {
 		if v.ConfigMap != nil && !cms[v.ConfigMap.Name] {
@@ -995,9 +1002,6 @@ func checkHA(t *testing.T, l layout, lease, stateCM string) {
 	var raw string
 	for _, cm := range of[*corev1.ConfigMap](l) {
 		raw += cm.Data["watchdog.yaml"]
-	}
-	for _, g := range l.generated {
-		raw += g
 	}
 	var cfg struct {
 		HA struct {
