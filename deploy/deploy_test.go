@@ -102,16 +102,18 @@ type podMonitor struct {
 }
 
 type ruleGroup struct {
-	Name     string `json:"name"`
-	Interval string `json:"interval,omitempty"`
-	Rules    []struct {
-		Alert       string            `json:"alert,omitempty"`
-		Record      string            `json:"record,omitempty"`
-		Expr        string            `json:"expr"`
-		For         string            `json:"for,omitempty"`
-		Labels      map[string]string `json:"labels,omitempty"`
-		Annotations map[string]string `json:"annotations,omitempty"`
-	} `json:"rules"`
+	Name     string          `json:"name"`
+	Interval string          `json:"interval,omitempty"`
+	Rules    []ruleGroupRule `json:"rules"`
+}
+
+type ruleGroupRule struct {
+	Alert       string            `json:"alert,omitempty"`
+	Record      string            `json:"record,omitempty"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 type prometheusRule struct {
@@ -834,7 +836,8 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 		cms[cm.Name] = true
 	}
 	for _, v := range p.Volumes {
-		if v.ConfigMap != nil && !cms[v.ConfigMap.Name] {
+		// An optional ConfigMap (an extraVolumes entry) may come from elsewhere.
+		if v.ConfigMap != nil && !cms[v.ConfigMap.Name] && (v.ConfigMap.Optional == nil || !*v.ConfigMap.Optional) {
 			t.Errorf("%s: volume %s reads ConfigMap %s, which the layout does not create", where, v.Name, v.ConfigMap.Name)
 		}
 		if v.Projected != nil {
@@ -1123,6 +1126,29 @@ func renameJob(groups []ruleGroup, job string) []ruleGroup {
 	return groups
 }
 
+// tuneRules is what monitoring.rules.disabled and additionalRuleLabels do
+// to the rule groups: one alert left out, labels added to every alert.
+func tuneRules(groups []ruleGroup, disabled string, extra map[string]string) []ruleGroup {
+	for gi := range groups {
+		g := &groups[gi]
+		g.Rules = slices.DeleteFunc(g.Rules, func(r ruleGroupRule) bool { return r.Alert == disabled })
+		for ri := range g.Rules {
+			if g.Rules[ri].Alert == "" {
+				continue
+			}
+			labels := map[string]string{}
+			for k, v := range extra {
+				labels[k] = v
+			}
+			for k, v := range g.Rules[ri].Labels {
+				labels[k] = v
+			}
+			g.Rules[ri].Labels = labels
+		}
+	}
+	return groups
+}
+
 // ---------------------------------------------------------------------------
 // Helm renders (CI: .ci/run renders the chart for every values file).
 
@@ -1183,6 +1209,17 @@ func TestHelmRenders(t *testing.T) {
 				if len(of[*serviceMonitor](l)) > 0 {
 					t.Error("sidecar render with a ServiceMonitor: there is no Service; use a PodMonitor")
 				}
+				// The pod is the serving pod: an fsGroup would chown its model
+				// volumes, a runAsUser change its server's user.
+				p := deps[0].Spec.Template.Spec
+				if p.SecurityContext != nil && !reflect.DeepEqual(*p.SecurityContext, corev1.PodSecurityContext{}) {
+					t.Errorf("sidecar render sets the serving pod's securityContext: %+v", p.SecurityContext)
+				}
+				for _, c := range p.Containers {
+					if c.Name != "watchdog" && c.SecurityContext != nil {
+						t.Errorf("sidecar render sets container %s's securityContext", c.Name)
+					}
+				}
 			case "central":
 				if *deps[0].Spec.Replicas != 1 || deps[0].Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 					t.Error("single mode must be one replica with strategy Recreate")
@@ -1190,11 +1227,29 @@ func TestHelmRenders(t *testing.T) {
 			default:
 				t.Errorf("unknown component %q", mode)
 			}
-			// The PrometheusRule is the canonical file with the job renamed.
+			// The PrometheusRule is the canonical file with the job renamed
+			// (the extra-tuned render disables WatchdogStateSaveFailing and
+			// adds team=llm to every alert).
 			for _, pr := range of[*prometheusRule](l) {
 				renamed := renameJob(loadCanonicalGroups(t), job)
+				if strings.Contains(name, "tuned") {
+					renamed = tuneRules(renamed, "WatchdogStateSaveFailing", map[string]string{"team": "llm"})
+				}
 				if !reflect.DeepEqual(pr.Spec.Groups, renamed) {
 					t.Errorf("PrometheusRule %s differs from %s with job %q", pr.Metadata.Name, canonicalRule, job)
+				}
+			}
+			// On OpenShift the platform assigns the UID and groups: the
+			// extra-openshift render sets none.
+			if strings.Contains(name, "openshift") {
+				p := deps[0].Spec.Template.Spec
+				if sc := p.SecurityContext; sc == nil || sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.FSGroup != nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+					t.Errorf("OpenShift render: pod securityContext %+v, want runAsNonRoot without fixed IDs", sc)
+				}
+				for _, c := range p.Containers {
+					if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
+						t.Errorf("OpenShift render: container %s runs as a fixed UID/GID", c.Name)
+					}
 				}
 			}
 			// The monitors give the job the rules select.
