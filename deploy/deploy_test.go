@@ -1199,6 +1199,12 @@ func TestHelmRenders(t *testing.T) {
 			}
 			job := deps[0].Name
 			mode := deps[0].Spec.Template.Labels["app.kubernetes.io/component"]
+			// Config edits reload in place; only rollOnConfigChange (set in
+			// the extra-tuned render) rolls the pods, losing their windows.
+			_, rolls := deps[0].Spec.Template.Annotations["checksum/config"]
+			if want := strings.Contains(name, "tuned"); rolls != want {
+				t.Errorf("pod template has checksum/config: %v, want %v (rollOnConfigChange is off by default)", rolls, want)
+			}
 			switch mode {
 			case "ha":
 				checkHA(t, l, job, job+"-state")
