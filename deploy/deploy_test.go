@@ -102,16 +102,18 @@ type podMonitor struct {
 }
 
 type ruleGroup struct {
-	Name     string `json:"name"`
-	Interval string `json:"interval,omitempty"`
-	Rules    []struct {
-		Alert       string            `json:"alert,omitempty"`
-		Record      string            `json:"record,omitempty"`
-		Expr        string            `json:"expr"`
-		For         string            `json:"for,omitempty"`
-		Labels      map[string]string `json:"labels,omitempty"`
-		Annotations map[string]string `json:"annotations,omitempty"`
-	} `json:"rules"`
+	Name     string          `json:"name"`
+	Interval string          `json:"interval,omitempty"`
+	Rules    []ruleGroupRule `json:"rules"`
+}
+
+type ruleGroupRule struct {
+	Alert       string            `json:"alert,omitempty"`
+	Record      string            `json:"record,omitempty"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 type prometheusRule struct {
@@ -126,9 +128,13 @@ type kustomization struct {
 	metav1.TypeMeta    `json:",inline"`
 	Namespace          string   `json:"namespace,omitempty"`
 	Resources          []string `json:"resources,omitempty"`
+	Components         []string `json:"components,omitempty"`
 	ConfigMapGenerator []struct {
-		Name  string   `json:"name"`
-		Files []string `json:"files"`
+		Name    string   `json:"name"`
+		Files   []string `json:"files"`
+		Options struct {
+			DisableNameSuffixHash bool `json:"disableNameSuffixHash"`
+		} `json:"options"`
 	} `json:"configMapGenerator,omitempty"`
 	Labels []struct {
 		Pairs            map[string]string `json:"pairs"`
@@ -218,6 +224,12 @@ func decodeFile(t *testing.T, path string) []object {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return decodeDocs(t, path, data)
+}
+
+// decodeDocs decodes every document of a YAML stream read from path.
+func decodeDocs(t *testing.T, path string, data []byte) []object {
+	t.Helper()
 	var out []object
 	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for i := 0; ; i++ {
@@ -272,9 +284,6 @@ type layout struct {
 	name    string
 	dir     string // kustomize directory; "" for a Helm render
 	objects []object
-	// generated ConfigMap names (kustomize configMapGenerator) and their
-	// watchdog.yaml.
-	generated map[string]string
 }
 
 func of[T any](l layout) []T {
@@ -287,6 +296,9 @@ func of[T any](l layout) []T {
 	return out
 }
 
+// plainLayouts are the kustomize directories as `kubectl apply -k` sees
+// them: the rendered objects, plus the kustomization and the Secret
+// template (which the render leaves out) as files.
 func plainLayouts(t *testing.T) []layout {
 	t.Helper()
 	dirs, err := filepath.Glob("kubernetes/*/kustomization.yaml")
@@ -296,28 +308,11 @@ func plainLayouts(t *testing.T) []layout {
 	var out []layout
 	for _, k := range dirs {
 		dir := filepath.Dir(k)
-		l := layout{name: dir, dir: dir, generated: map[string]string{}}
-		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if filepath.Base(f) == "watchdog.yaml" { // the daemon's config, not a manifest
-				continue
-			}
-			l.objects = append(l.objects, decodeFile(t, f)...)
-		}
-		for _, kz := range of[*kustomization](l) {
-			for _, g := range kz.ConfigMapGenerator {
-				for _, f := range g.Files {
-					b, err := os.ReadFile(filepath.Join(dir, f))
-					if err != nil {
-						t.Errorf("%s: configMapGenerator %s: %v", dir, g.Name, err)
-						continue
-					}
-					l.generated[g.Name] = string(b)
-				}
-			}
+		l := layout{name: dir, dir: dir}
+		l.objects = append(l.objects, decodeDocs(t, dir+" (kustomize build)", kustomizeBuild(t, dir))...)
+		l.objects = append(l.objects, decodeFile(t, k)...)
+		if _, err := os.Stat(filepath.Join(dir, "secret.example.yaml")); err == nil {
+			l.objects = append(l.objects, decodeFile(t, filepath.Join(dir, "secret.example.yaml"))...)
 		}
 		out = append(out, l)
 	}
@@ -417,7 +412,12 @@ func checkKustomization(t *testing.T, l layout) {
 		t.Fatalf("%d kustomizations", len(ks))
 	}
 	k := ks[0]
-	for _, r := range k.Resources {
+	for _, g := range k.ConfigMapGenerator {
+		if !g.Options.DisableNameSuffixHash {
+			t.Errorf("configMapGenerator %s: without disableNameSuffixHash every edit renames the ConfigMap and rolls the pods, losing their windows; the watchdog reloads the mounted file instead", g.Name)
+		}
+	}
+	for _, r := range slices.Concat(k.Resources, k.Components) {
 		if _, err := os.Stat(filepath.Join(l.dir, r)); err != nil {
 			t.Errorf("resource %s: %v", r, err)
 		}
@@ -439,7 +439,8 @@ func TestPlainMonitorsSelectEveryLayout(t *testing.T) {
 			others = append(others, l)
 		}
 	}
-	sms, pms := of[*serviceMonitor](mon), of[*podMonitor](mon)
+	// podmonitor.yaml is the commented-out alternative to the ServiceMonitor.
+	sms, pms := of[*serviceMonitor](mon), of[*podMonitor](layout{objects: decodeFile(t, "kubernetes/monitoring/podmonitor.yaml")})
 	if len(sms) != 1 || len(pms) != 1 {
 		t.Fatalf("monitoring layout: %d ServiceMonitors and %d PodMonitors, want one each", len(sms), len(pms))
 	}
@@ -776,11 +777,22 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 		t.Errorf("%s: watchdog container must run non-root, read-only, without privilege escalation, with ALL capabilities dropped", where)
 	}
-	if wd.LivenessProbe == nil || wd.LivenessProbe.HTTPGet == nil || wd.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("%s: watchdog liveness probe must be GET /healthz", where)
+	if wd.LivenessProbe == nil || wd.LivenessProbe.HTTPGet == nil || wd.LivenessProbe.HTTPGet.Path != "/-/healthy" {
+		t.Errorf("%s: watchdog liveness probe must be GET /-/healthy", where)
 	}
-	if wd.ReadinessProbe == nil || wd.ReadinessProbe.HTTPGet == nil || wd.ReadinessProbe.HTTPGet.Path != "/readyz" {
-		t.Errorf("%s: watchdog readiness probe must be GET /readyz", where)
+	if len(p.Containers) > 1 { // a sidecar beside the serving container
+		for _, err := range checkSidecarContainer(*wd) {
+			t.Errorf("%s: %v", where, err)
+		}
+	} else if wd.ReadinessProbe == nil || wd.ReadinessProbe.HTTPGet == nil || wd.ReadinessProbe.HTTPGet.Path != "/-/ready" {
+		t.Errorf("%s: watchdog readiness probe must be GET /-/ready", where)
+	}
+	// A key missing from the Secret must not keep the pod in
+	// ContainerCreating: the watchdog starts with that integration off.
+	for _, ref := range secretKeyRefs(p) {
+		if !ref.optional {
+			t.Errorf("%s: key %s of Secret %s is not optional", where, ref.key, ref.name)
+		}
 	}
 	if !hasContainerPort(corev1.PodSpec{Containers: []corev1.Container{*wd}}, "http-metrics") {
 		t.Errorf("%s: watchdog container has no port http-metrics", where)
@@ -823,11 +835,9 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 	for _, cm := range of[*corev1.ConfigMap](l) {
 		cms[cm.Name] = true
 	}
-	for n := range l.generated {
-		cms[n] = true
-	}
 	for _, v := range p.Volumes {
-		if v.ConfigMap != nil && !cms[v.ConfigMap.Name] {
+		// An optional ConfigMap (an extraVolumes entry) may come from elsewhere.
+		if v.ConfigMap != nil && !cms[v.ConfigMap.Name] && (v.ConfigMap.Optional == nil || !*v.ConfigMap.Optional) {
 			t.Errorf("%s: volume %s reads ConfigMap %s, which the layout does not create", where, v.Name, v.ConfigMap.Name)
 		}
 		if v.Projected != nil {
@@ -996,9 +1006,6 @@ func checkHA(t *testing.T, l layout, lease, stateCM string) {
 	for _, cm := range of[*corev1.ConfigMap](l) {
 		raw += cm.Data["watchdog.yaml"]
 	}
-	for _, g := range l.generated {
-		raw += g
-	}
 	var cfg struct {
 		HA struct {
 			Enabled        bool   `json:"enabled"`
@@ -1119,6 +1126,29 @@ func renameJob(groups []ruleGroup, job string) []ruleGroup {
 	return groups
 }
 
+// tuneRules is what monitoring.rules.disabled and additionalRuleLabels do
+// to the rule groups: one alert left out, labels added to every alert.
+func tuneRules(groups []ruleGroup, disabled string, extra map[string]string) []ruleGroup {
+	for gi := range groups {
+		g := &groups[gi]
+		g.Rules = slices.DeleteFunc(g.Rules, func(r ruleGroupRule) bool { return r.Alert == disabled })
+		for ri := range g.Rules {
+			if g.Rules[ri].Alert == "" {
+				continue
+			}
+			labels := map[string]string{}
+			for k, v := range extra {
+				labels[k] = v
+			}
+			for k, v := range g.Rules[ri].Labels {
+				labels[k] = v
+			}
+			g.Rules[ri].Labels = labels
+		}
+	}
+	return groups
+}
+
 // ---------------------------------------------------------------------------
 // Helm renders (CI: .ci/run renders the chart for every values file).
 
@@ -1169,6 +1199,12 @@ func TestHelmRenders(t *testing.T) {
 			}
 			job := deps[0].Name
 			mode := deps[0].Spec.Template.Labels["app.kubernetes.io/component"]
+			// Config edits reload in place; only rollOnConfigChange (set in
+			// the extra-tuned render) rolls the pods, losing their windows.
+			_, rolls := deps[0].Spec.Template.Annotations["checksum/config"]
+			if want := strings.Contains(name, "tuned"); rolls != want {
+				t.Errorf("pod template has checksum/config: %v, want %v (rollOnConfigChange is off by default)", rolls, want)
+			}
 			switch mode {
 			case "ha":
 				checkHA(t, l, job, job+"-state")
@@ -1179,6 +1215,17 @@ func TestHelmRenders(t *testing.T) {
 				if len(of[*serviceMonitor](l)) > 0 {
 					t.Error("sidecar render with a ServiceMonitor: there is no Service; use a PodMonitor")
 				}
+				// The pod is the serving pod: an fsGroup would chown its model
+				// volumes, a runAsUser change its server's user.
+				p := deps[0].Spec.Template.Spec
+				if p.SecurityContext != nil && !reflect.DeepEqual(*p.SecurityContext, corev1.PodSecurityContext{}) {
+					t.Errorf("sidecar render sets the serving pod's securityContext: %+v", p.SecurityContext)
+				}
+				for _, c := range p.Containers {
+					if c.Name != "watchdog" && c.SecurityContext != nil {
+						t.Errorf("sidecar render sets container %s's securityContext", c.Name)
+					}
+				}
 			case "central":
 				if *deps[0].Spec.Replicas != 1 || deps[0].Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 					t.Error("single mode must be one replica with strategy Recreate")
@@ -1186,11 +1233,29 @@ func TestHelmRenders(t *testing.T) {
 			default:
 				t.Errorf("unknown component %q", mode)
 			}
-			// The PrometheusRule is the canonical file with the job renamed.
+			// The PrometheusRule is the canonical file with the job renamed
+			// (the extra-tuned render disables WatchdogStateSaveFailing and
+			// adds team=llm to every alert).
 			for _, pr := range of[*prometheusRule](l) {
 				renamed := renameJob(loadCanonicalGroups(t), job)
+				if strings.Contains(name, "tuned") {
+					renamed = tuneRules(renamed, "WatchdogStateSaveFailing", map[string]string{"team": "llm"})
+				}
 				if !reflect.DeepEqual(pr.Spec.Groups, renamed) {
 					t.Errorf("PrometheusRule %s differs from %s with job %q", pr.Metadata.Name, canonicalRule, job)
+				}
+			}
+			// On OpenShift the platform assigns the UID and groups: the
+			// extra-openshift render sets none.
+			if strings.Contains(name, "openshift") {
+				p := deps[0].Spec.Template.Spec
+				if sc := p.SecurityContext; sc == nil || sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.FSGroup != nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+					t.Errorf("OpenShift render: pod securityContext %+v, want runAsNonRoot without fixed IDs", sc)
+				}
+				for _, c := range p.Containers {
+					if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
+						t.Errorf("OpenShift render: container %s runs as a fixed UID/GID", c.Name)
+					}
 				}
 			}
 			// The monitors give the job the rules select.

@@ -21,6 +21,22 @@ import (
 func buildIntegrations(cfg config.Config, logger *zap.Logger) ([]notify.Integration, error) {
 	var out []notify.Integration
 	var errs []error
+	// A secret file named but absent (an optional Secret key left out) or
+	// empty leaves its integration unconfigured; say so, since nothing will
+	// page through it.
+	for _, f := range []struct {
+		integration, path, file string
+		set                     bool
+	}{
+		{"slack", "notify.slack.bot_token_file", cfg.Notify.Slack.BotTokenFile, cfg.Notify.Slack.BotToken.IsSet()},
+		{"slack", "notify.slack.webhook_url_file", cfg.Notify.Slack.WebhookURLFile, cfg.Notify.Slack.WebhookURL.IsSet()},
+		{"pagerduty", "notify.pagerduty.routing_key_file", cfg.Notify.PagerDuty.RoutingKeyFile, cfg.Notify.PagerDuty.RoutingKey.IsSet()},
+	} {
+		if f.file != "" && !f.set {
+			logger.Warn("secret file missing or empty: this credential is not configured", zap.String("integration", f.integration),
+				zap.String("setting", f.path), zap.String("file", f.file))
+		}
+	}
 	client := func() *http.Client {
 		return &http.Client{Timeout: 30 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -300,13 +301,19 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 	secret("SLACK_WEBHOOK_URL", &cfg.Notify.Slack.WebhookURL, &cfg.Notify.Slack.WebhookURLFile, ev.SlackWebhookURL, ev.SlackWebhookFile)
 	secret("PAGERDUTY_ROUTING_KEY", &cfg.Notify.PagerDuty.RoutingKey, &cfg.Notify.PagerDuty.RoutingKeyFile, ev.PagerDutyKey, ev.PagerDutyKeyFile)
 
-	// Secrets given as files are read now, so a missing mount fails at
-	// start-up, not at the first page.
+	// Secrets given as files are read now, so an unreadable mount fails at
+	// start-up, not at the first page. A file that does not exist leaves the
+	// integration unconfigured: the manifests mount Secret keys as optional,
+	// so a key left out of the Secret must not keep the watchdog (or, as a
+	// sidecar, the serving pod) from starting.
 	readSecret := func(path string, file string, dst *notify.Secret) {
 		if file == "" {
 			return
 		}
 		b, err := os.ReadFile(file)
+		if errors.Is(err, fs.ErrNotExist) {
+			return
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			return

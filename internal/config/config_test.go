@@ -130,8 +130,15 @@ func TestSecretFilesAndConflicts(t *testing.T) {
 	if err != nil || cfg.Notify.Slack.BotToken != "xoxb-from-file" {
 		t.Fatalf("token from file: %q, %v", cfg.Notify.Slack.BotToken, err)
 	}
-	if _, err := Load(Default(), with("SLACK_BOT_TOKEN_FILE", filepath.Join(dir, "missing"))); err == nil {
-		t.Error("a missing secret file must fail at start-up")
+	// A Secret key mounted as optional and absent from the Secret is a file
+	// that does not exist: that integration is not configured.
+	cfg, err = Load(Default(), with("SLACK_BOT_TOKEN_FILE", filepath.Join(dir, "missing")))
+	if err != nil || cfg.Notify.Slack.BotToken.IsSet() || cfg.Notify.Slack.BotTokenFile != filepath.Join(dir, "missing") {
+		t.Errorf("missing token file: token set %v, file %q, %v; want Slack unconfigured", cfg.Notify.Slack.BotToken.IsSet(), cfg.Notify.Slack.BotTokenFile, err)
+	}
+	// Anything else that keeps the file from being read still fails.
+	if _, err := Load(Default(), with("SLACK_BOT_TOKEN_FILE", dir)); err == nil || !strings.Contains(err.Error(), "notify.slack.bot_token_file") {
+		t.Errorf("a secret file that is a directory: %v, want an error naming notify.slack.bot_token_file", err)
 	}
 	_, err = Load(Default(), with("PAGERDUTY_ROUTING_KEY", "k-secret-value", "PAGERDUTY_ROUTING_KEY_FILE", tok))
 	if err == nil || !strings.Contains(err.Error(), "both set") || strings.Contains(err.Error(), "k-secret-value") {

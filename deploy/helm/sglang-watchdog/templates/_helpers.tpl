@@ -82,26 +82,29 @@ app.kubernetes.io/part-of: sglang-watchdog
 {{- if or (eq .Values.mode "ha") .Values.kubernetesDiscovery.enabled }}true{{ end }}
 {{- end }}
 
-{{/* Checks of the values that templates cannot express in a schema. */}}
+{{/* The check values.schema.json cannot express: somewhere to watch. */}}
 {{- define "sglang-watchdog.validate" -}}
-{{- if not (has .Values.mode (list "single" "ha" "sidecar")) }}
-{{- fail (printf "mode must be single, ha or sidecar, not %q" .Values.mode) }}
-{{- end }}
-{{- if not (has .Values.monitoring.kind (list "ServiceMonitor" "PodMonitor")) }}
-{{- fail (printf "monitoring.kind must be ServiceMonitor or PodMonitor, not %q" .Values.monitoring.kind) }}
-{{- end }}
-{{- if and (eq .Values.mode "ha") (lt (int .Values.ha.replicas) 2) }}
-{{- fail "mode ha needs ha.replicas >= 2" }}
-{{- end }}
-{{- if and .Values.heartbeat.enabled (not .Values.secrets.keys.heartbeatURL) }}
-{{- fail "heartbeat.enabled needs secrets.keys.heartbeatURL (the Secret key holding the URL)" }}
-{{- end }}
-{{- if and .Values.secrets.create (not .Values.secrets.values) }}
-{{- fail "secrets.create needs secrets.values; or set secrets.existingSecret to a Secret you create" }}
-{{- end }}
 {{- if and (ne .Values.mode "sidecar") (not .Values.config.targets) (not .Values.kubernetesDiscovery.enabled) (not (dig "discovery" "dns" nil .Values.config)) }}
 {{- fail "no targets: set config.targets, or kubernetesDiscovery.enabled, or config.discovery.dns" }}
 {{- end }}
+{{- end }}
+
+{{/* "true" when the platform assigns UIDs and groups (OpenShift). */}}
+{{- define "sglang-watchdog.openshift" -}}
+{{- if or (eq (toString .Values.openshift) "true") (and (eq (toString .Values.openshift) "auto") (.Capabilities.APIVersions.Has "security.openshift.io/v1")) }}true{{ end }}
+{{- end }}
+
+{{/*
+A securityContext from values, without the fixed IDs on OpenShift (its
+restricted SCC rejects a UID outside the namespace's range). Call with
+(dict "root" $ "context" .Values.podSecurityContext).
+*/}}
+{{- define "sglang-watchdog.securityContext" -}}
+{{- $sc := deepCopy (.context | default dict) }}
+{{- if include "sglang-watchdog.openshift" .root }}
+{{- $sc = omit $sc "runAsUser" "runAsGroup" "fsGroup" }}
+{{- end }}
+{{- toYaml $sc }}
 {{- end }}
 
 {{/* watchdog.yaml: .Values.config plus the sections the chart manages. */}}
@@ -149,6 +152,10 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
 - name: watchdog
   image: {{ include "sglang-watchdog.image" $root }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
+  {{- with $v.extraArgs }}
+  args:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   env:
     - name: WATCHDOG_CONFIG
       value: /etc/watchdog/watchdog.yaml
@@ -186,6 +193,7 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
         secretKeyRef:
           name: {{ $secret }}
           key: {{ . }}
+          optional: true
     {{- end }}
     {{- with $keys.slackWebhookURL }}
     - name: SLACK_WEBHOOK_URL_FILE
@@ -198,39 +206,29 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+  {{- with $v.envFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   ports:
     - name: http-metrics
       containerPort: 9402
       protocol: TCP
+  {{- with $v.livenessProbe }}
   livenessProbe:
-    httpGet:
-      path: /healthz
-      port: http-metrics
-    periodSeconds: 10
-    timeoutSeconds: 3
-    failureThreshold: 3
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- /* A sidecar's readiness would gate the serving pod's. */}}
+  {{- if and $v.readinessProbe (ne $v.mode "sidecar") }}
   readinessProbe:
-    httpGet:
-      path: /readyz
-      port: http-metrics
-    periodSeconds: 5
-    timeoutSeconds: 3
-    failureThreshold: 3
+    {{- toYaml $v.readinessProbe | nindent 4 }}
+  {{- end }}
   {{- with .resources }}
   resources:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   securityContext:
-    runAsNonRoot: true
-    runAsUser: 65532
-    runAsGroup: 65532
-    readOnlyRootFilesystem: true
-    allowPrivilegeEscalation: false
-    privileged: false
-    capabilities:
-      drop: ["ALL"]
-    seccompProfile:
-      type: RuntimeDefault
+    {{- include "sglang-watchdog.securityContext" (dict "root" $root "context" $v.securityContext) | nindent 4 }}
   volumeMounts:
     - name: watchdog-config
       mountPath: /etc/watchdog
@@ -241,6 +239,9 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
     {{- end }}
     - name: watchdog-tmp
       mountPath: /tmp
+    {{- with $v.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end }}
 
 {{/* The watchdog's volumes, except the state volume. */}}
@@ -250,7 +251,9 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
 {{- $secret := include "sglang-watchdog.secretName" . -}}
 - name: watchdog-config
   projected:
-    defaultMode: 0440
+    {{- /* A sidecar's pod has no fsGroup for the watchdog's group, so the
+    files are world-readable; the volume is mounted into the watchdog only. */}}
+    defaultMode: {{ if eq $v.mode "sidecar" }}0444{{ else }}0440{{ end }}
     sources:
       - configMap:
           name: {{ include "sglang-watchdog.fullname" . }}-config
@@ -267,6 +270,7 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
       {{- if $files }}
       - secret:
           name: {{ $secret }}
+          optional: true
           items:
             {{- range $files }}
             - key: {{ . }}
@@ -276,4 +280,7 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
 - name: watchdog-tmp
   emptyDir:
     sizeLimit: 16Mi
+{{- with $v.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
