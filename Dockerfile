@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# sglang-watchdog container image: a static Go binary on distroless/nonroot.
+# sglang-watchdog container image: a static Go binary FROM scratch, with a CA
+# bundle, a nonroot user and its state directory.
 #
 #   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
 #                --build-arg REVISION=$(git rev-parse HEAD) -t sglang-watchdog:dev .
@@ -11,11 +12,15 @@
 #
 # Requires BuildKit (the default builder since Docker 23) for --platform=$BUILDPLATFORM
 # and the RUN --mount build cache.
+#
+# Without Docker: `go run ./scripts/build-image -o sglang-watchdog.tar` builds
+# the same final stage (CI does, so this file cannot rot unnoticed); see
+# deploy/README.md. TestDockerfileFinalStageIsTheBuild (scripts/build-image)
+# fails when the final stage below and that program disagree.
 
 # Pin the patch release here (e.g. 1.26.8-bookworm) for byte-reproducible builds.
 # go.mod says `go 1.26.8`: an older 1.26.x image would try to download a newer toolchain.
 ARG GO_IMAGE=golang:1.26-bookworm
-ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 # ---------------------------------------------------------------------------
 FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
@@ -44,14 +49,19 @@ RUN --mount=type=cache,target=/root/.cache/go-build \
         -o /out/watchdog ./cmd/watchdog
 
 # The state directory (incidents, Slack message ts, PagerDuty dedup keys,
-# outbox). distroless has no shell, so it is created here and copied with the
-# right owner. Mode 0700: it holds routing state that only the daemon reads.
-RUN mkdir -p /out/var/lib/watchdog && chmod 0700 /out/var/lib/watchdog
+# outbox). The final stage has no shell, so it is created here and copied
+# with the right owner. Mode 0700: it holds routing state that only the daemon
+# reads. /tmp, sticky and world-writable as usual, for anything that asks
+# for a temporary file.
+RUN mkdir -p /out/var/lib/watchdog /out/tmp && chmod 0700 /out/var/lib/watchdog && chmod 1777 /out/tmp
 
 # ---------------------------------------------------------------------------
-FROM ${RUNTIME_IMAGE}
+# scratch, not a distroless base: the image holds exactly the files below, and
+# scripts/build-image can produce the same image without pulling a base from a
+# registry. The watchdog needs only the CA bundle (HTTPS to Slack and
+# PagerDuty), a passwd/group naming its UID, its state directory and /tmp.
+FROM scratch
 
-ARG RUNTIME_IMAGE
 ARG VERSION=dev
 ARG REVISION=unknown
 
@@ -60,15 +70,20 @@ LABEL org.opencontainers.image.title="sglang-watchdog" \
       org.opencontainers.image.source="https://github.com/sglang-watchdog/sglang-watchdog" \
       org.opencontainers.image.url="https://github.com/sglang-watchdog/sglang-watchdog" \
       org.opencontainers.image.documentation="https://github.com/sglang-watchdog/sglang-watchdog/tree/main/deploy" \
+      org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
+      org.opencontainers.image.revision="${REVISION}"
 
+# The golang image is Debian with ca-certificates installed.
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY scripts/build-image/rootfs/etc/passwd /etc/passwd
+COPY scripts/build-image/rootfs/etc/group /etc/group
+COPY --from=build /out/tmp /tmp
 COPY --from=build /out/watchdog /watchdog
 COPY --from=build --chown=65532:65532 /out/var/lib/watchdog /var/lib/watchdog
 
-# Numeric UID:GID (distroless "nonroot") so Kubernetes' runAsNonRoot can verify
-# it without resolving a user name.
+# Numeric UID:GID ("nonroot" in /etc/passwd) so Kubernetes' runAsNonRoot can
+# verify it without resolving a user name.
 USER 65532:65532
 
 # HTTP: /metrics, /healthz, /readyz, /api/v1/alerts, /api/v1/targets, /runbooks/<class>.
