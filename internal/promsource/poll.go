@@ -1,0 +1,116 @@
+package promsource
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// Poller is `source: prometheus`: at every interval it reads the latest
+// samples of the whole fleet with one query and appends, per replica, the
+// newest scrape Prometheus holds that the window does not have yet.
+// Replicas are discovered from the answer (Config.ReplicaLabel); no target
+// list is needed. A replica known before and without a new sample for
+// AbsentIntervals steps is appended as a failed scrape
+// (series.FailureAbsent, "absent from Prometheus"), as is one whose up is
+// 0. After a partial answer (warnings, isPartial) nobody is marked
+// absent: missing data there is not a missing replica.
+type Poller struct {
+	reader   *Reader
+	app      Appender
+	interval time.Duration
+	logger   *zap.Logger
+	// keep, when set, says which replicas this daemon watches (sharding by
+	// model); others are ignored.
+	keep func(sc series.Scrape) bool
+
+	last map[string]time.Time // replica -> newest sample appended
+	seen map[string]time.Time // replica -> newest sample time seen in Prometheus
+}
+
+// NewPoller returns a poller appending to app every interval; keep (nil:
+// all) filters replicas. It starts nothing.
+func NewPoller(r *Reader, app Appender, interval time.Duration, keep func(series.Scrape) bool, logger *zap.Logger) *Poller {
+	return &Poller{reader: r, app: app, interval: interval, keep: keep, logger: logger,
+		last: map[string]time.Time{}, seen: map[string]time.Time{}}
+}
+
+// Run polls until ctx is done.
+func (p *Poller) Run(ctx context.Context) error {
+	tick := time.NewTicker(p.interval)
+	defer tick.Stop()
+	for {
+		if err := p.Poll(ctx, time.Now()); err != nil {
+			p.logger.Error("reading the fleet from Prometheus failed; replicas keep their last state", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Poll reads the fleet at now and appends what is new. A failed query
+// appends nothing (the API being down says nothing about the replicas).
+func (p *Poller) Poll(ctx context.Context, now time.Time) error {
+	step := p.reader.cfg.Step
+	window := time.Duration(p.reader.cfg.AbsentIntervals) * step
+	// A range selector in an instant query returns raw samples with the
+	// times Prometheus scraped them (not the query time), so rates see
+	// real intervals and a sample is never appended twice.
+	q := fmt.Sprintf("%s[%s]", p.reader.cfg.query(), promDuration(window+step))
+	ans, err := p.reader.query(ctx, "latest", q, now, rangeNone)
+	if err != nil {
+		return err
+	}
+	fleet, err := p.reader.split(ans.value)
+	if err != nil {
+		return err
+	}
+	newest := map[string]series.Scrape{}
+	for _, sc := range scrapesAt(fleet, scrape.NewNormalizer(p.reader.opts.MaxSeries)) {
+		newest[sc.Target] = sc // time-ordered: the last one wins
+	}
+	for replica, sc := range newest {
+		if p.keep != nil && !p.keep(sc) {
+			continue
+		}
+		if sc.At.After(p.seen[replica]) {
+			p.seen[replica] = sc.At
+		}
+		if !sc.At.After(p.last[replica]) {
+			continue
+		}
+		p.append(sc)
+	}
+	if ans.partial {
+		return nil
+	}
+	for replica, seen := range p.seen {
+		if now.Sub(seen) < window || !now.After(p.last[replica]) {
+			continue
+		}
+		p.append(series.Scrape{Target: replica, At: now, Reason: series.FailureAbsent,
+			Error: fmt.Sprintf("absent from Prometheus: no sample for %s (%d steps of %s)", now.Sub(seen).Round(time.Second), p.reader.cfg.AbsentIntervals, step)})
+	}
+	return nil
+}
+
+func (p *Poller) append(sc series.Scrape) {
+	if err := p.app.Append(sc); err != nil {
+		p.logger.Debug("scrape from Prometheus not kept", zap.String("replica", sc.Target), zap.Error(err))
+	}
+	p.last[sc.Target] = sc.At
+}
+
+// promDuration renders d the way PromQL reads durations (whole
+// milliseconds).
+func promDuration(d time.Duration) string {
+	return fmt.Sprintf("%dms", d.Milliseconds())
+}
