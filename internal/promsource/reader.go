@@ -72,7 +72,8 @@ func New(cfg Config, step time.Duration, opts Options, reg prometheus.Registerer
 	}
 	client, err := api.NewClient(api.Config{
 		Address: cfg.URL,
-		Client:  &http.Client{Transport: limitedTransport{next: rt, max: cfg.MaxResponseBytes}, Timeout: cfg.Timeout},
+		// Every request runs under a context with cfg.Timeout (query).
+		Client: &http.Client{Transport: limitedTransport{next: rt, max: cfg.MaxResponseBytes}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("history.url: %w", err)
@@ -194,10 +195,11 @@ func (r *Reader) query(ctx context.Context, kind, q string, at time.Time, rng v1
 // errorKind is the result label of a failed query.
 func errorKind(err error) string {
 	var apiErr *v1.Error
+	var netErr net.Error
 	switch {
 	case errors.Is(err, ErrTooLarge):
 		return "too_large"
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "timeout"
 	case errors.As(err, &apiErr):
 		switch apiErr.Type {
