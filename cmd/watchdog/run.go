@@ -232,6 +232,11 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return fmt.Errorf("window: %w", err)
 	}
 
+	hist, err := newHistory(cfg, dio, store, reg, logger.Named("history"))
+	if err != nil {
+		return err
+	}
+
 	targets, err := scrapeTargets(cfg.Targets)
 	if err != nil {
 		return err
@@ -355,6 +360,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	// Stop order: scraping and evaluation stop first; the dispatcher then
 	// drains what is queued (resolves included); the HTTP server goes last
 	// so /metrics shows the drain.
+	hist.backfill(ctx, store, time.Now(), store.Options().Retention)
 	var g oklog.Group
 	pipeCtx, stopPipe := context.WithCancel(context.Background())
 	notifyCtx, stopNotify := context.WithCancel(context.Background())
@@ -362,7 +368,8 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	notifyDone := make(chan struct{})
 	runCtx, stopRun := context.WithCancel(ctx)
 	g.Add(func() error { <-runCtx.Done(); return nil }, func(error) { stopRun() })
-	g.Add(func() error { return scraper.Run(pipeCtx) }, func(error) { stopPipe() })
+	feed := hist.run(scraper.Run)
+	g.Add(func() error { return feed(pipeCtx) }, func(error) { stopPipe() })
 	if disc != nil {
 		current := targets
 		g.Add(func() error {
