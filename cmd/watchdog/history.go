@@ -83,4 +83,3 @@ func (k keepAppender) Append(sc series.Scrape) error {
 	}
 	return k.Appender.Append(sc)
 }
-

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,6 +79,13 @@ func (p *fakePrometheus) scrapeEvery(interval time.Duration, engines map[string]
 		case <-time.After(interval):
 		}
 	}
+}
+
+// asked returns the queries received so far.
+func (p *fakePrometheus) asked() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.queries)
 }
 
 func (p *fakePrometheus) add(m map[string]string, at time.Time, v float64) {
@@ -230,15 +238,14 @@ func TestRestartWithHistoryPagesACollapseTwoMinutesIn(t *testing.T) {
 					if !strings.Contains(log, `"history backfilled"`) {
 						t.Errorf("no backfill logged:\n%s", log)
 					}
-					if len(prom.queries) == 0 || !strings.HasPrefix(prom.queries[0], "/api/v1/query_range ") {
-						t.Errorf("Prometheus was asked %v", prom.queries)
+					if q := prom.asked(); len(q) == 0 || !strings.HasPrefix(q[0], "/api/v1/query_range ") {
+						t.Errorf("Prometheus was asked %v", q)
 					}
 				}
 			})
 		})
 	}
 }
-
 
 // TestSourcePrometheusPagesLive: with source: prometheus the daemon
 // scrapes nothing; it finds the replicas in Prometheus and pages from
@@ -286,7 +293,7 @@ func TestSourcePrometheusPagesLive(t *testing.T) {
 		if len(got) != 2 {
 			t.Errorf("pages %v, want r1 cache_collapse and r2 replica_down", got)
 		}
-		for _, q := range prom.queries {
+		for _, q := range prom.asked() {
 			if !strings.Contains(q, "sglang") {
 				t.Errorf("query %q does not select the SGLang families", q)
 			}
