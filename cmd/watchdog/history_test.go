@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -24,8 +25,9 @@ import (
 // series' newest sample at or before each step, within Prometheus' 5
 // minute look-back) and instant range-selector queries (the raw samples of
 // the range), labelling series with job and instance = the engine's name.
-// It reads the query only to find a range selector's length: the watchdog
-// asks for the SGLang families and up, which is all this Prometheus holds.
+// It reads the query only for a range selector's length, an instance
+// matcher and the replica listing (count by instance): the watchdog asks
+// for the SGLang families and up, which is all this Prometheus holds.
 type fakePrometheus struct {
 	mu      sync.Mutex
 	series  map[string]*promSeries // by name and labels
@@ -125,8 +127,17 @@ func (p *fakePrometheus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/api/v1/query_range":
 		start, end := secs("start"), secs("end")
 		step, _ := strconv.ParseFloat(r.Form.Get("step"), 64)
+		match := regexp.MustCompile(".*")
+		if _, m, ok := strings.Cut(q, `instance=~`); ok {
+			quoted, _ := strconv.QuotedPrefix(m)
+			re, _ := strconv.Unquote(quoted)
+			match = regexp.MustCompile("^(?:" + re + ")$")
+		}
 		for _, k := range keys {
 			s := p.series[k]
+			if !match.MatchString(s.metric["instance"]) {
+				continue
+			}
 			var vals [][2]any
 			for at := start; !at.After(end); at = at.Add(time.Duration(step * float64(time.Second))) {
 				i := sort.Search(len(s.ts), func(i int) bool { return s.ts[i].After(at) }) - 1
@@ -140,6 +151,18 @@ func (p *fakePrometheus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "/api/v1/query":
 		at := secs("time")
+		if strings.HasPrefix(q, "count by (instance) (") { // the replicas, before a range
+			var vector []map[string]any
+			seen := map[string]bool{}
+			for _, k := range keys {
+				if inst := p.series[k].metric["instance"]; !seen[inst] {
+					seen[inst] = true
+					vector = append(vector, map[string]any{"metric": map[string]string{"instance": inst}, "value": pt(at, 1)})
+				}
+			}
+			json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": "vector", "result": vector}})
+			return
+		}
 		open := strings.LastIndex(q, "[")
 		d, err := time.ParseDuration(strings.TrimSuffix(q[open+1:], "]"))
 		if open < 0 || err != nil {
@@ -238,8 +261,8 @@ func TestRestartWithHistoryPagesACollapseTwoMinutesIn(t *testing.T) {
 					if !strings.Contains(log, `"history backfilled"`) {
 						t.Errorf("no backfill logged:\n%s", log)
 					}
-					if q := prom.asked(); len(q) == 0 || !strings.HasPrefix(q[0], "/api/v1/query_range ") {
-						t.Errorf("Prometheus was asked %v", q)
+					if q := prom.asked(); len(q) < 2 || !strings.HasPrefix(q[0], "/api/v1/query count by (instance)") || !strings.HasPrefix(q[1], "/api/v1/query_range ") {
+						t.Errorf("Prometheus was asked %v; want the replicas listed, then ranges", q)
 					}
 				}
 			})

@@ -37,6 +37,10 @@ type Config struct {
 	StartupBudget time.Duration `yaml:"startup_budget"`
 	// Chunk is the time span of one query_range request.
 	Chunk time.Duration `yaml:"chunk"`
+	// ReplicasPerQuery bounds the replicas one query_range request reads
+	// (0: the whole fleet in each request), so a request's size is about
+	// ReplicasPerQuery × series per replica × Chunk/Step points.
+	ReplicasPerQuery int `yaml:"replicas_per_query"`
 	// MaxConcurrent bounds the requests in flight.
 	MaxConcurrent int `yaml:"max_concurrent"`
 	// MaxResponseBytes bounds one response body; a larger one fails its
@@ -60,6 +64,7 @@ func DefaultConfig() Config {
 		Timeout:          30 * time.Second,
 		StartupBudget:    30 * time.Second,
 		Chunk:            10 * time.Minute,
+		ReplicasPerQuery: 20,
 		MaxConcurrent:    4,
 		MaxResponseBytes: 64 << 20,
 		AbsentIntervals:  3,
@@ -99,6 +104,9 @@ func (c Config) Validate(path string) error {
 		if d <= 0 {
 			add("%s: must be positive, got %s", name, d)
 		}
+	}
+	if c.ReplicasPerQuery < 0 {
+		add("replicas_per_query: must not be negative, got %d", c.ReplicasPerQuery)
 	}
 	if c.MaxConcurrent <= 0 {
 		add("max_concurrent: must be positive, got %d", c.MaxConcurrent)

@@ -4,78 +4,155 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
-// RangeChunks reads [from, to] at step with query_range, in time chunks of
-// Config.Chunk, at most Config.MaxConcurrent requests in flight, and calls
-// yield with each chunk's scrapes in time order (chunks in order too): at
-// each step, for each replica found, exactly what the scraper would have
-// produced. A chunk that cannot be read is skipped and its error joined
-// into the returned one; yield's error stops the read.
+// RangeChunks reads [from, to] at step with query_range and calls yield
+// with the scrapes of one time chunk (Config.Chunk) at a time, in time
+// order: at each step, for each replica found, exactly what the scraper
+// would have produced. Each request covers one chunk and at most
+// Config.ReplicasPerQuery replicas (listed first with one aggregating
+// query), so its size does not grow with the fleet; at most
+// Config.MaxConcurrent requests, and their answers, are held at once. A
+// request that fails loses its chunk of its replicas, and its error is
+// joined into the returned one; yield's error stops the read.
 func (r *Reader) RangeChunks(ctx context.Context, from, to time.Time, step time.Duration, yield func([]series.Scrape) error) error {
 	if step <= 0 {
 		return fmt.Errorf("range step %s must be positive", step)
 	}
-	type result struct {
-		from, to time.Time
-		scrapes  []series.Scrape
-		err      error
-		held     bool // holds a semaphore slot until consumed
+	batches := [][]string{nil} // nil: the whole fleet in one request
+	if r.cfg.ReplicasPerQuery > 0 {
+		replicas, err := r.replicasBetween(ctx, from, to)
+		if err != nil {
+			return fmt.Errorf("listing the replicas: %w", err)
+		}
+		batches = batches[:0]
+		for len(replicas) > 0 {
+			n := min(len(replicas), r.cfg.ReplicasPerQuery)
+			batches = append(batches, replicas[:n])
+			replicas = replicas[n:]
+		}
 	}
-	var spans [][2]time.Time
-	for start := from; !start.After(to); {
+	type unit struct {
+		chunk    int
+		from, to time.Time
+		replicas []string
+	}
+	type result struct {
+		unit
+		scrapes []series.Scrape
+		err     error
+		held    bool // holds a semaphore slot until consumed
+	}
+	var units []unit
+	chunk := 0
+	for start := from; !start.After(to); chunk++ {
 		end := start.Add(r.cfg.Chunk)
 		if end.After(to) {
 			end = to
 		}
-		spans = append(spans, [2]time.Time{start, end})
+		for _, b := range batches {
+			units = append(units, unit{chunk, start, end, b})
+		}
 		start = end.Add(step) // the next chunk starts on the next step
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Each chunk's result has its own channel, read in order; the
-	// semaphore bounds requests (and results held) in flight.
+	// Each unit's result has its own channel, read in order; the
+	// semaphore bounds requests (and answers held) in flight.
 	sem := make(chan struct{}, r.cfg.MaxConcurrent)
-	results := make([]chan result, len(spans))
+	results := make([]chan result, len(units))
 	for i := range results {
 		results[i] = make(chan result, 1)
 	}
 	go func() {
-		for i, span := range spans {
+		for i, u := range units {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				results[i] <- result{from: span[0], to: span[1], err: ctx.Err()}
+				results[i] <- result{unit: u, err: ctx.Err()}
 				continue
 			}
-			go func(i int, span [2]time.Time) {
-				scrapes, err := r.readRange(ctx, span[0], span[1], step)
-				results[i] <- result{span[0], span[1], scrapes, err, true}
-			}(i, span)
+			go func(i int, u unit) {
+				scrapes, err := r.readRange(ctx, u.from, u.to, step, u.replicas)
+				results[i] <- result{u, scrapes, err, true}
+			}(i, u)
 		}
 	}()
 	var errs []error
-	for i := range spans {
+	var pending []series.Scrape // the current chunk's scrapes, from all its batches
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		slices.SortStableFunc(pending, func(a, b series.Scrape) int {
+			if c := a.At.Compare(b.At); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Target, b.Target)
+		})
+		err := yield(pending)
+		pending = nil
+		return err
+	}
+	for i := range units {
 		res := <-results[i]
 		if res.held {
 			<-sem
 		}
+		if i > 0 && units[i-1].chunk != res.chunk {
+			if err := flush(); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+		}
 		if res.err != nil {
-			errs = append(errs, fmt.Errorf("%s to %s: %w", res.from.UTC().Format(time.RFC3339), res.to.UTC().Format(time.RFC3339), res.err))
+			what := "the fleet"
+			if res.replicas != nil {
+				what = fmt.Sprintf("%d replicas from %s", len(res.replicas), res.replicas[0])
+			}
+			errs = append(errs, fmt.Errorf("%s to %s, %s: %w", res.from.UTC().Format(time.RFC3339), res.to.UTC().Format(time.RFC3339), what, res.err))
 			continue
 		}
-		if err := yield(res.scrapes); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
+		pending = append(pending, res.scrapes...)
+	}
+	if err := flush(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// replicasBetween lists the replicas with any sample in [from, to], with
+// one aggregating query (one row per replica, whatever its series).
+func (r *Reader) replicasBetween(ctx context.Context, from, to time.Time) ([]string, error) {
+	label := r.cfg.ReplicaLabel
+	q := fmt.Sprintf("count by (%s) (last_over_time(%s[%s]))", label, r.cfg.query(), promDuration(to.Sub(from)+r.cfg.Step))
+	ans, err := r.query(ctx, "replicas", q, to, rangeNone)
+	if err != nil {
+		return nil, err
+	}
+	vec, ok := ans.value.(model.Vector)
+	if !ok {
+		return nil, fmt.Errorf("unexpected result type %s", ans.value.Type())
+	}
+	var out []string
+	for _, s := range vec {
+		if v := string(s.Metric[model.LabelName(label)]); v != "" {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // Range is RangeChunks collected into one time-ordered slice, for short
@@ -87,8 +164,17 @@ func (r *Reader) Range(ctx context.Context, from, to time.Time, step time.Durati
 	return out, err
 }
 
-func (r *Reader) readRange(ctx context.Context, from, to time.Time, step time.Duration) ([]series.Scrape, error) {
-	ans, err := r.query(ctx, "range", r.cfg.query(), time.Time{}, v1.Range{Start: from, End: to, Step: step})
+// readRange reads one chunk of the given replicas (nil: all).
+func (r *Reader) readRange(ctx context.Context, from, to time.Time, step time.Duration, replicas []string) ([]series.Scrape, error) {
+	q := r.cfg.query()
+	if replicas != nil {
+		quoted := make([]string, len(replicas))
+		for i, name := range replicas {
+			quoted[i] = regexp.QuoteMeta(name)
+		}
+		q = strings.TrimSuffix(q, "}") + "," + r.cfg.ReplicaLabel + "=~" + strconv.Quote(strings.Join(quoted, "|")) + "}"
+	}
+	ans, err := r.query(ctx, "range", q, time.Time{}, v1.Range{Start: from, End: to, Step: step})
 	if err != nil {
 		return nil, err
 	}

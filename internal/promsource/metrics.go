@@ -15,7 +15,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "watchdog_prometheus_queries_total",
-			Help: "Queries to the Prometheus-compatible API (history:), by kind (range, latest) and result (ok, partial: warnings or isPartial, too_large, timeout, server_error, bad_request, bad_response, error).",
+			Help: "Queries to the Prometheus-compatible API (history:), by kind (range, replicas: the listing before a range, latest) and result (ok, partial: warnings or isPartial, too_large, timeout, server_error, bad_request, bad_response, error).",
 		}, []string{"kind", "result"}),
 		backfilled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "watchdog_history_backfilled_samples_total",

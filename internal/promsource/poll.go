@@ -63,8 +63,10 @@ func (p *Poller) Poll(ctx context.Context, now time.Time) error {
 	window := time.Duration(p.reader.cfg.AbsentIntervals) * step
 	// A range selector in an instant query returns raw samples with the
 	// times Prometheus scraped them (not the query time), so rates see
-	// real intervals and a sample is never appended twice.
-	q := fmt.Sprintf("%s[%s]", p.reader.cfg.query(), promDuration(window+step))
+	// real intervals and a sample is never appended twice. Two steps hold
+	// each series' newest sample; absence is judged from when a replica
+	// was last seen, so the answer stays about two points per series.
+	q := fmt.Sprintf("%s[%s]", p.reader.cfg.query(), promDuration(2*step))
 	ans, err := p.reader.query(ctx, "latest", q, now, rangeNone)
 	if err != nil {
 		return err

@@ -68,8 +68,8 @@ func TestPollerFollowsTheFleet(t *testing.T) {
 	if got := summary(st.scrapes); got != want {
 		t.Errorf("appended:\n got %s\nwant %s", got, want)
 	}
-	if q := api.queries[0]; !strings.Contains(q, "[20000ms]") {
-		t.Errorf("latest query %q does not read absent_intervals+1 steps of raw samples", q)
+	if q := api.queries[0]; !strings.Contains(q, "[10000ms]") {
+		t.Errorf("latest query %q does not read two steps of raw samples", q)
 	}
 	for _, sc := range st.scrapes {
 		if sc.Reason == series.FailureAbsent && !strings.Contains(sc.Error, "absent from Prometheus") {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -99,7 +100,7 @@ func TestRangeIsWhatTheScraperWouldHaveSeen(t *testing.T) {
 	api := &fakeAPI{rng: rangeBody}
 	srv := httptest.NewServer(api)
 	defer srv.Close()
-	r, reg := newReader(t, srv.URL, func(c *Config) { c.ReplicaLabel = "pod"; c.Selector = `job="sglang"` })
+	r, reg := newReader(t, srv.URL, func(c *Config) { c.ReplicaLabel = "pod"; c.Selector = `job="sglang"`; c.ReplicasPerQuery = 0 })
 
 	got, err := r.Range(context.Background(), time.Unix(1000, 0), time.Unix(1005, 0), 5*time.Second)
 	if err != nil {
@@ -156,7 +157,7 @@ func TestAPIFailuresAreClearErrors(t *testing.T) {
 			api.set(tc.set)
 			srv := httptest.NewServer(api)
 			defer srv.Close()
-			r, _ := newReader(t, srv.URL, func(c *Config) { c.MaxResponseBytes = 4096; c.Timeout = 200 * time.Millisecond })
+			r, _ := newReader(t, srv.URL, func(c *Config) { c.MaxResponseBytes = 4096; c.Timeout = 200 * time.Millisecond; c.ReplicasPerQuery = 0 })
 			var st store
 			res := r.Backfill(context.Background(), &st, time.Unix(2000, 0), time.Minute)
 			if res.Err == nil {
@@ -181,41 +182,68 @@ func TestAPIFailuresAreClearErrors(t *testing.T) {
 	}
 }
 
-// TestBackfillChunksInOrder: a range longer than one chunk is read in
-// several requests and appended in time order.
+// TestBackfillChunksInOrder: a range longer than one chunk, of a fleet
+// larger than one request's share of replicas, is read in chunk × batch
+// requests (the replicas listed first) and appended in time order, each
+// replica once per step.
 func TestBackfillChunksInOrder(t *testing.T) {
-	api := &fakeAPI{}
+	var mu sync.Mutex
+	var ranges, batches []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.ParseForm()
-		api.mu.Lock()
-		api.queries = append(api.queries, r.Form.Get("start"))
-		api.mu.Unlock()
+		q := r.Form.Get("query")
+		if r.URL.Path == "/api/v1/query" {
+			if !strings.HasPrefix(q, "count by (instance) (last_over_time(") {
+				t.Errorf("listing query %q", q)
+			}
+			fmt.Fprint(w, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"instance":"a"},"value":[1,"3"]},{"metric":{"instance":"b.1"},"value":[1,"3"]},{"metric":{"instance":"c"},"value":[1,"3"]}]}}`)
+			return
+		}
 		var start, end float64
 		fmt.Sscan(r.Form.Get("start"), &start)
 		fmt.Sscan(r.Form.Get("end"), &end)
-		var vals []string
-		for ts := start; ts <= end; ts += 5 {
-			vals = append(vals, fmt.Sprintf(`[%g,"%g"]`, ts, ts))
+		_, sel, _ := strings.Cut(q, `instance=~"`)
+		sel, _, _ = strings.Cut(sel, `"`)
+		mu.Lock()
+		ranges = append(ranges, r.Form.Get("start"))
+		batches = append(batches, sel)
+		mu.Unlock()
+		var rows []string
+		for _, inst := range []string{"a", "b.1", "c"} {
+			if !regexp.MustCompile("^(" + strings.ReplaceAll(sel, `\\`, `\`) + ")$").MatchString(inst) {
+				continue
+			}
+			var vals []string
+			for ts := start; ts <= end; ts += 5 {
+				vals = append(vals, fmt.Sprintf(`[%g,"%g"]`, ts, ts))
+			}
+			rows = append(rows, fmt.Sprintf(`{"metric":{"__name__":"sglang:num_requests_total","instance":%q},"values":[%s]}`, inst, strings.Join(vals, ",")))
 		}
-		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"sglang:num_requests_total","instance":"a"},"values":[%s]}]}}`, strings.Join(vals, ","))
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"matrix","result":[%s]}}`, strings.Join(rows, ","))
 	}))
 	defer srv.Close()
-	r, _ := newReader(t, srv.URL, func(c *Config) { c.Chunk = time.Minute; c.MaxConcurrent = 2 })
+	r, _ := newReader(t, srv.URL, func(c *Config) { c.Chunk = time.Minute; c.MaxConcurrent = 2; c.ReplicasPerQuery = 2 })
 	var st store
 	now := time.Unix(10_000, 0)
 	res := r.Backfill(context.Background(), &st, now, 5*time.Minute)
 	if res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	if len(api.queries) < 5 {
-		t.Errorf("%d requests for 5 minutes in 1-minute chunks", len(api.queries))
+	if len(ranges) < 10 {
+		t.Errorf("%d requests for 5 minutes in 1-minute chunks of 2 of 3 replicas, want at least 10", len(ranges))
 	}
-	if len(st.scrapes) != 60 {
-		t.Errorf("%d scrapes, want 60 (5 minutes at 5 s, ending one step before now)", len(st.scrapes))
+	for _, b := range batches {
+		if b != `a|b\\.1` && b != "c" {
+			t.Errorf("a request selects replicas %q, want a|b\\.1 or c (escaped, 2 at most)", b)
+		}
+	}
+	if len(st.scrapes) != 3*60 {
+		t.Errorf("%d scrapes, want 180 (3 replicas, 5 minutes at 5 s, ending one step before now)", len(st.scrapes))
 	}
 	for i := 1; i < len(st.scrapes); i++ {
-		if d := st.scrapes[i].At.Sub(st.scrapes[i-1].At); d != 5*time.Second {
-			t.Fatalf("scrape %d is %s after the previous one, want 5s (in order, no gap, no duplicate)", i, d)
+		a, b := st.scrapes[i-1], st.scrapes[i]
+		if b.At.Before(a.At) || (b.At.Equal(a.At) && b.Target <= a.Target) {
+			t.Fatalf("scrape %d (%s at %v) after %s at %v: out of order or twice", i, b.Target, b.At, a.Target, a.At)
 		}
 	}
 	if last := st.scrapes[len(st.scrapes)-1].At; !last.Before(now) {
