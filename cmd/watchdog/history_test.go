@@ -15,9 +15,13 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/memnet"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // fakePrometheus scrapes fake engines on the bubble's clock, keeps every
@@ -374,5 +378,41 @@ func TestHistoryDownTheDaemonStartsAnyway(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestSourcePrometheusShardsByModel: replicas found in Prometheus are
+// sharded as discovered targets are: by the model their samples name, so
+// every replica of a model lands in one shard and the shards partition
+// the fleet.
+func TestSourcePrometheusShardsByModel(t *testing.T) {
+	models := []string{"m-a", "m-b", "m-c", "m-d", "m-e", "m-f"}
+	owner := map[string]int{}
+	for index := range 2 {
+		cfg := config.Default()
+		cfg.Source, cfg.History.URL = config.SourcePrometheus, "http://prometheus:9090"
+		cfg.Discovery.Shard = discovery.ShardConfig{Total: 2, Index: index, By: "model"}
+		h, err := newHistory(cfg, daemonIO{}, nil, nil, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.keep == nil || h.poller == nil {
+			t.Fatal("no shard filter or no poller for source: prometheus with a shard")
+		}
+		for _, m := range models {
+			for _, replica := range []string{"r1", "r2", "r3"} {
+				sc := series.Scrape{Target: replica + "-" + m, Groups: []series.Group{{Model: m}}}
+				if !h.keep(sc) {
+					continue
+				}
+				if prev, ok := owner[m]; ok && prev != index {
+					t.Errorf("model %s is in shards %d and %d", m, prev, index)
+				}
+				owner[m] = index
+			}
+		}
+	}
+	if len(owner) != len(models) {
+		t.Errorf("models kept by some shard: %v, want all of %v", owner, models)
 	}
 }
