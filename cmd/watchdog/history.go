@@ -24,7 +24,8 @@ type history struct {
 }
 
 // newHistory builds the reader when history.url is set; nil otherwise.
-func newHistory(cfg config.Config, dio daemonIO, app promsource.Appender, reg prometheus.Registerer, logger *zap.Logger) (*history, error) {
+// lookback is how much history a window holds (what a backfill reads).
+func newHistory(cfg config.Config, dio daemonIO, app promsource.Appender, lookback time.Duration, reg prometheus.Registerer, logger *zap.Logger) (*history, error) {
 	if !cfg.History.Enabled() {
 		return nil, nil
 	}
@@ -46,6 +47,7 @@ func newHistory(cfg config.Config, dio daemonIO, app promsource.Appender, reg pr
 	}
 	if cfg.FromPrometheus() {
 		h.poller = promsource.NewPoller(reader, app, cfg.Evaluation.Interval, h.keep, logger)
+		h.poller.BackfillNew(lookback)
 	}
 	return h, nil
 }

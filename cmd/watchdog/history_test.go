@@ -392,7 +392,7 @@ func TestSourcePrometheusShardsByModel(t *testing.T) {
 		cfg := config.Default()
 		cfg.Source, cfg.History.URL = config.SourcePrometheus, "http://prometheus:9090"
 		cfg.Discovery.Shard = discovery.ShardConfig{Total: 2, Index: index, By: "model"}
-		h, err := newHistory(cfg, daemonIO{}, nil, nil, zap.NewNop())
+		h, err := newHistory(cfg, daemonIO{}, nil, time.Hour, nil, zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -232,7 +232,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return fmt.Errorf("window: %w", err)
 	}
 
-	hist, err := newHistory(cfg, dio, store, reg, logger.Named("history"))
+	hist, err := newHistory(cfg, dio, store, store.Options().Retention, reg, logger.Named("history"))
 	if err != nil {
 		return err
 	}

@@ -37,13 +37,29 @@ func (r *Reader) RangeChunks(ctx context.Context, from, to time.Time, step time.
 		if err != nil {
 			return fmt.Errorf("listing the replicas: %w", err)
 		}
-		batches = batches[:0]
-		for len(replicas) > 0 {
-			n := min(len(replicas), r.cfg.ReplicasPerQuery)
-			batches = append(batches, replicas[:n])
-			replicas = replicas[n:]
-		}
+		batches = r.batch(replicas)
 	}
+	return r.rangeChunks(ctx, from, to, step, batches, yield)
+}
+
+// batch splits replicas into groups of at most Config.ReplicasPerQuery.
+func (r *Reader) batch(replicas []string) [][]string {
+	size := r.cfg.ReplicasPerQuery
+	if size <= 0 {
+		size = len(replicas)
+	}
+	var out [][]string
+	for len(replicas) > 0 {
+		n := min(len(replicas), size)
+		out = append(out, replicas[:n])
+		replicas = replicas[n:]
+	}
+	return out
+}
+
+// rangeChunks is RangeChunks over the given replica batches (a nil batch:
+// the whole fleet).
+func (r *Reader) rangeChunks(ctx context.Context, from, to time.Time, step time.Duration, batches [][]string, yield func([]series.Scrape) error) error {
 	type unit struct {
 		chunk    int
 		from, to time.Time

@@ -3,6 +3,8 @@ package promsource
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,7 +33,17 @@ type Poller struct {
 
 	last map[string]time.Time // replica -> newest sample appended
 	seen map[string]time.Time // replica -> newest sample time seen in Prometheus
+	// lookback > 0: a replica that appears after the first poll is
+	// backfilled over it before its first live sample (the daemon's
+	// start-up backfill covered those present at start).
+	lookback time.Duration
+	polled   bool
 }
+
+// BackfillNew makes the poller fill a replica that appears after its
+// first poll with lookback of its history before the replica's first live
+// sample, within Config.StartupBudget.
+func (p *Poller) BackfillNew(lookback time.Duration) { p.lookback = lookback }
 
 // NewPoller returns a poller appending to app every interval; keep (nil:
 // all) filters replicas. It starts nothing.
@@ -79,18 +91,29 @@ func (p *Poller) Poll(ctx context.Context, now time.Time) error {
 	for _, sc := range scrapesAt(fleet, scrape.NewNormalizer(p.reader.opts.MaxSeries)) {
 		newest[sc.Target] = sc // time-ordered: the last one wins
 	}
+	var fresh []string
 	for replica, sc := range newest {
 		if p.keep != nil && !p.keep(sc) {
 			continue
 		}
+		if _, known := p.seen[replica]; !known && p.polled && p.lookback > 0 {
+			fresh = append(fresh, replica)
+		}
 		if sc.At.After(p.seen[replica]) {
 			p.seen[replica] = sc.At
 		}
-		if !sc.At.After(p.last[replica]) {
+	}
+	if len(fresh) > 0 {
+		p.backfill(ctx, fresh, newest)
+	}
+	for _, replica := range slices.Sorted(maps.Keys(newest)) {
+		sc := newest[replica]
+		if _, kept := p.seen[replica]; !kept || !sc.At.After(p.last[replica]) {
 			continue
 		}
 		p.append(sc)
 	}
+	p.polled = true
 	if ans.partial {
 		return nil
 	}
@@ -102,6 +125,47 @@ func (p *Poller) Poll(ctx context.Context, now time.Time) error {
 			Error: fmt.Sprintf("absent from Prometheus: no sample for %s (%d steps of %s)", now.Sub(seen).Round(time.Second), p.reader.cfg.AbsentIntervals, step)})
 	}
 	return nil
+}
+
+// backfill fills replicas that just appeared with their history up to the
+// step before their newest sample; a failure is logged and they fill from
+// live data.
+func (p *Poller) backfill(ctx context.Context, replicas []string, newest map[string]series.Scrape) {
+	slices.Sort(replicas)
+	to := newest[replicas[0]].At
+	for _, r := range replicas {
+		to = minTime(to, newest[r].At)
+	}
+	step := p.reader.cfg.Step
+	ctx, cancel := context.WithTimeout(ctx, p.reader.cfg.StartupBudget)
+	defer cancel()
+	n, samples := 0, 0
+	err := p.reader.rangeChunks(ctx, to.Add(-p.lookback), to.Add(-step), step, p.reader.batch(replicas), func(chunk []series.Scrape) error {
+		for _, sc := range chunk {
+			if sc.At.After(p.last[sc.Target]) {
+				p.append(sc)
+				n++
+				for _, g := range sc.Groups {
+					samples += len(g.Samples)
+				}
+			}
+		}
+		return nil
+	})
+	p.reader.metrics.backfilled.Add(float64(samples))
+	if err != nil {
+		p.reader.metrics.failures.Inc()
+		p.logger.Error("history of new replicas incomplete: they fill from live data", zap.Strings("replicas", replicas), zap.Error(err))
+		return
+	}
+	p.logger.Info("new replicas backfilled", zap.Strings("replicas", replicas), zap.Int("scrapes", n))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (p *Poller) append(sc series.Scrape) {

@@ -162,3 +162,42 @@ func TestMimirPathPrefix(t *testing.T) {
 		t.Errorf("request %q, want /prometheus/api/v1/query", api.queries[0])
 	}
 }
+
+// TestPollerBackfillsANewReplica: a replica that appears after the first
+// poll gets its history (query_range of just that replica) before its
+// first live sample; the replicas present at start are left alone (the
+// daemon's start-up backfill covered them).
+func TestPollerBackfillsANewReplica(t *testing.T) {
+	api := &fakeAPI{rng: `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"sglang:num_requests_total","instance":"b"},"values":[[985,"1"],[990,"2"],[995,"3"],[1000,"4"]]}]}}`}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	r, reg := newReader(t, srv.URL, nil)
+	var st store
+	p := NewPoller(r, &st, 5*time.Second, nil, r.logger)
+	p.BackfillNew(time.Minute)
+	api.set(func(f *fakeAPI) { f.query = latestBody("", map[string][]int{"a": {1000}}) })
+	if err := p.Poll(context.Background(), time.Unix(1001, 0)); err != nil {
+		t.Fatal(err)
+	}
+	api.set(func(f *fakeAPI) { f.query = latestBody("", map[string][]int{"a": {1005}, "b": {1000, 1005}}) })
+	if err := p.Poll(context.Background(), time.Unix(1006, 0)); err != nil {
+		t.Fatal(err)
+	}
+	got := summary(st.scrapes)
+	if want := "a@1000 b@985 b@990 b@995 b@1000 a@1005 b@1005"; got != want {
+		t.Errorf("appended:\n got %s\nwant %s", got, want)
+	}
+	var ranges []string
+	for _, q := range api.queries {
+		if strings.HasPrefix(q, "/api/v1/query_range") {
+			ranges = append(ranges, q)
+		}
+	}
+	if len(ranges) != 1 || !strings.Contains(ranges[0], `instance=~"b"`) {
+		t.Errorf("range queries %v, want one for b alone", ranges)
+	}
+	if v := testutil.ToFloat64(r.metrics.backfilled); v != 4 {
+		t.Errorf("backfilled samples %v, want 4", v)
+	}
+	_ = reg
+}
