@@ -416,3 +416,20 @@ func TestSourcePrometheusShardsByModel(t *testing.T) {
 		t.Errorf("models kept by some shard: %v, want all of %v", owner, models)
 	}
 }
+
+// TestHistoryChangesNeedARestart: the reader and the source are bound at
+// start-up; a reload that changes them says so instead of pretending.
+func TestHistoryChangesNeedARestart(t *testing.T) {
+	old := config.Default()
+	next := config.Default()
+	next.Source = config.SourcePrometheus
+	next.History.URL = "http://prometheus:9090"
+	next.History.HTTPClient.BearerToken = "changed"
+	got := restartOnly(old, next)
+	if !slices.Contains(got, "source") || !slices.Contains(got, "history") {
+		t.Errorf("restart-only settings %v, want source and history", got)
+	}
+	if got := restartOnly(old, config.Default()); len(got) != 0 {
+		t.Errorf("unchanged configuration reported as %v", got)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -585,6 +586,8 @@ func restartOnly(old, next config.Config) []string {
 	check("ha", old.HA != next.HA)
 	check("heartbeat", old.Heartbeat != next.Heartbeat)
 	check("notify", !notifyEqual(old.Notify, next.Notify))
+	check("source", old.Source != next.Source)
+	check("history", !reflect.DeepEqual(old.History, next.History))
 	return out
 }
 
