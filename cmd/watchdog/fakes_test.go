@@ -197,6 +197,14 @@ type daemonRun struct {
 // must be called before the bubble ends.
 func startDaemon(t *testing.T, yaml string, engines map[string]*fakeEngine) *daemonRun {
 	t.Helper()
+	return startDaemonWith(t, yaml, engines, nil)
+}
+
+// startDaemonWith is startDaemon with setup run on the bubble's network
+// and the configuration before the daemon starts (to serve more fakes
+// and point the configuration at them).
+func startDaemonWith(t *testing.T, yaml string, engines map[string]*fakeEngine, setup func(network *memnet.Network, cfg *config.Config)) *daemonRun {
+	t.Helper()
 	cfg, err := config.Parse(config.Default(), []byte(yaml))
 	if err != nil {
 		t.Fatalf("test configuration: %v", err)
@@ -212,6 +220,9 @@ func startDaemon(t *testing.T, yaml string, engines map[string]*fakeEngine) *dae
 		servers = append(servers, srv)
 		go srv.Serve(ln)
 		cfg.Targets = append(cfg.Targets, config.Target{Name: name, URL: "http://" + ln.Addr().String(), Kind: "engine"})
+	}
+	if setup != nil {
+		setup(network, &cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test configuration: %v", err)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -209,6 +210,11 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return fmt.Errorf("window: %w", err)
 	}
 
+	hist, err := newHistory(cfg, dio, store, store.Options().Retention, reg, logger.Named("history"))
+	if err != nil {
+		return err
+	}
+
 	targets, err := scrapeTargets(cfg.Targets)
 	if err != nil {
 		return err
@@ -337,6 +343,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	// Stop order: scraping and evaluation stop first; the dispatcher then
 	// drains what is queued (resolves included); the HTTP server goes last
 	// so /metrics shows the drain.
+	hist.backfill(ctx, store, time.Now(), store.Options().Retention)
 	var g oklog.Group
 	pipeCtx, stopPipe := context.WithCancel(context.Background())
 	notifyCtx, stopNotify := context.WithCancel(context.Background())
@@ -344,7 +351,8 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	notifyDone := make(chan struct{})
 	runCtx, stopRun := context.WithCancel(ctx)
 	g.Add(func() error { <-runCtx.Done(); return nil }, func(error) { stopRun() })
-	g.Add(func() error { return scraper.Run(pipeCtx) }, func(error) { stopPipe() })
+	feed := hist.run(scraper.Run)
+	g.Add(func() error { return feed(pipeCtx) }, func(error) { stopPipe() })
 	if disc != nil {
 		current := targets
 		g.Add(func() error {
@@ -558,6 +566,8 @@ func restartOnly(old, next config.Config) []string {
 	check("ha", old.HA != next.HA)
 	check("heartbeat", old.Heartbeat != next.Heartbeat)
 	check("notify", !notifyEqual(old.Notify, next.Notify))
+	check("source", old.Source != next.Source)
+	check("history", !reflect.DeepEqual(old.History, next.History))
 	return out
 }
 

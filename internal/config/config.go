@@ -26,6 +26,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/heartbeat"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/promsource"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/alertmanager"
@@ -62,6 +63,12 @@ type Config struct {
 	Notify    Notify           `yaml:"notify"`
 	// Runbooks overrides the runbook link of a class (a team's own wiki).
 	Runbooks map[string]string `yaml:"runbooks"`
+	// Source is where samples come from: scrape (default) or prometheus
+	// (history.url's API).
+	Source string `yaml:"source"`
+	// History is a Prometheus-compatible API that fills the windows at
+	// start and, with source: prometheus, replaces scraping.
+	History promsource.Config `yaml:"history"`
 	// PodIP is this pod's IP (POD_IP, from the downward API), one source of
 	// a derived external URL (PageLinkBase); not a YAML setting.
 	PodIP string `yaml:"-"`
@@ -195,6 +202,8 @@ func Default() Config {
 		Correlation: correlate.DefaultConfig(),
 		HA:          leader.DefaultConfig(),
 		Heartbeat:   heartbeat.DefaultConfig(),
+		Source:      SourceScrape,
+		History:     promsource.DefaultConfig(),
 		Notify: Notify{
 			Routes:    notify.DefaultRoutes().Routes,
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
@@ -452,7 +461,7 @@ func (c Config) Validate() error {
 	if c.Evaluation.Interval <= 0 {
 		add("evaluation.interval: must be positive, got %s", c.Evaluation.Interval)
 	}
-	if len(c.Targets) == 0 && !c.Discovery.Enabled() {
+	if len(c.Targets) == 0 && !c.Discovery.Enabled() && !c.FromPrometheus() {
 		add("targets: no targets; set WATCHDOG_TARGETS, targets in the config file, or discovery")
 	}
 	if err := c.Discovery.Validate("discovery"); err != nil {
@@ -481,6 +490,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.Detectors.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateSource(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Heartbeat.Validate("heartbeat"); err != nil {

@@ -109,6 +109,12 @@ func failureDiagnosis(reason series.ScrapeFailure) (Layer, string, []string) {
 				"Check the pod and Service exist: kubectl get pod,svc,endpoints; kubectl get events for evictions and deletions.",
 				"Resolve the name from inside the cluster (nslookup from a debug pod) to tell a missing record from a DNS outage.",
 			}
+	case series.FailureAbsent:
+		return LayerTransport, "Scrape layer: the replica is absent from the Prometheus the watchdog reads (no recent samples there, or up is 0): Prometheus cannot scrape it — the process is down or hung, the pod is gone, or Prometheus' own scrape of it broke.",
+			[]string{
+				"Look at the replica's target in Prometheus (Status > Targets: last error, last scrape) and query up for it.",
+				"Check the pod: kubectl get pod,endpoints; kubectl describe pod (restarts, OOMKilled); kubectl logs <pod> --previous.",
+			}
 	default:
 		return LayerProcess, "Process layer: the connection is refused or dropped, so nothing listens on the metrics port — the server process is down: crashed, OOM-killed, or restarting.",
 			[]string{

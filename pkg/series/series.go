@@ -179,12 +179,16 @@ const (
 	FailurePodFailed ScrapeFailure = "pod_failed"
 	// FailureError: any other failure (TLS, a bad URL).
 	FailureError ScrapeFailure = "error"
+	// FailureAbsent: read from a Prometheus-compatible API instead of
+	// scraped, the replica has no recent samples there, or its up is 0
+	// (Prometheus could not scrape it).
+	FailureAbsent ScrapeFailure = "absent"
 )
 
 // ScrapeFailures lists every failure reason.
 var ScrapeFailures = []ScrapeFailure{
 	FailureRefused, FailureTimeout, FailureDNS, FailureHTTPStatus, FailureNotMetrics, FailureParse,
-	FailureTooLarge, FailureTooManySeries, FailureRedirect, FailurePodFailed, FailureError,
+	FailureTooLarge, FailureTooManySeries, FailureRedirect, FailurePodFailed, FailureError, FailureAbsent,
 }
 
 // Unreachable reports whether the failure means the server process cannot
@@ -193,7 +197,7 @@ var ScrapeFailures = []ScrapeFailure{
 // a proxy serves, only its metrics are unusable.
 func (f ScrapeFailure) Unreachable() bool {
 	switch f {
-	case FailureRefused, FailureTimeout, FailureDNS, FailurePodFailed:
+	case FailureRefused, FailureTimeout, FailureDNS, FailurePodFailed, FailureAbsent:
 		return true
 	}
 	return false
