@@ -53,6 +53,10 @@ commands:
   demo      watch a built-in simulated SGLang fleet going through incidents
   diagnose  one-shot triage of URL...: scrape twice, print state, layer and incidents
             (exit 3 when an incident is found; --output json; see watchdog diagnose -h)
+  record    run without paging anyone and write the scrapes and rounds to a file
+            (--out FILE [--duration D] [--demo]; see watchdog record -h)
+  backtest  replay a recording and print what would have paged and resolved
+            (--recording FILE [--config FILE] [--output text|json|markdown])
   version   print the version
 
 environment: see README.md (WATCHDOG_CONFIG, WATCHDOG_TARGETS, WATCHDOG_LISTEN_ADDRESS,
@@ -80,6 +84,12 @@ func run(ctx context.Context, args []string, env map[string]string, stdout, stde
 	}
 	if cmd == "diagnose" {
 		return diagnoseCmd(ctx, args, env, stdout, stderr)
+	}
+	if cmd == "record" {
+		return recordCmd(ctx, args, env, daemonIO{stdout: stdout, stderr: stderr})
+	}
+	if cmd == "backtest" {
+		return backtestCmd(ctx, args, stdout, stderr)
 	}
 	if len(args) > 0 {
 		fmt.Fprint(stderr, usage)
@@ -138,6 +148,9 @@ type daemonIO struct {
 	// bubble, where sockets would stop the fake clock. nil: the real network.
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
 	listen func(network, address string) (net.Listener, error)
+	// record, when set, makes the run watchdog record's: nothing is sent,
+	// and every scrape and round is written to a recording.
+	record *recordingRun
 }
 
 // transport is the HTTP transport of every client the daemon builds.
@@ -168,6 +181,9 @@ func newLogger(level string, w io.Writer, console bool) (*zap.Logger, error) {
 // daemon wires the pipeline scrape -> window -> detect -> alert -> notify
 // and runs it until ctx is done.
 func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
+	if dio.record != nil {
+		cfg = dio.record.restrict(cfg)
+	}
 	logger, err := newLogger(cfg.LogLevel, dio.stderr, dio.console)
 	if err != nil {
 		return err
@@ -232,6 +248,14 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return fmt.Errorf("window: %w", err)
 	}
 
+	var appender scrape.Appender = store
+	var rounds eval.RoundObserver
+	if dio.record != nil {
+		if appender, rounds, err = dio.record.start(cfg, store, now); err != nil {
+			return err
+		}
+	}
+
 	targets, err := scrapeTargets(cfg.Targets)
 	if err != nil {
 		return err
@@ -251,7 +275,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		HealthProbeInterval:    probe.Interval,
 		HealthProbeTimeout:     probe.Timeout,
 		HealthProbeConcurrency: probe.MaxConcurrent,
-	}, store, reg, logger.Named("scrape"))
+	}, appender, reg, logger.Named("scrape"))
 	if err != nil {
 		return fmt.Errorf("scrape: %w", err)
 	}
@@ -306,6 +330,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Sender:    dispatcher,
 		Persister: stateStore,
 		Logger:    logger.Named("eval"),
+		Observer:  rounds,
 	}, reg)
 
 	// The runbooks state the detectors' thresholds as configured; a reload
