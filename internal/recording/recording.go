@@ -262,8 +262,18 @@ func (w *Writer) scrapeLocked(sc series.Scrape) {
 		gk := groupKey{sc.Target, g.Worker}
 		ids := make([]uint64, len(g.Samples))
 		gr := groupRec{Worker: g.Worker, Model: g.Model, EngineType: g.EngineType}
+		occurrences := make(map[string]int, len(g.Samples))
 		for i, s := range g.Samples {
-			sk := seriesKey{gk, s.Key()}
+			key := s.Key()
+			// A series repeated within one scrape is recorded as the
+			// distinct samples it is, each with its own id.
+			if n := occurrences[key]; n > 0 {
+				occurrences[key]++
+				key += "\xff" + strconv.Itoa(n)
+			} else {
+				occurrences[key] = 1
+			}
+			sk := seriesKey{gk, key}
 			id, ok := w.ids[sk]
 			if !ok {
 				id = uint64(len(w.ids) + 1)
@@ -361,8 +371,8 @@ func equalIDs(a, b []uint64) bool {
 // Reader reads a recording.
 type Reader struct {
 	header Header
-	sc     *bufio.Scanner
-	gz     *gzip.Reader
+	br     *bufio.Reader
+	buf    []byte
 	line   int
 	defs   map[uint64]seriesDef
 	last   map[uint64]float64
@@ -382,9 +392,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not a recording (no gzip stream): %w", err)
 	}
-	sc := bufio.NewScanner(gz)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	rd := &Reader{sc: sc, gz: gz, defs: map[uint64]seriesDef{}, last: map[uint64]float64{}, groups: map[groupKey][]uint64{}}
+	rd := &Reader{br: bufio.NewReaderSize(gz, 64<<10), defs: map[uint64]seriesDef{}, last: map[uint64]float64{}, groups: map[groupKey][]uint64{}}
 	raw, err := rd.next()
 	if err == io.EOF {
 		return nil, errors.New("empty recording: no header")
@@ -410,15 +418,30 @@ func NewReader(r io.Reader) (*Reader, error) {
 func (r *Reader) Header() Header { return r.header }
 
 // next returns the next raw line; io.EOF at a clean end of the stream.
+// Every line the writer writes ends in a newline, so a last line without
+// one was cut off.
 func (r *Reader) next() ([]byte, error) {
-	if r.sc.Scan() {
-		r.line++
-		return r.sc.Bytes(), nil
+	r.buf = r.buf[:0]
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		r.buf = append(r.buf, chunk...)
+		if len(r.buf) > maxLine {
+			return nil, fmt.Errorf("line %d: corrupt recording: a line longer than %d bytes", r.line+1, maxLine)
+		}
+		switch {
+		case err == nil:
+			r.line++
+			return r.buf[:len(r.buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(r.buf) == 0:
+			return nil, io.EOF
+		case errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("line %d: truncated or corrupt recording: the last line is cut off", r.line+1)
+		default:
+			return nil, fmt.Errorf("line %d: truncated or corrupt recording: %w", r.line+1, err)
+		}
 	}
-	if err := r.sc.Err(); err != nil {
-		return nil, fmt.Errorf("line %d: truncated or corrupt recording: %w", r.line+1, err)
-	}
-	return nil, io.EOF
 }
 
 // Next returns the next entry; io.EOF after the last.
