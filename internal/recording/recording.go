@@ -30,7 +30,10 @@
 // order and is written only when that list differs from the group's
 // previous scrape (same target and worker); "values" holds only the
 // samples whose value changed since the series was last written, as
-// [id, value] pairs, with NaN and ±Inf as the strings "NaN", "+Inf", "-Inf".
+// [id, value] pairs, with NaN and ±Inf as the strings "NaN", "+Inf", "-Inf",
+// except that a whole number following a whole number (a counter, a
+// histogram bucket) is written in "deltas" as [id, new - old], which is
+// exact below 2^52 and repeats from scrape to scrape, so it compresses well.
 // Times are Unix nanoseconds, durations nanoseconds. A failed scrape has
 // "reason" (and "status", "error") and no groups. "remove" is a target
 // leaving the scrape set; "evaluate" an evaluation round at that instant.
@@ -115,6 +118,10 @@ type groupRec struct {
 	// scrape.
 	Series *[]uint64   `json:"series,omitempty"`
 	Values []valuePair `json:"values,omitempty"`
+	// Deltas are changes of whole-numbered values (counters, histogram
+	// buckets) as [id, new - old]: exact, and they repeat from scrape to
+	// scrape, which compresses far better than the growing totals.
+	Deltas []valuePair `json:"deltas,omitempty"`
 }
 
 // valuePair is [id, value].
@@ -285,7 +292,13 @@ func (w *Writer) scrapeLocked(sc series.Scrape) {
 				w.write(line{Series: def})
 			}
 			ids[i] = id
-			if old, seen := w.last[id]; !seen || math.Float64bits(old) != math.Float64bits(s.Value) {
+			old, seen := w.last[id]
+			switch {
+			case seen && math.Float64bits(old) == math.Float64bits(s.Value):
+			case seen && wholeNumber(old) && wholeNumber(s.Value):
+				w.last[id] = s.Value
+				gr.Deltas = append(gr.Deltas, valuePair{id, s.Value - old})
+			default:
 				w.last[id] = s.Value
 				gr.Values = append(gr.Values, valuePair{id, s.Value})
 			}
@@ -354,6 +367,16 @@ func (w *Writer) Close() error {
 		w.err = err
 	}
 	return w.err
+}
+
+// maxExact bounds the whole numbers float64 holds exactly, so old + (new
+// - old) gives new back bit for bit.
+const maxExact = 1 << 52
+
+// wholeNumber reports whether v is a whole number whose differences are
+// exact (-0 is not: its sign would be lost).
+func wholeNumber(v float64) bool {
+	return v == math.Trunc(v) && math.Abs(v) < maxExact && !(v == 0 && math.Signbit(v))
 }
 
 func equalIDs(a, b []uint64) bool {
@@ -495,6 +518,13 @@ func (r *Reader) scrape(rec *scrapeRec) (*series.Scrape, error) {
 				return nil, fmt.Errorf("value of undefined series %d", v.ID)
 			}
 			r.last[v.ID] = v.Value
+		}
+		for _, d := range gr.Deltas {
+			old, ok := r.last[d.ID]
+			if !ok || !wholeNumber(old) || d.Value != math.Trunc(d.Value) {
+				return nil, fmt.Errorf("delta %v of series %d, whose value is %v", d.Value, d.ID, old)
+			}
+			r.last[d.ID] = old + d.Value
 		}
 		g := series.Group{Worker: gr.Worker, Model: gr.Model, EngineType: gr.EngineType, Samples: make([]series.Sample, len(ids))}
 		for i, id := range ids {

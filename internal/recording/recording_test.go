@@ -56,6 +56,13 @@ func entries() []Entry {
 		scrape(2*time.Second, "dup", g("", sample(series.NumQueueReqs, 1), sample(series.NumQueueReqs, 2))),
 		{Evaluate: t0.Add(3 * time.Second)},
 		scrape(3*time.Second, "a", g("", sample(series.NumQueueReqs, 4, "model_name", "m"))),
+		// Whole numbers written as deltas: a counter growing, reset to 0,
+		// a whole number turning fractional and back, and one too large
+		// for an exact difference.
+		scrape(4*time.Second, "c", g("", sample(series.NumRequestsTotal, 1e6), sample(series.GenThroughput, 3), sample(series.PromptTokensTotal, 1<<60))),
+		scrape(5*time.Second, "c", g("", sample(series.NumRequestsTotal, 1e6+17), sample(series.GenThroughput, 3.25), sample(series.PromptTokensTotal, 1<<60+1<<10))),
+		scrape(6*time.Second, "c", g("", sample(series.NumRequestsTotal, 0), sample(series.GenThroughput, 4), sample(series.PromptTokensTotal, 5))),
+		scrape(7*time.Second, "c", g("", sample(series.NumRequestsTotal, 9), sample(series.GenThroughput, -2), sample(series.PromptTokensTotal, 1<<60))),
 		{Removed: "gw"},
 		{Evaluate: t0.Add(4 * time.Second)},
 	}
