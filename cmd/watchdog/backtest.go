@@ -7,29 +7,43 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/backtest"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/recording"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 const backtestUsage = `usage: watchdog backtest --recording FILE [--config FILE] [--output text|json|markdown]
+       watchdog backtest --prometheus URL --from TIME --to TIME [--config FILE] [--output ...]
 
-Replays a recording of watchdog record through the daemon's own window, detectors,
-correlation and alert timing, and prints what would have paged, updated and resolved:
-time, class, severity, replica, headline, evidence and the integrations the routes would
-have sent it to. Nothing is sent.
+Replays history through the daemon's own window, detectors, correlation and alert timing,
+and prints what would have paged, updated and resolved: time, class, severity, replica,
+headline, evidence and the integrations the routes would have sent it to. Nothing is sent.
 
-The recording's own settings (detectors, alerts, correlation, routes) are used; --config
-FILE is decoded over them, so a changed threshold can be tried on the recorded history.
+--recording replays a file of watchdog record with the recording's own settings (detectors,
+alerts, correlation, routes); --config FILE is decoded over them, so a changed threshold can
+be tried on the recorded history. --prometheus reads the range from a Prometheus-compatible
+API at the scrape interval and evaluates every evaluation interval, with the defaults and
+--config FILE as settings. TIME is RFC 3339 (2026-01-02T15:04:05Z).
 
 flags:
 `
 
-// backtestCmd runs `watchdog backtest`.
-func backtestCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+// historyReader reads what the scraper would have produced at each step
+// for each replica from a Prometheus-compatible API (internal/promsource).
+type historyReader interface {
+	Range(ctx context.Context, from, to time.Time, step time.Duration) ([]series.Scrape, error)
+}
+
+// openHistory connects to the API at url with the settings of cfg.
+type openHistory func(url string, cfg config.Config) (historyReader, error)
+
+// backtestCmd runs `watchdog backtest`; history opens --prometheus.
+func backtestCmd(ctx context.Context, args []string, stdout, stderr io.Writer, history openHistory) error {
 	fs := flag.NewFlagSet("backtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -37,7 +51,10 @@ func backtestCmd(_ context.Context, args []string, stdout, stderr io.Writer) err
 		fs.PrintDefaults()
 	}
 	recPath := fs.String("recording", "", "the recording to replay (watchdog record --out)")
-	cfgPath := fs.String("config", "", "YAML decoded over the recording's settings (the watchdog's config file layout)")
+	promURL := fs.String("prometheus", "", "a Prometheus-compatible API to read the history from (instead of --recording)")
+	fromText := fs.String("from", "", "with --prometheus: the start of the range (RFC 3339)")
+	toText := fs.String("to", "", "with --prometheus: the end of the range (RFC 3339)")
+	cfgPath := fs.String("config", "", "YAML decoded over the recording's settings or the defaults (the watchdog's config file layout)")
 	output := fs.String("output", "text", "report format: text, json or markdown")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -45,29 +62,67 @@ func backtestCmd(_ context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return fmt.Errorf("%w: backtest: %v", errUsage, err)
 	}
+	var from, to time.Time
 	switch {
 	case fs.NArg() > 0:
 		return fmt.Errorf("%w: backtest: unexpected arguments %q", errUsage, fs.Args())
-	case *recPath == "":
-		return fmt.Errorf("%w: backtest: --recording FILE is required", errUsage)
+	case (*recPath == "") == (*promURL == ""):
+		return fmt.Errorf("%w: backtest: give one of --recording FILE and --prometheus URL", errUsage)
 	case *output != "text" && *output != "json" && *output != "markdown":
 		return fmt.Errorf("%w: backtest: --output %q is not one of text, json, markdown", errUsage, *output)
+	case *recPath != "" && (*fromText != "" || *toText != ""):
+		return fmt.Errorf("%w: backtest: --from and --to go with --prometheus; a recording is replayed whole", errUsage)
+	case *promURL != "":
+		var errs []error
+		for _, t := range []struct {
+			flag, text string
+			dst        *time.Time
+		}{{"--from", *fromText, &from}, {"--to", *toText, &to}} {
+			var err error
+			if *t.dst, err = time.Parse(time.RFC3339, t.text); err != nil {
+				errs = append(errs, fmt.Errorf("%s %q is not an RFC 3339 time (2026-01-02T15:04:05Z)", t.flag, t.text))
+			}
+		}
+		if len(errs) == 0 && !from.Before(to) {
+			errs = append(errs, fmt.Errorf("--from %s is not before --to %s", *fromText, *toText))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("%w: backtest: %w", errUsage, err)
+		}
 	}
 
-	f, err := os.Open(*recPath)
+	var src backtest.Source
+	recorded := ""
+	if *recPath != "" {
+		f, err := os.Open(*recPath)
+		if err != nil {
+			return fmt.Errorf("backtest: %w", err)
+		}
+		defer f.Close()
+		rd, err := recording.NewReader(f)
+		if err != nil {
+			return fmt.Errorf("backtest: %s: %w", *recPath, err)
+		}
+		src, recorded = backtest.Recording(rd), rd.Header().Settings
+	}
+	cfg, err := replaySettings(recorded, *cfgPath)
 	if err != nil {
 		return fmt.Errorf("backtest: %w", err)
 	}
-	defer f.Close()
-	rd, err := recording.NewReader(f)
-	if err != nil {
-		return fmt.Errorf("backtest: %s: %w", *recPath, err)
+	source := *recPath
+	if *promURL != "" {
+		source = *promURL
+		reader, err := history(*promURL, cfg)
+		if err != nil {
+			return fmt.Errorf("backtest: --prometheus: %w", err)
+		}
+		scrapes, err := reader.Range(ctx, from, to, cfg.Scrape.Interval)
+		if err != nil {
+			return fmt.Errorf("backtest: %s: %w", *promURL, err)
+		}
+		src = backtest.Scrapes(scrapes, from, to, cfg.Evaluation.Interval)
 	}
-	cfg, err := replaySettings(rd.Header().Settings, *cfgPath)
-	if err != nil {
-		return fmt.Errorf("backtest: %w", err)
-	}
-	res, err := backtest.Run(backtest.Recording(rd), backtest.Settings{
+	res, err := backtest.Run(src, backtest.Settings{
 		ScrapeInterval: cfg.Scrape.Interval,
 		MaxSeries:      cfg.Scrape.MaxSeries,
 		Detectors:      cfg.Detectors,
@@ -76,7 +131,7 @@ func backtestCmd(_ context.Context, args []string, stdout, stderr io.Writer) err
 		Links:          alert.Links{ExternalURL: cfg.ExternalURL, Runbooks: cfg.Runbooks},
 	})
 	if err != nil {
-		return fmt.Errorf("backtest: %s: %w", *recPath, err)
+		return fmt.Errorf("backtest: %s: %w", source, err)
 	}
 	routes := notify.RouteConfig{Routes: cfg.Notify.Routes}
 	report := backtest.NewReport(res, routes.Match)
@@ -87,6 +142,12 @@ func backtestCmd(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return report.WriteMarkdown(stdout)
 	}
 	return report.WriteText(stdout)
+}
+
+// noPrometheusHistory is the --prometheus opener of a build without a
+// Prometheus reader.
+func noPrometheusHistory(string, config.Config) (historyReader, error) {
+	return nil, errors.New("this build reads no Prometheus API (internal/promsource is not wired in); record with watchdog record and use --recording")
 }
 
 // replaySettings are the defaults, then the recording's settings, then the

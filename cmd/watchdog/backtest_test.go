@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/backtest"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // The demo recorded by `watchdog record --demo` (the real daemon watching
@@ -110,7 +112,12 @@ func TestBacktestAndRecordCommandErrors(t *testing.T) {
 		usage bool
 		want  string
 	}{
-		{args: []string{"backtest"}, usage: true, want: "--recording FILE is required"},
+		{args: []string{"backtest"}, usage: true, want: "give one of --recording FILE and --prometheus URL"},
+		{args: []string{"backtest", "--recording", corrupt, "--prometheus", "http://p:9090"}, usage: true, want: "give one of"},
+		{args: []string{"backtest", "--recording", corrupt, "--from", "2026-01-01T00:00:00Z"}, usage: true, want: "--from and --to go with --prometheus"},
+		{args: []string{"backtest", "--prometheus", "http://p:9090", "--from", "yesterday", "--to", "2026-01-01T00:00:00Z"}, usage: true, want: `--from "yesterday" is not an RFC 3339 time`},
+		{args: []string{"backtest", "--prometheus", "http://p:9090", "--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"}, usage: true, want: "is not before --to"},
+		{args: []string{"backtest", "--prometheus", "http://p:9090", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"}, want: "this build reads no Prometheus API"},
 		{args: []string{"backtest", "--recording", corrupt, "--output", "yaml"}, usage: true, want: `--output "yaml"`},
 		{args: []string{"backtest", "--recording", corrupt, "extra"}, usage: true, want: "unexpected arguments"},
 		{args: []string{"backtest", "--recording", filepath.Join(dir, "missing")}, want: "no such file"},
@@ -132,5 +139,67 @@ func TestBacktestAndRecordCommandErrors(t *testing.T) {
 				t.Errorf("usage error (exit 2) = %v, want %v: %v", got, tc.usage, err)
 			}
 		})
+	}
+}
+
+// fakeHistory stands in for a Prometheus-compatible API: it returns its
+// scrapes and keeps what it was asked for.
+type fakeHistory struct {
+	scrapes      []series.Scrape
+	from, to     time.Time
+	step         time.Duration
+	url          string
+	evalInterval time.Duration
+}
+
+func (f *fakeHistory) Range(_ context.Context, from, to time.Time, step time.Duration) ([]series.Scrape, error) {
+	f.from, f.to, f.step = from, to, step
+	return f.scrapes, nil
+}
+
+// --prometheus reads the range at the scrape interval of the settings and
+// replays it with a round every evaluation interval: a replica that stops
+// answering in the history is paged as down.
+func TestBacktestFromPrometheusHistory(t *testing.T) {
+	from := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	to := from.Add(10 * time.Minute)
+	fake := &fakeHistory{}
+	for at := from; at.Before(to); at = at.Add(10 * time.Second) {
+		sc := series.Scrape{Target: "r1", Kind: "engine", At: at}
+		if at.Sub(from) >= 2*time.Minute {
+			sc.Reason, sc.Error = series.FailureRefused, "connection refused"
+		}
+		fake.scrapes = append(fake.scrapes, sc)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "try.yaml")
+	if err := os.WriteFile(cfgFile, []byte("scrape:\n  interval: 10s\nevaluation:\n  interval: 30s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err := backtestCmd(context.Background(), []string{"--prometheus", "http://prom:9090", "--from", from.Format(time.RFC3339),
+		"--to", to.Format(time.RFC3339), "--config", cfgFile, "--output", "json"}, &stdout, &stderr,
+		func(url string, cfg config.Config) (historyReader, error) {
+			fake.url, fake.evalInterval = url, cfg.Evaluation.Interval
+			return fake, nil
+		})
+	if err != nil {
+		t.Fatalf("backtest: %v\n%s", err, stderr.String())
+	}
+	if fake.url != "http://prom:9090" || !fake.from.Equal(from) || !fake.to.Equal(to) || fake.step != 10*time.Second || fake.evalInterval != 30*time.Second {
+		t.Errorf("history opened at %q with evaluation %s and asked for %s..%s step %s", fake.url, fake.evalInterval, fake.from, fake.to, fake.step)
+	}
+	var report backtest.Report
+	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil {
+		t.Fatal(err)
+	}
+	if report.Rounds != 21 || report.Scrapes != 60 {
+		t.Errorf("%d rounds and %d scrapes, want 21 and 60", report.Rounds, report.Scrapes)
+	}
+	down := false
+	for _, e := range report.Events {
+		down = down || (e.Class == "replica_down" && e.Replica == "r1" && e.Kind == "trigger" && e.At.After(from.Add(2*time.Minute)))
+	}
+	if !down {
+		t.Errorf("r1 stopped answering at +2m and was not paged down; events: %+v", report.Events)
 	}
 }

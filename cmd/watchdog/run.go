@@ -89,7 +89,7 @@ func run(ctx context.Context, args []string, env map[string]string, stdout, stde
 		return recordCmd(ctx, args, env, daemonIO{stdout: stdout, stderr: stderr})
 	}
 	if cmd == "backtest" {
-		return backtestCmd(ctx, args, stdout, stderr)
+		return backtestCmd(ctx, args, stdout, stderr, noPrometheusHistory)
 	}
 	if len(args) > 0 {
 		fmt.Fprint(stderr, usage)
