@@ -34,8 +34,11 @@
 // except that a whole number following a whole number (a counter, a
 // histogram bucket) is written in "deltas" as [id, new - old], which is
 // exact below 2^52 and repeats from scrape to scrape, so it compresses well.
-// Times are Unix nanoseconds, durations nanoseconds. A failed scrape has
-// "reason" (and "status", "error") and no groups. "remove" is a target
+// "at" and "evaluate" are Unix nanoseconds, "dur" nanoseconds; "labels"
+// (target metadata) and "pod" (series.Pod, times in RFC 3339) are written
+// with every scrape that has them; "empty_groups" marks a scrape that
+// exposed no replica at all. A failed scrape has "reason" (and "status",
+// "error") and no groups. "remove" is a target
 // leaving the scrape set; "evaluate" an evaluation round at that instant.
 //
 // A reader rejects another format version, and a truncated or corrupt file
