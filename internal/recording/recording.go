@@ -226,12 +226,17 @@ type Tap struct {
 // Tap returns a tap recording into w in front of next.
 func (w *Writer) Tap(next Appender) *Tap { return &Tap{w: w, next: next} }
 
-// Append passes sc to the store and records it.
+// Append passes sc to the store and records it. Once a write has failed,
+// the failure comes back with every append, so the scraper logs it while
+// the daemon keeps watching.
 func (t *Tap) Append(sc series.Scrape) error {
 	t.w.mu.Lock()
 	defer t.w.mu.Unlock()
 	err := t.next.Append(sc)
 	t.w.scrapeLocked(sc)
+	if t.w.err != nil {
+		err = errors.Join(err, fmt.Errorf("recording stopped: %w", t.w.err))
+	}
 	return err
 }
 

@@ -254,3 +254,43 @@ func TestBrokenFilesAreClearErrors(t *testing.T) {
 		})
 	}
 }
+
+// failingWriter fails every write after the first n bytes.
+type failingWriter struct{ n int }
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	if f.n < len(p) {
+		return 0, errors.New("no space left on device")
+	}
+	f.n -= len(p)
+	return len(p), nil
+}
+
+type storeFunc func(series.Scrape) error
+
+func (f storeFunc) Append(sc series.Scrape) error { return f(sc) }
+
+// A recording that cannot be written says so with every append (the
+// scraper logs it) and at Close, and the store still gets every scrape.
+func TestWriteFailureIsReportedAndTheStoreKeepsGettingScrapes(t *testing.T) {
+	w, err := NewWriter(&failingWriter{n: 100}, Header{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := 0
+	tap := w.Tap(storeFunc(func(series.Scrape) error { stored++; return nil }))
+	var last error
+	for i := range 20000 { // past the writer's buffers
+		s := sample(series.NumQueueReqs, math.Sin(float64(i))) // incompressible
+		last = tap.Append(series.Scrape{Target: "a", At: t0.Add(time.Duration(i) * time.Second), Groups: []series.Group{{Samples: []series.Sample{s}}}})
+	}
+	if stored != 20000 {
+		t.Errorf("the store got %d of 20000 scrapes", stored)
+	}
+	if last == nil || !strings.Contains(last.Error(), "recording stopped: ") || !strings.Contains(last.Error(), "no space left on device") {
+		t.Errorf("append error %v, want the recording's write failure", last)
+	}
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "no space left on device") {
+		t.Errorf("Close: %v, want the write failure", err)
+	}
+}
