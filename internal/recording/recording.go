@@ -501,7 +501,7 @@ func (r *Reader) Next() (Entry, error) {
 		case l.Remove != "":
 			return Entry{Removed: l.Remove}, nil
 		case l.Evaluate != 0:
-			return Entry{Evaluate: time.Unix(0, l.Evaluate)}, nil
+			return Entry{Evaluate: time.Unix(0, l.Evaluate).UTC()}, nil
 		default:
 			return Entry{}, fmt.Errorf("line %d: corrupt entry: none of series, scrape, remove, evaluate", r.line)
 		}
@@ -509,7 +509,7 @@ func (r *Reader) Next() (Entry, error) {
 }
 
 func (r *Reader) scrape(rec *scrapeRec) (*series.Scrape, error) {
-	sc := &series.Scrape{Target: rec.Target, Kind: rec.Kind, Labels: rec.Labels, At: time.Unix(0, rec.At), Duration: time.Duration(rec.Duration),
+	sc := &series.Scrape{Target: rec.Target, Kind: rec.Kind, Labels: rec.Labels, At: time.Unix(0, rec.At).UTC(), Duration: time.Duration(rec.Duration),
 		Reason: rec.Reason, Status: rec.Status, Error: rec.Error, Pod: rec.Pod}
 	if rec.Empty {
 		sc.Groups = []series.Group{}
