@@ -29,6 +29,10 @@ func commands() []command {
 		{"diagnose", "one-shot triage of URL...: scrape, print state, layer and incidents (exit 3: incident)", func(ctx context.Context, args []string, env map[string]string, dio daemonIO) error {
 			return diagnoseCmd(ctx, args, env, dio.stdout, dio.stderr)
 		}},
+		{"record", "run without paging anyone and write the scrapes and rounds to a file (see watchdog record -h)", recordCmd},
+		{"backtest", "replay a recording or a Prometheus range and print what would have paged and resolved", func(ctx context.Context, args []string, _ map[string]string, dio daemonIO) error {
+			return backtestCmd(ctx, args, dio.stdout, dio.stderr, prometheusHistory)
+		}},
 		{"check", "check config FILE...: validate configuration files as the daemon loads them", checkCmd},
 		{"version", "print the version and build information", versionCmd},
 	}

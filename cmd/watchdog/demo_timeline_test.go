@@ -91,8 +91,9 @@ type demoRun struct {
 
 // runDemoInBubble runs the demo until settle after the last moment a page
 // may resolve and returns what reached the recording integrations. It must
-// be called inside a synctest bubble.
-func runDemoInBubble(t *testing.T) demoRun {
+// be called inside a synctest bubble. launch, when given, starts the demo
+// instead of demo() (watchdog record --demo).
+func runDemoInBubble(t *testing.T, launch ...func(ctx context.Context, dio daemonIO) error) demoRun {
 	t.Helper()
 	network := memnet.New()
 	rec := &recorder{}
@@ -116,8 +117,12 @@ func runDemoInBubble(t *testing.T) demoRun {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	launchDemo := func(ctx context.Context, dio daemonIO) error { return demo(ctx, map[string]string{}, dio) }
+	if len(launch) > 0 {
+		launchDemo = launch[0]
+	}
 	go func() {
-		done <- demo(ctx, map[string]string{}, daemonIO{
+		done <- launchDemo(ctx, daemonIO{
 			stdout: &stdout, stderr: &stderr,
 			dial: network.DialContext, listen: network.Listen,
 			extraIntegrations: []notify.Integration{

@@ -104,6 +104,9 @@ type daemonIO struct {
 	// bubble, where sockets would stop the fake clock. nil: the real network.
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
 	listen func(network, address string) (net.Listener, error)
+	// record, when set, makes the run watchdog record's: nothing is sent,
+	// and every scrape and round is written to a recording.
+	record *recordingRun
 }
 
 // transport is the HTTP transport of every client the daemon builds.
@@ -149,6 +152,9 @@ func loopStaleAfter(interval time.Duration) time.Duration {
 // daemon wires the pipeline scrape -> window -> detect -> alert -> notify
 // and runs it until ctx is done.
 func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
+	if dio.record != nil {
+		cfg = dio.record.restrict(cfg)
+	}
 	logger, err := newLogger(cfg.LogLevel, cfg.LogFormat, dio.stderr)
 	if err != nil {
 		return err
@@ -215,6 +221,14 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return err
 	}
 
+	var appender scrape.Appender = store
+	var rounds eval.RoundObserver
+	if dio.record != nil {
+		if appender, rounds, err = dio.record.start(cfg, store, now); err != nil {
+			return err
+		}
+	}
+
 	targets, err := scrapeTargets(cfg.Targets)
 	if err != nil {
 		return err
@@ -234,7 +248,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		HealthProbeInterval:    probe.Interval,
 		HealthProbeTimeout:     probe.Timeout,
 		HealthProbeConcurrency: probe.MaxConcurrent,
-	}, store, reg, logger.Named("scrape"))
+	}, appender, reg, logger.Named("scrape"))
 	if err != nil {
 		return fmt.Errorf("scrape: %w", err)
 	}
@@ -291,6 +305,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Sender:    dispatcher,
 		Persister: stateStore,
 		Logger:    logger.Named("eval"),
+		Observer:  rounds,
 	}, reg)
 
 	// The runbooks state the detectors' thresholds as configured; a reload

@@ -45,6 +45,16 @@ type Options struct {
 	Sender    Sender
 	Persister Persister // nil: nothing persisted
 	Logger    *zap.Logger
+	// Observer, when set, is told of every round before it reads the
+	// windows and again when it is done (watchdog record writes the instant
+	// and keeps appends out of the round).
+	Observer RoundObserver
+}
+
+// RoundObserver sees the rounds: BeginRound is called before a round at
+// now reads the windows, the end it returns after the round.
+type RoundObserver interface {
+	BeginRound(now time.Time) (end func())
 }
 
 // Loop is the evaluation loop.
@@ -119,6 +129,9 @@ func (l *Loop) Reconfigure(a *assess.Assessor, alerts alert.Config, links alert.
 
 // Evaluate runs one round at now and returns the events it produced.
 func (l *Loop) Evaluate(now time.Time) []notify.Event {
+	if l.opts.Observer != nil {
+		defer l.opts.Observer.BeginRound(now)()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
