@@ -14,7 +14,8 @@
 # usage: .ci/history-e2e.sh WORKDIR
 #   WORKDIR  scratch directory (binary, logs, the Prometheus TSDB in
 #            WORKDIR/prometheus-data)
-# When both pages arrived, WORKDIR/incident.env holds PROMETHEUS_URL,
+# When both pages arrived, WORKDIR/incident.env holds WATCHDOG (the built
+# binary), WORKDIR, PROMETHEUS_URL,
 # SCENARIO_FROM / SCENARIO_TO (unix seconds), INCIDENT_CLASS,
 # INCIDENT_REPLICA, INCIDENT_FINGERPRINT, LIVE_PAGED_AT and SOURCE_PAGED_AT
 # (unix seconds, as observed), and if HISTORY_E2E_AFTER names a script it runs with those
@@ -141,7 +142,7 @@ EOF2
 } >"$work/source.yaml"
 
 echo "--- start: watchdog with source: prometheus on 127.0.0.1:$sport"
-WATCHDOG_CONFIG="$work/source.yaml" WATCHDOG_LISTEN_ADDRESS="127.0.0.1:$sport" WATCHDOG_LOG_LEVEL=info \
+WATCHDOG_CONFIG="$work/source.yaml" WATCHDOG_LISTEN_ADDRESS="127.0.0.1:$sport" WATCHDOG_LOG_LEVEL=info WATCHDOG_LOG_FORMAT=json \
 	"$work/watchdog" run >"$work/source.out" 2>"$work/source.log" &
 pids+=($!)
 wait_until "source watchdog /readyz" curl -fs -o /dev/null "http://127.0.0.1:$sport/readyz"
@@ -183,6 +184,8 @@ if grep -e '"class":"replica_down"' -e 'reading the fleet from Prometheus failed
 fi
 
 cat >"$work/incident.env" <<EOF2
+WATCHDOG=$work/watchdog
+WORKDIR=$work
 PROMETHEUS_URL=$prom
 SCENARIO_FROM=$scenario_from
 SCENARIO_TO=$(date +%s)
