@@ -220,8 +220,14 @@ func TestCheckSidecarPodCatchesDamage(t *testing.T) {
 			g := int64(65532)
 			p.SecurityContext = &corev1.PodSecurityContext{FSGroup: &g}
 		},
-		"serving container changed": func(p *corev1.PodSpec) { p.Containers[0].ReadinessProbe = nil },
-		"pod field changed":         func(p *corev1.PodSpec) { p.EnableServiceLinks = nil },
+		"serving container changed": func(p *corev1.PodSpec) {
+			serving := &p.Containers[slices.IndexFunc(p.Containers, func(c corev1.Container) bool { return c.Name == "sglang" })]
+			if serving.ReadinessProbe == nil {
+				t.Fatal("the example's serving container has no readiness probe to remove")
+			}
+			serving.ReadinessProbe = nil
+		},
+		"pod field changed": func(p *corev1.PodSpec) { p.EnableServiceLinks = nil },
 	} {
 		p := *good.DeepCopy()
 		damage(&p)
