@@ -229,7 +229,8 @@ func TestCheckSidecarPodCatchesDamage(t *testing.T) {
 		},
 		"pod field changed": func(p *corev1.PodSpec) { p.EnableServiceLinks = nil },
 	} {
-		p := *good.DeepCopy()
+		// Decoded afresh for each damage, so none can leak into the next.
+		p := podSpecs(t, "rendered", rendered)["Deployment/sglang"]
 		damage(&p)
 		if errs := checkSidecarPod(orig, p); len(errs) == 0 {
 			t.Errorf("%s: not caught", name)
