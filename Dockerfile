@@ -40,12 +40,13 @@ COPY . .
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev
+ARG REVISION=unknown
 
 # main.version must exist in package main (cmd/watchdog) for -X to take effect;
-# `watchdog version` prints it.
+# `watchdog --version` prints it with the revision (prometheus/common/version).
 RUN --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" \
+    go build -trimpath -ldflags="-s -w -X main.version=${VERSION} -X github.com/prometheus/common/version.Revision=${REVISION}" \
         -o /out/watchdog ./cmd/watchdog
 
 # The state directory (incidents, Slack message ts, PagerDuty dedup keys,

@@ -65,4 +65,5 @@ echo "--- /watchdog version"
 got=$("$work/rootfs/watchdog" version)
 echo "$got"
 [[ $got == *"$version"* ]] || fail "watchdog version printed $got, want $version"
+[[ $got == *"revision: $revision"* ]] || fail "watchdog version printed $got, want revision $revision"
 echo "image ok: $tag"

@@ -141,7 +141,7 @@ func run(args []string, log io.Writer) error {
 	if in.caCertificates, err = os.ReadFile(*ca); err != nil {
 		return fmt.Errorf("-ca-certificates: %w (install Debian's ca-certificates)", err)
 	}
-	if in.binary, err = buildBinary(*context, *version, *arch); err != nil {
+	if in.binary, err = buildBinary(*context, *version, *revision, *arch); err != nil {
 		return err
 	}
 	img, err := build(finalStage(), in)
@@ -159,15 +159,20 @@ func run(args []string, log io.Writer) error {
 	return nil
 }
 
+// ldflags are the Dockerfile build stage's -ldflags, ${VERSION} and
+// ${REVISION} its build arguments: the version and the revision reach
+// `watchdog --version` and watchdog_build_info (prometheus/common/version).
+const ldflags = "-s -w -X main.version=${VERSION} -X github.com/prometheus/common/version.Revision=${REVISION}"
+
 // buildBinary compiles the watchdog as the Dockerfile's build stage does.
-func buildBinary(context, version, arch string) ([]byte, error) {
+func buildBinary(context, version, revision, arch string) ([]byte, error) {
 	dir, err := os.MkdirTemp("", "build-image-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "watchdog")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X main.version="+version, "-o", bin, "./cmd/watchdog")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags="+strings.NewReplacer("${VERSION}", version, "${REVISION}", revision).Replace(ldflags), "-o", bin, "./cmd/watchdog")
 	cmd.Dir = context
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

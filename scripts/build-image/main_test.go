@@ -143,7 +143,7 @@ func TestDockerfileFinalStageIsTheBuild(t *testing.T) {
 		t.Errorf("%s: %s", dockerfilePath, d)
 	}
 	// The binary is built with the same flags.
-	if !strings.Contains(string(b), `go build -trimpath -ldflags="-s -w -X main.version=${VERSION}"`) {
+	if !strings.Contains(string(b), `go build -trimpath -ldflags="`+ldflags+`"`) {
 		t.Errorf("%s: the build stage's go build flags differ from buildBinary's", dockerfilePath)
 	}
 }
