@@ -53,6 +53,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -311,7 +312,7 @@ func (w *Writer) scrapeLocked(sc series.Scrape) {
 				gr.Values = append(gr.Values, valuePair{id, s.Value})
 			}
 		}
-		if prev, ok := w.groups[gk]; !ok || !equalIDs(prev, ids) {
+		if prev, ok := w.groups[gk]; !ok || !slices.Equal(prev, ids) {
 			w.groups[gk] = ids
 			gr.Series = &ids
 		}
@@ -385,18 +386,6 @@ const maxExact = 1 << 52
 // exact (-0 is not: its sign would be lost).
 func wholeNumber(v float64) bool {
 	return v == math.Trunc(v) && math.Abs(v) < maxExact && !(v == 0 && math.Signbit(v))
-}
-
-func equalIDs(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Reader reads a recording.
