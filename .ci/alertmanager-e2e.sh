@@ -42,27 +42,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() {
-	echo "FAIL: $*" >&2
-	if [[ -s $work/alertmanager.log ]]; then
-		echo "--- last lines of $work/alertmanager.log" >&2
-		tail -n 30 "$work/alertmanager.log" >&2
-	fi
-	exit 1
-}
-
-# free_port prints a TCP port nothing listens on (loopback).
-free_port() {
-	local p
-	for _ in $(seq 1 50); do
-		p=$((20000 + RANDOM % 20000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	return 1
-}
+. .ci/lib.sh
+logs=("$work/alertmanager.log")
 
 am_port=$(free_port) || fail "no free port"
 hook_port=$(free_port) || fail "no free port"

@@ -41,28 +41,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() {
-	echo "FAIL: $*" >&2
-	for log in "$work/demo.log" "$work/prometheus.log" "$work/source.log"; do
-		if [[ -s $log ]]; then
-			echo "--- last lines of $log" >&2
-			tail -n 30 "$log" >&2
-		fi
-	done
-	exit 1
-}
-
-free_port() {
-	local p
-	for _ in $(seq 1 50); do
-		p=$((20000 + RANDOM % 20000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	return 1
-}
+. .ci/lib.sh
+logs=("$work/demo.log" "$work/prometheus.log" "$work/source.log")
 
 # wait_until DESCRIPTION COMMAND...: run COMMAND every 0.5 s until it
 # succeeds or the deadline (from the scenario's start) passes.
