@@ -161,6 +161,10 @@ type Alert struct {
 	// ...), kept so that the incident's events carry them even when the
 	// replica is gone from the round, as when it resolves.
 	Labels map[string]string `json:"labels,omitempty"`
+	// SilencedBy are the IDs of the silences muting the alert in the last
+	// round, set by the evaluation loop (the tracker itself never mutes):
+	// a silenced alert is tracked and shown as usual, but nothing is sent.
+	SilencedBy []string `json:"silenced_by,omitempty"`
 }
 
 // open reports whether the alert is pending or firing.
