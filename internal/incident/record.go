@@ -1,0 +1,130 @@
+// Package incident keeps the journal of incidents: what the pager decided
+// about each one over its whole life (timeline, evidence per round,
+// deliveries, silences), kept after it resolves for a retention so that
+// the workspace pages and postmortem drafts render it. It only records
+// what the evaluation loop and the notifier decided; it decides nothing.
+package incident
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+)
+
+// ID names one incident: the alert's fingerprint (stable per replica and
+// class, so reused by later incidents of the same kind) and the second it
+// opened. It is the path segment of /incidents/<id>.
+func ID(fingerprint string, openedAt time.Time) string {
+	return fingerprint + "-" + strconv.FormatInt(openedAt.Unix(), 10)
+}
+
+// Record is one incident as the journal holds it.
+type Record struct {
+	ID          string       `json:"id"`
+	Fingerprint string       `json:"fingerprint"`
+	Class       detect.Class `json:"class"` // the cause it is named after
+	Replica     string       `json:"replica"`
+	Model       string       `json:"model,omitempty"`
+	Fleet       bool         `json:"fleet,omitempty"`
+	// Replicas are every replica the incident covered during its life
+	// (one, or a fleet incident's members).
+	Replicas []string    `json:"replicas"`
+	State    alert.State `json:"state"`
+	Severity string      `json:"severity"`
+	OpenedAt time.Time   `json:"opened_at"`
+	FiredAt  time.Time   `json:"fired_at,omitzero"`
+	// ResolvedAt is zero while the incident is open.
+	ResolvedAt time.Time `json:"resolved_at,omitzero"`
+
+	// The last page's content.
+	Headline  string   `json:"headline"`
+	Diagnosis string   `json:"diagnosis"`
+	Triage    string   `json:"triage,omitempty"`
+	Emergency []string `json:"emergency_steps,omitempty"`
+	RootCause []string `json:"root_cause_steps,omitempty"`
+	Runbook   string   `json:"runbook"`
+	// Chain is the causal chain: the cause first, then every consequence
+	// it explained during the incident.
+	Chain []detect.Class `json:"chain"`
+	// SilencedBy are the silences muting it in the last round.
+	SilencedBy []string `json:"silenced_by,omitempty"`
+
+	// Signals are the evidence of the incident's findings, one per
+	// evidence name, over the incident's span.
+	Signals []Signal `json:"signals"`
+	// Timeline is every event in time order.
+	Timeline []Event `json:"timeline"`
+	// Deliveries are every notification attempt, in time order.
+	Deliveries []Delivery `json:"deliveries"`
+	// Unseen lists what the watchdog could not see while the incident was
+	// open (families missing, scrape failures), one line each.
+	Unseen []string `json:"unseen,omitempty"`
+}
+
+// Open reports whether the incident has not resolved.
+func (r Record) Open() bool { return r.ResolvedAt.IsZero() }
+
+// Signal is one evidence series: its value each round, with its baseline
+// and the numeric threshold the detector compared it with, when it has
+// one.
+type Signal struct {
+	Name      string  `json:"name"`
+	Unit      string  `json:"unit,omitempty"`
+	Threshold string  `json:"threshold,omitempty"` // the rule, as the page words it
+	Limit     float64 `json:"limit,omitempty"`     // the rule's number, when HasLimit
+	HasLimit  bool    `json:"has_limit,omitempty"`
+	Points    []Point `json:"points"`
+}
+
+// Point is one round's value of a signal.
+type Point struct {
+	At          time.Time `json:"at"`
+	Value       float64   `json:"value"`
+	Baseline    float64   `json:"baseline,omitempty"`
+	HasBaseline bool      `json:"has_baseline,omitempty"`
+}
+
+// EventKind says what happened.
+type EventKind string
+
+// Timeline event kinds.
+const (
+	EventFirstFinding EventKind = "first_finding" // the condition was first seen (pending)
+	EventFired        EventKind = "fired"
+	EventJoined       EventKind = "consequence_joined" // a consequence was folded into it
+	EventEscalated    EventKind = "escalated"          // severity went up
+	EventNotified     EventKind = "notified"           // a notification was delivered
+	EventDeliveryFail EventKind = "delivery_failed"
+	EventSilenced     EventKind = "silenced"
+	EventUnsilenced   EventKind = "unsilenced"
+	EventResolved     EventKind = "resolved"
+)
+
+// Event is one line of the timeline.
+type Event struct {
+	At   time.Time `json:"at"`
+	Kind EventKind `json:"kind"`
+	Text string    `json:"text"`
+	// Integration is set for notification events.
+	Integration string `json:"integration,omitempty"`
+}
+
+// Delivery is one notification attempt.
+type Delivery struct {
+	At          time.Time `json:"at"`
+	Integration string    `json:"integration"`
+	Kind        string    `json:"kind"` // trigger, update, resolve
+	Attempt     int       `json:"attempt"`
+	OK          bool      `json:"ok"`
+	// Error is the failure's classification and status, never secrets.
+	Error string `json:"error,omitempty"`
+}
+
+// Reader is what the workspace pages read: the journal's records, newest
+// first, and one by ID.
+type Reader interface {
+	Incidents() []Record
+	Incident(id string) (Record, bool)
+}
