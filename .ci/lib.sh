@@ -15,11 +15,22 @@ fail() {
 	exit 1
 }
 
-# free_port prints a TCP port nothing listens on (loopback).
+# free_port prints a TCP port nothing listens on (loopback), chosen below
+# the kernel's ephemeral range: a port inside it can be taken between the
+# probe and the bind by any outgoing connection (Prometheus scraping the
+# simulated replicas does thousands), which is how a listener once failed
+# with "address already in use".
 free_port() {
-	local p
+	local low=32768 p
+	if [[ -r /proc/sys/net/ipv4/ip_local_port_range ]]; then
+		read -r low _ </proc/sys/net/ipv4/ip_local_port_range
+	fi
+	local base=10000 span=$((low - 10000))
+	if ((span < 1000)); then
+		base=1024 span=$((low - 1024))
+	fi
 	for _ in $(seq 1 50); do
-		p=$((20000 + RANDOM % 20000))
+		p=$((base + RANDOM % span))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return 0
