@@ -412,12 +412,12 @@ func (r *Record) addUnseen(line string) {
 
 func (j *Journal) event(r *Record, e Event) {
 	r.Timeline = append(r.Timeline, e)
-	// Integrations deliver concurrently: notifications of one instant
-	// are ordered by integration, so the timeline does not depend on
-	// which worker reported first.
+	// Integrations deliver concurrently and report when done: events are
+	// kept in time order, those of one instant by integration, so the
+	// timeline does not depend on which worker reported first.
 	for i := len(r.Timeline) - 1; i > 0; i-- {
 		a, b := r.Timeline[i-1], r.Timeline[i]
-		if !a.At.Equal(b.At) || a.Integration == "" || b.Integration == "" || a.Integration <= b.Integration {
+		if !a.At.After(b.At) && (!a.At.Equal(b.At) || a.Integration == "" || b.Integration == "" || a.Integration <= b.Integration) {
 			break
 		}
 		r.Timeline[i-1], r.Timeline[i] = b, a
@@ -503,7 +503,7 @@ func (j *Journal) RecordAttempt(a notify.Attempt) {
 	r.Deliveries = append(r.Deliveries, d)
 	for i := len(r.Deliveries) - 1; i > 0; i-- {
 		a, b := r.Deliveries[i-1], r.Deliveries[i]
-		if !a.At.Equal(b.At) || a.Integration <= b.Integration {
+		if !a.At.After(b.At) && (!a.At.Equal(b.At) || a.Integration <= b.Integration) {
 			break
 		}
 		r.Deliveries[i-1], r.Deliveries[i] = b, a
