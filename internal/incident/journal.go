@@ -68,8 +68,8 @@ type Journal struct {
 	opts    Options
 	metrics journalMetrics
 
-	mu       sync.RWMutex
-	records  map[string]*Record
+	mu      sync.RWMutex
+	records map[string]*Record
 	// prev is the previous round: an incident's impact starts with its
 	// replicas' numbers just before it opened.
 	prev     assess.Round
