@@ -13,7 +13,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/incident"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/memnet"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
@@ -212,4 +214,43 @@ func TestPreemptStormPostmortemNumbersAreTheJournals(t *testing.T) {
 	if len(rec.Deliveries) == 0 {
 		t.Error("no deliveries recorded")
 	}
+}
+
+// TestIncidentJournalSurvivesARestart: with a state directory, a resolved
+// incident is still in the journal (and its postmortem served) after the
+// daemon restarts.
+func TestIncidentJournalSurvivesARestart(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	dir := t.TempDir()
+	withState := func(_ *memnet.Network, cfg *config.Config) { cfg.StateDir = dir }
+	synctest.Test(t, func(t *testing.T) {
+		engine := newFakeEngine("org/model", healthyLoad())
+		run := startDaemonWith(t, fmt.Sprintf(flipConfig, "5s"), map[string]*fakeEngine{"r0": engine}, withState)
+		s := &script{start: run.start, marks: map[time.Duration]string{}}
+		storm := 4*time.Minute + 500*time.Millisecond
+		s.at(storm, "", func() {
+			engine.set(func(l *engineLoad) { l.RetractionsPerSecond, l.KVUsage, l.Queued = 3, 0.98, 40 })
+		})
+		s.at(storm+60*time.Second, "", func() { engine.set(func(l *engineLoad) { *l = healthyLoad() }) })
+		s.at(storm+60*time.Second+resolveBound+5*time.Second, "", nil)
+		before := getIncidents(t, run, "?state=resolved")
+		if len(before) != 1 {
+			t.Fatalf("before the restart: resolved incidents %+v, want one\nlog:\n%s", before, run.stderr.String())
+		}
+		if err := run.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+
+		again := startDaemonWith(t, fmt.Sprintf(flipConfig, "5s"), map[string]*fakeEngine{"r0": engine}, withState)
+		after := getIncidents(t, again, "")
+		if len(after) != 1 || after[0].ID != before[0].ID || after[0].State != "resolved" {
+			t.Errorf("after the restart: incidents %+v, want %s resolved", after, before[0].ID)
+		}
+		if status, body := apiGet(t, again, "/incidents/"+before[0].ID+"/postmortem.md"); status != http.StatusOK || !strings.Contains(body, "# Incident: preempt storm on r0") {
+			t.Errorf("postmortem after the restart: %d %.200s", status, body)
+		}
+		if err := again.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	})
 }
