@@ -35,6 +35,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/ha"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/heartbeat"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/incident"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/reload"
@@ -269,6 +270,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	if alertsOut == nil && cfg.LogFormat == config.LogFormatConsole {
 		alertsOut = dio.stderr
 	}
+	journal := incident.New(journalOptions(cfg, stateDir, logger.Named("incidents")), reg, now)
 	dispatcher, err := notify.NewDispatcher(notify.DispatcherConfig{
 		Integrations: integrations,
 		Routes:       notify.RouteConfig{Routes: cfg.Notify.Routes},
@@ -277,6 +279,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Logger:       logger.Named("notify"),
 		Registerer:   reg,
 		LogWriter:    alertsOut,
+		OnAttempt:    journal.RecordAttempt,
 
 		Queue: cfg.Notify.QueueOptions(),
 	}, now)
@@ -306,6 +309,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Persister: stateStore,
 		Logger:    logger.Named("eval"),
 		Observer:  rounds,
+		Journal:   journal,
 	}, reg)
 
 	// The runbooks state the detectors' thresholds as configured; a reload
@@ -342,6 +346,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	srv, err := server.New(cfg.ListenAddress, server.Options{
 		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: lifecycleReload, Notices: p.notices,
 		StaleAfter: loopStaleAfter(cfg.Evaluation.Interval), Listen: dio.listen,
+		Incidents: incident.Handler(journal, book.Markdown),
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
@@ -583,6 +588,7 @@ func restartOnly(old, next config.Config) []string {
 	check("notify", !notifyEqual(old.Notify, next.Notify))
 	check("source", old.Source != next.Source)
 	check("history", !reflect.DeepEqual(old.History, next.History))
+	check("incidents", old.Incidents != next.Incidents)
 	return out
 }
 

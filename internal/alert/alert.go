@@ -20,6 +20,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,18 +119,22 @@ const (
 // cause is re-titled in place when the cause appears, and consequences that
 // outlive their cause stay in the incident until they clear.
 type Alert struct {
-	Fingerprint string       `json:"fingerprint"`
-	Class       detect.Class `json:"class"` // the cause the incident is named after
-	Replica     string       `json:"replica"`
-	Model       string       `json:"model,omitempty"`
-	Fleet       bool         `json:"fleet,omitempty"`
-	State       State        `json:"state"`
-	Severity    string       `json:"severity"`
-	ActiveAt    time.Time    `json:"active_at"`
-	FiredAt     time.Time    `json:"fired_at,omitzero"`
-	ResolvedAt  time.Time    `json:"resolved_at,omitzero"`
-	LastSeen    time.Time    `json:"last_seen"`
-	HoldUntil   time.Time    `json:"hold_until,omitzero"` // restored alerts do not resolve before this
+	Fingerprint string `json:"fingerprint"`
+	// Incident names this incident of the fingerprint (IncidentID): fixed
+	// when it opens, so the journal and the pages' links follow one
+	// incident even when its start moves back to an absorbed symptom.
+	Incident   string       `json:"incident,omitempty"`
+	Class      detect.Class `json:"class"` // the cause the incident is named after
+	Replica    string       `json:"replica"`
+	Model      string       `json:"model,omitempty"`
+	Fleet      bool         `json:"fleet,omitempty"`
+	State      State        `json:"state"`
+	Severity   string       `json:"severity"`
+	ActiveAt   time.Time    `json:"active_at"`
+	FiredAt    time.Time    `json:"fired_at,omitzero"`
+	ResolvedAt time.Time    `json:"resolved_at,omitzero"`
+	LastSeen   time.Time    `json:"last_seen"`
+	HoldUntil  time.Time    `json:"hold_until,omitzero"` // restored alerts do not resolve before this
 	// LastNotified is the time of the last event sent for the alert.
 	LastNotified time.Time      `json:"last_notified,omitzero"`
 	Seq          uint64         `json:"seq"`
@@ -178,6 +183,13 @@ func Fingerprint(replica string, class detect.Class) string {
 	return hex.EncodeToString(h[:8])
 }
 
+// IncidentID names one incident: the alert's fingerprint (stable per
+// replica and class, so reused by later incidents of the same kind) and the
+// second it opened. It is the path segment of /incidents/<id>.
+func IncidentID(fingerprint string, openedAt time.Time) string {
+	return fingerprint + "-" + strconv.FormatInt(openedAt.Unix(), 10)
+}
+
 // Links builds the URLs put in events.
 type Links struct {
 	// ExternalURL is the daemon's externally reachable base URL.
@@ -195,6 +207,21 @@ func (l Links) runbook(c detect.Class) string {
 
 func (l Links) alert(fp string) string {
 	return l.ExternalURL + "/api/v1/watchdog/alerts?fingerprint=" + fp
+}
+
+// incident is the incident's page in the workspace.
+func (l Links) incident(id string) string { return l.ExternalURL + "/incidents/" + id }
+
+// postmortem is the draft postmortem of a resolved incident.
+func (l Links) postmortem(id string) string { return l.incident(id) + "/postmortem" }
+
+// incidentURL links the incident alert fp belongs to: its page, or the
+// alert API when the tracker no longer holds it.
+func (t *Tracker) incidentURL(fp string) string {
+	if a, ok := t.alerts[fp]; ok && a.Incident != "" {
+		return t.links.incident(a.Incident)
+	}
+	return t.links.alert(fp)
 }
 
 // Tracker holds every alert. It is not safe for concurrent use: the
@@ -256,7 +283,7 @@ func (t *Tracker) Update(round assess.Round) []notify.Event {
 		}
 		if a == nil {
 			fp := Fingerprint(inc.Finding.Replica, inc.Cause())
-			a = &Alert{Fingerprint: fp, Class: inc.Cause(), Replica: inc.Finding.Replica, Model: inc.Finding.Model,
+			a = &Alert{Fingerprint: fp, Incident: IncidentID(fp, now), Class: inc.Cause(), Replica: inc.Finding.Replica, Model: inc.Finding.Model,
 				Fleet: inc.Fleet, State: StatePending, ActiveAt: now, Finding: inc.Finding, Severity: inc.Finding.Severity.String()}
 			if prev := t.aftermathOf(inc, now); prev != nil {
 				a.After, a.QuietUntil = prev.Fingerprint, prev.ResolvedAt.Add(t.cfg.Aftermath)
@@ -565,6 +592,9 @@ func (t *Tracker) Restore(saved []Alert, now time.Time) {
 		if len(a.Members) == 0 {
 			a.Members = []detect.Class{a.Class}
 		}
+		if a.Incident == "" {
+			a.Incident = IncidentID(a.Fingerprint, a.ActiveAt)
+		}
 		a.HoldUntil = now.Add(t.cfg.RestoreGrace)
 		t.alerts[a.Fingerprint] = &a
 	}
@@ -597,8 +627,12 @@ func (t *Tracker) RestoreIncidents(open []notify.Event, now time.Time) int {
 		for _, c := range ev.Explains {
 			members = union(members, []detect.Class{detect.Class(c)})
 		}
+		id := ev.Incident
+		if id == "" {
+			id = IncidentID(ev.Fingerprint, ev.StartsAt)
+		}
 		t.alerts[ev.Fingerprint] = &Alert{
-			Fingerprint: ev.Fingerprint, Class: f.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet, Labels: ev.Labels,
+			Fingerprint: ev.Fingerprint, Incident: id, Class: f.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet, Labels: ev.Labels,
 			State: StateFiring, Severity: ev.Severity,
 			ActiveAt: ev.StartsAt, FiredAt: ev.StartsAt, LastSeen: now, LastNotified: ev.At, HoldUntil: now.Add(t.cfg.RestoreGrace),
 			Seq: ev.Seq, Finding: f, Members: members,
@@ -629,6 +663,7 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 	f := a.Finding
 	ev := notify.Event{
 		Fingerprint: a.Fingerprint,
+		Incident:    a.Incident,
 		Seq:         a.Seq,
 		Kind:        kind,
 		Status:      notify.StatusFiring,
@@ -644,7 +679,7 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 		Emergency:   f.Emergency,
 		RootCause:   f.RootCause,
 		RunbookURL:  t.links.runbook(runbookClass(a)),
-		AlertURL:    t.links.alert(a.Fingerprint),
+		AlertURL:    t.incidentURL(a.Fingerprint),
 		StartsAt:    a.FiredAt,
 		At:          now,
 	}
@@ -673,16 +708,17 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 		ev.Explains = append(ev.Explains, string(c))
 	}
 	if a.After != "" {
-		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " It began as an incident on this replica ended (" + t.links.alert(a.After) +
+		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " It began as an incident on this replica ended (" + t.incidentURL(a.After) +
 			") and is still there after the aftermath window: it is not that incident's drain.")
 	}
 	if a.AbsorbedBy != "" {
 		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " This alert became part of another incident (" +
-			t.links.alert(a.AbsorbedBy) + "), which explains it; it ends with that incident or when its own condition clears.")
+			t.incidentURL(a.AbsorbedBy) + "), which explains it; it ends with that incident or when its own condition clears.")
 	}
 	if kind == notify.KindResolve {
 		ev.Status = notify.StatusResolved
 		ev.EndsAt = now
+		ev.PostmortemURL = t.links.postmortem(a.Incident)
 		if haveSnap {
 			ev.Recovered = recovered(snap.Snapshot)
 		}

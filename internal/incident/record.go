@@ -6,19 +6,11 @@
 package incident
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
-
-// ID names one incident: the alert's fingerprint (stable per replica and
-// class, so reused by later incidents of the same kind) and the second it
-// opened. It is the path segment of /incidents/<id>.
-func ID(fingerprint string, openedAt time.Time) string {
-	return fingerprint + "-" + strconv.FormatInt(openedAt.Unix(), 10)
-}
 
 // Record is one incident as the journal holds it.
 type Record struct {
@@ -54,6 +46,11 @@ type Record struct {
 	// Signals are the evidence of the incident's findings, one per
 	// evidence name, over the incident's span.
 	Signals []Signal `json:"signals"`
+	// Impact is what users felt over the incident's span, from its
+	// replicas' snapshots (queued, running and aborted requests summed;
+	// TTFT and inter-token latency p99 at the worst replica): the
+	// postmortem's impact numbers.
+	Impact []Signal `json:"impact,omitempty"`
 	// Timeline is every event in time order.
 	Timeline []Event `json:"timeline"`
 	// Deliveries are every notification attempt, in time order.
@@ -73,7 +70,7 @@ type Signal struct {
 	Name      string  `json:"name"`
 	Unit      string  `json:"unit,omitempty"`
 	Threshold string  `json:"threshold,omitempty"` // the rule, as the page words it
-	Limit     float64 `json:"limit,omitempty"`     // the rule's number, when HasLimit
+	Limit     float64 `json:"limit,omitempty"`     // the rule's number, the last round it had one
 	HasLimit  bool    `json:"has_limit,omitempty"`
 	Points    []Point `json:"points"`
 }
@@ -84,6 +81,11 @@ type Point struct {
 	Value       float64   `json:"value"`
 	Baseline    float64   `json:"baseline,omitempty"`
 	HasBaseline bool      `json:"has_baseline,omitempty"`
+	// Limit is the number the detector compared the value with this
+	// round, when HasLimit (it moves with the baseline for a
+	// factor-times-baseline rule).
+	Limit    float64 `json:"limit,omitempty"`
+	HasLimit bool    `json:"has_limit,omitempty"`
 }
 
 // EventKind says what happened.
