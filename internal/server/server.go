@@ -55,6 +55,12 @@ type Options struct {
 	// Listen binds the address; nil: net.Listen. Tests pass an in-memory
 	// network's.
 	Listen func(network, address string) (net.Listener, error)
+	// Workspace serves the HTML pages on its Patterns (internal/ui), "/"
+	// among them; nil: "/" lists the API in plain text.
+	Workspace interface {
+		http.Handler
+		Patterns() []string
+	}
 }
 
 // Server is the HTTP server.
@@ -127,6 +133,12 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /-/reload", http.NewCrossOriginProtection().Handler(http.HandlerFunc(s.reload)))
 	if s.opts.Runbooks != nil {
 		mux.Handle("GET /runbooks/", s.opts.Runbooks)
+	}
+	if s.opts.Workspace != nil {
+		for _, pattern := range s.opts.Workspace.Patterns() {
+			mux.Handle(pattern, s.opts.Workspace)
+		}
+		return mux
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
