@@ -35,6 +35,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/ha"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/heartbeat"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/incident"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/reload"
@@ -108,6 +109,9 @@ type daemonIO struct {
 	// record, when set, makes the run watchdog record's: nothing is sent,
 	// and every scrape and round is written to a recording.
 	record *recordingRun
+	// journal is what the workspace's incident pages read; nil: they
+	// answer that there is no journal.
+	journal incident.Reader
 }
 
 // transport is the HTTP transport of every client the daemon builds.
@@ -340,7 +344,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 			lifecycleReload = reloadFn
 		}
 	}
-	workspace, err := ui.New(ui.Options{Alerts: loop, Windows: store, MinStep: 3 * cfg.Scrape.Interval})
+	workspace, err := ui.New(ui.Options{Alerts: loop, Windows: store, Incidents: dio.journal, MinStep: 3 * cfg.Scrape.Interval})
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}

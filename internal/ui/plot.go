@@ -259,8 +259,8 @@ func newSparkline(title string, ps []point, from, to time.Time) sparkline {
 func formatValue(v float64, unit string) string {
 	var s string
 	switch a := math.Abs(v); {
-	case a == 0:
-		s = "0"
+	case a == math.Trunc(a) && a < 1e6:
+		s = strconv.FormatFloat(v, 'f', 0, 64)
 	case a >= 1000:
 		s = strconv.FormatFloat(v, 'f', 0, 64)
 	case a >= 10:

@@ -32,6 +32,7 @@ import (
 	"cmp"
 	"embed"
 	"html/template"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"slices"
@@ -45,7 +46,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
-//go:embed templates/*.html static/style.css
+//go:embed templates/*.html static
 var files embed.FS
 
 // Alerts is what the pages read from the evaluation loop: the last
@@ -124,13 +125,14 @@ func New(opts Options) (*Handler, error) {
 	h.mux.HandleFunc("GET /{$}", h.fleet)
 	h.mux.HandleFunc("GET /incidents/{id}", h.incident)
 	h.mux.HandleFunc("GET /replicas/{name}", h.replica)
-	h.mux.HandleFunc("GET /ui/style.css", h.style)
+	static, _ := fs.Sub(files, "static")
+	h.mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(static)))
 	return h, nil
 }
 
 // Patterns are the routes the handler serves, for the server to mount.
 func (h *Handler) Patterns() []string {
-	return []string{"GET /{$}", "GET /incidents/{id}", "GET /replicas/{name}", "GET /ui/style.css"}
+	return []string{"GET /{$}", "GET /incidents/{id}", "GET /replicas/{name}", "GET /ui/"}
 }
 
 // contentSecurityPolicy allows the page's own stylesheet and nothing
@@ -141,12 +143,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", contentSecurityPolicy)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	h.mux.ServeHTTP(w, r)
-}
-
-func (h *Handler) style(w http.ResponseWriter, _ *http.Request) {
-	css, _ := files.ReadFile("static/style.css")
-	w.Header().Set("Content-Type", "text/css; charset=utf-8")
-	w.Write(css)
 }
 
 func (h *Handler) render(w http.ResponseWriter, status int, page string, data any) {
