@@ -512,3 +512,42 @@ func TestReplicaPagePlotsKeySeries(t *testing.T) {
 		t.Errorf("the round's preempt storm finding is not listed")
 	}
 }
+
+// withFleetIncident adds a firing fleet incident over the model's three
+// replicas, with its members' alerts folded into it.
+type withFleetIncident struct{ loop *eval.Loop }
+
+func (f withFleetIncident) Round() assess.Round { return f.loop.Round() }
+func (f withFleetIncident) Alerts() []alert.Alert {
+	replicas := []string{"sim-0", "sim-1", "sim-2"}
+	at := f.loop.Round().At.Add(-time.Minute)
+	fleet := alert.Alert{Fingerprint: "fleetfp", Class: detect.CacheCollapse, Replica: "Qwen/Qwen3-8B", Model: "Qwen/Qwen3-8B", Fleet: true,
+		State: alert.StateFiring, Severity: "warning", ActiveAt: at,
+		Finding: detect.Finding{Summary: "prefix cache collapsed across the fleet", AffectedReplicas: replicas}}
+	out := []alert.Alert{fleet}
+	for _, r := range replicas {
+		out = append(out, alert.Alert{Fingerprint: "m-" + r, Class: detect.CacheCollapse, Replica: r, Model: "Qwen/Qwen3-8B",
+			State: alert.StateFiring, Severity: "warning", ActiveAt: at, AbsorbedBy: "fleetfp"})
+	}
+	return out
+}
+
+func TestFleetIncidentGroupsItsReplicas(t *testing.T) {
+	run := simulatedFleet(t)
+	srv := newTestServer(t, Options{Alerts: withFleetIncident{loop: run.loop}, Windows: run.store, MinStep: 10 * time.Second})
+	doc := get(t, srv, "/", http.StatusOK)
+	open := find(doc, "li", "incident")
+	if len(open) != 1 {
+		t.Fatalf("%d open incidents listed, want the one fleet incident (members folded in)", len(open))
+	}
+	if got := text(find(open[0], "span", "members")[0]); got != "replicas: sim-0, sim-1, sim-2" {
+		t.Errorf("fleet incident members %q", got)
+	}
+	if href := attr(find(open[0], "a", "")[0], "href"); href != "/incidents/"+incident.ID("fleetfp", run.loop.Round().At.Add(-time.Minute)) {
+		t.Errorf("fleet incident links to %s", href)
+	}
+	names := rowNames(doc)
+	if !slices.Equal(names[:3], []string{"sim-0", "sim-1", "sim-2"}) {
+		t.Errorf("rows %v: the fleet incident's replicas come first", names)
+	}
+}
