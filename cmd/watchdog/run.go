@@ -109,9 +109,6 @@ type daemonIO struct {
 	// record, when set, makes the run watchdog record's: nothing is sent,
 	// and every scrape and round is written to a recording.
 	record *recordingRun
-	// journal is what the workspace's incident pages read; nil: they
-	// answer that there is no journal.
-	journal incident.Reader
 }
 
 // transport is the HTTP transport of every client the daemon builds.
@@ -274,6 +271,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	if alertsOut == nil && cfg.LogFormat == config.LogFormatConsole {
 		alertsOut = dio.stderr
 	}
+	journal := incident.New(journalOptions(cfg, stateDir, logger.Named("incidents")), reg, now)
 	dispatcher, err := notify.NewDispatcher(notify.DispatcherConfig{
 		Integrations: integrations,
 		Routes:       notify.RouteConfig{Routes: cfg.Notify.Routes},
@@ -282,6 +280,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Logger:       logger.Named("notify"),
 		Registerer:   reg,
 		LogWriter:    alertsOut,
+		OnAttempt:    journal.RecordAttempt,
 
 		Queue: cfg.Notify.QueueOptions(),
 	}, now)
@@ -311,6 +310,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Persister: stateStore,
 		Logger:    logger.Named("eval"),
 		Observer:  rounds,
+		Journal:   journal,
 	}, reg)
 
 	// The runbooks state the detectors' thresholds as configured; a reload
@@ -344,13 +344,14 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 			lifecycleReload = reloadFn
 		}
 	}
-	workspace, err := ui.New(ui.Options{Alerts: loop, Windows: store, Incidents: dio.journal, MinStep: 3 * cfg.Scrape.Interval})
+	workspace, err := ui.New(ui.Options{Alerts: loop, Windows: store, Incidents: journal, MinStep: 3 * cfg.Scrape.Interval})
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
 	srv, err := server.New(cfg.ListenAddress, server.Options{
 		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: lifecycleReload, Notices: p.notices,
-		StaleAfter: loopStaleAfter(cfg.Evaluation.Interval), Listen: dio.listen, Workspace: workspace,
+		StaleAfter: loopStaleAfter(cfg.Evaluation.Interval), Listen: dio.listen,
+		Incidents: incident.Handler(journal, book.Markdown), Workspace: workspace,
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
@@ -592,6 +593,7 @@ func restartOnly(old, next config.Config) []string {
 	check("notify", !notifyEqual(old.Notify, next.Notify))
 	check("source", old.Source != next.Source)
 	check("history", !reflect.DeepEqual(old.History, next.History))
+	check("incidents", old.Incidents != next.Incidents)
 	return out
 }
 

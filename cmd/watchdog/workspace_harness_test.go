@@ -3,19 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/incident"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
@@ -32,9 +26,6 @@ type liveDaemon struct {
 	URL string
 	// Notifications are what Slack and PagerDuty were sent.
 	Notifications *recorder
-	// Journal stands in for the incident journal: it follows the
-	// daemon's alerts API and the recorders.
-	Journal *followedJournal
 }
 
 // stormAfter is a scenario: healthy for d, then a preempt storm on sim-0
@@ -69,7 +60,7 @@ func startLiveDaemon(t *testing.T, scenario sim.Scenario, configure func(*config
 	if configure != nil {
 		configure(&cfg)
 	}
-	d := &liveDaemon{Notifications: &recorder{}, Journal: &followedJournal{records: map[string]*incident.Record{}}}
+	d := &liveDaemon{Notifications: &recorder{}}
 	addr := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -79,7 +70,6 @@ func startLiveDaemon(t *testing.T, scenario sim.Scenario, configure func(*config
 	go func() {
 		done <- daemon(ctx, cfg, daemonIO{stdout: io.Discard, stderr: stderr,
 			started: func(a string) { addr <- a },
-			journal: d.Journal,
 			extraIntegrations: []notify.Integration{
 				{Name: notify.IntegrationPagerDuty, Notifier: d.Notifications.as(notify.IntegrationPagerDuty)},
 				{Name: notify.IntegrationSlack, Notifier: d.Notifications.as(notify.IntegrationSlack)},
@@ -92,7 +82,6 @@ func startLiveDaemon(t *testing.T, scenario sim.Scenario, configure func(*config
 		cancel()
 		t.Fatalf("daemon: %v\n%s", err, stderr)
 	}
-	d.Journal.base, d.Journal.sent = d.URL, d.Notifications
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -103,20 +92,26 @@ func startLiveDaemon(t *testing.T, scenario sim.Scenario, configure func(*config
 	return d
 }
 
-// waitFiring follows the daemon until an alert of class fires on replica,
-// at most within, and returns its journal record.
+// waitFiring follows the daemon's incident journal until an incident of
+// class fires on replica and a notification of it was delivered, at most
+// within, and returns its record as the journal's API serves it.
 func (d *liveDaemon) waitFiring(t *testing.T, class detect.Class, replica string, within time.Duration) incident.Record {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for range tick.C {
-		if err := d.Journal.follow(); err != nil {
-			t.Fatal(err)
+		var list struct {
+			Incidents []incident.Summary `json:"incidents"`
 		}
-		for _, r := range d.Journal.Incidents() {
-			if r.Class == class && r.Replica == replica && r.State == alert.StateFiring && len(r.Deliveries) > 0 {
-				return r
+		d.getJSON(t, "/api/v1/incidents?state=firing", &list)
+		for _, s := range list.Incidents {
+			if s.Class != class || s.Replica != replica {
+				continue
+			}
+			rec := d.Incident(t, s.ID)
+			if len(rec.Deliveries) > 0 {
+				return rec
 			}
 		}
 		if time.Now().After(deadline) {
@@ -126,129 +121,26 @@ func (d *liveDaemon) waitFiring(t *testing.T, class detect.Class, replica string
 	panic("unreachable")
 }
 
-// followedJournal is an incident.Reader filled from a live run: each
-// follow() reads the daemon's alerts API and appends every open alert's
-// evidence as one point per signal, and the recorders' notifications as
-// deliveries. It stands in until the daemon's own journal feeds the
-// pages. The numeric limit of a signal comes from its rule's text
-// (">= 90%" is 0.9); the journal takes it from the detector.
-type followedJournal struct {
-	base string
-	sent *recorder
-
-	mu      sync.Mutex
-	order   []string
-	records map[string]*incident.Record
+// Incident is the journal's record of id as its API serves it.
+func (d *liveDaemon) Incident(t *testing.T, id string) incident.Record {
+	t.Helper()
+	var rec incident.Record
+	d.getJSON(t, "/api/v1/incidents/"+id, &rec)
+	return rec
 }
 
-var ruleNumber = regexp.MustCompile(`^[<>]=?\s*([0-9.]+)(%?)`)
-
-func (j *followedJournal) follow() error {
-	resp, err := http.Get(j.base + "/api/v1/watchdog/alerts")
+func (d *liveDaemon) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := http.Get(d.URL + path)
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out struct {
-		EvaluatedAt time.Time `json:"evaluated_at"`
-		Alerts      []struct {
-			Fingerprint string            `json:"fingerprint"`
-			State       alert.State       `json:"state"`
-			Class       detect.Class      `json:"class"`
-			Severity    string            `json:"severity"`
-			Replica     string            `json:"replica"`
-			Model       string            `json:"model"`
-			Summary     string            `json:"summary"`
-			Diagnosis   string            `json:"diagnosis"`
-			Evidence    []detect.Evidence `json:"evidence"`
-			Emergency   []string          `json:"emergency_steps"`
-			RootCause   []string          `json:"root_cause_steps"`
-			Runbook     string            `json:"runbook"`
-			Explains    []detect.Class    `json:"explains"`
-			ActiveAt    time.Time         `json:"active_at"`
-			FiredAt     time.Time         `json:"fired_at"`
-			ResolvedAt  time.Time         `json:"resolved_at"`
-		} `json:"alerts"`
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s\n%s", path, resp.Status, b)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return fmt.Errorf("alerts API: %w", err)
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, a := range out.Alerts {
-		id := incident.ID(a.Fingerprint, a.ActiveAt)
-		r, ok := j.records[id]
-		if !ok {
-			r = &incident.Record{ID: id, Fingerprint: a.Fingerprint, OpenedAt: a.ActiveAt, Replicas: []string{a.Replica}}
-			j.records[id] = r
-			j.order = append([]string{id}, j.order...)
-			r.Timeline = append(r.Timeline, incident.Event{At: a.ActiveAt, Kind: incident.EventFirstFinding, Text: a.Summary})
-		}
-		if r.FiredAt.IsZero() && !a.FiredAt.IsZero() {
-			r.Timeline = append(r.Timeline, incident.Event{At: a.FiredAt, Kind: incident.EventFired, Text: a.Severity})
-		}
-		r.Class, r.Replica, r.Model, r.State, r.Severity = a.Class, a.Replica, a.Model, a.State, a.Severity
-		r.FiredAt, r.ResolvedAt, r.Headline, r.Diagnosis = a.FiredAt, a.ResolvedAt, a.Summary, a.Diagnosis
-		r.Emergency, r.RootCause, r.Runbook = a.Emergency, a.RootCause, a.Runbook
-		r.Chain = append([]detect.Class{a.Class}, a.Explains...)
-		if a.State == alert.StateResolved {
-			continue
-		}
-		for _, e := range a.Evidence {
-			i := 0
-			for i < len(r.Signals) && r.Signals[i].Name != e.Name {
-				i++
-			}
-			if i == len(r.Signals) {
-				s := incident.Signal{Name: e.Name, Unit: e.Unit, Threshold: e.Threshold}
-				if m := ruleNumber.FindStringSubmatch(e.Threshold); m != nil {
-					s.Limit, _ = strconv.ParseFloat(m[1], 64)
-					if m[2] == "%" {
-						s.Limit /= 100
-					}
-					s.HasLimit = true
-				}
-				r.Signals = append(r.Signals, s)
-			}
-			r.Signals[i].Points = append(r.Signals[i].Points, incident.Point{At: out.EvaluatedAt, Value: e.Value, Baseline: e.Baseline, HasBaseline: e.HasBaseline})
-		}
-	}
-	for _, r := range j.records {
-		r.Deliveries = nil
-	}
-	for _, s := range j.sent.all() {
-		for _, r := range j.records {
-			if r.Fingerprint == s.ev.Fingerprint && !s.ev.At.Before(r.OpenedAt) {
-				r.Deliveries = append(r.Deliveries, incident.Delivery{At: s.ev.At, Integration: s.integration, Kind: strings.ToLower(string(s.ev.Kind)), Attempt: 1, OK: true})
-			}
-		}
-	}
-	return nil
-}
-
-func (j *followedJournal) Incidents() []incident.Record {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	out := make([]incident.Record, 0, len(j.order))
-	for _, id := range j.order {
-		out = append(out, j.copy(j.records[id]))
-	}
-	return out
-}
-
-func (j *followedJournal) Incident(id string) (incident.Record, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	r, ok := j.records[id]
-	if !ok {
-		return incident.Record{}, false
-	}
-	return j.copy(r), true
-}
-
-// copy is a record follow() does not change under the reader.
-func (j *followedJournal) copy(r *incident.Record) incident.Record {
-	c := *r
-	c.Signals = slices.Clone(r.Signals)
-	return c
 }

@@ -20,6 +20,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,18 +119,22 @@ const (
 // cause is re-titled in place when the cause appears, and consequences that
 // outlive their cause stay in the incident until they clear.
 type Alert struct {
-	Fingerprint string       `json:"fingerprint"`
-	Class       detect.Class `json:"class"` // the cause the incident is named after
-	Replica     string       `json:"replica"`
-	Model       string       `json:"model,omitempty"`
-	Fleet       bool         `json:"fleet,omitempty"`
-	State       State        `json:"state"`
-	Severity    string       `json:"severity"`
-	ActiveAt    time.Time    `json:"active_at"`
-	FiredAt     time.Time    `json:"fired_at,omitzero"`
-	ResolvedAt  time.Time    `json:"resolved_at,omitzero"`
-	LastSeen    time.Time    `json:"last_seen"`
-	HoldUntil   time.Time    `json:"hold_until,omitzero"` // restored alerts do not resolve before this
+	Fingerprint string `json:"fingerprint"`
+	// Incident names this incident of the fingerprint (IncidentID): fixed
+	// when it opens, so the journal and the pages' links follow one
+	// incident even when its start moves back to an absorbed symptom.
+	Incident   string       `json:"incident,omitempty"`
+	Class      detect.Class `json:"class"` // the cause the incident is named after
+	Replica    string       `json:"replica"`
+	Model      string       `json:"model,omitempty"`
+	Fleet      bool         `json:"fleet,omitempty"`
+	State      State        `json:"state"`
+	Severity   string       `json:"severity"`
+	ActiveAt   time.Time    `json:"active_at"`
+	FiredAt    time.Time    `json:"fired_at,omitzero"`
+	ResolvedAt time.Time    `json:"resolved_at,omitzero"`
+	LastSeen   time.Time    `json:"last_seen"`
+	HoldUntil  time.Time    `json:"hold_until,omitzero"` // restored alerts do not resolve before this
 	// LastNotified is the time of the last event sent for the alert.
 	LastNotified time.Time      `json:"last_notified,omitzero"`
 	Seq          uint64         `json:"seq"`
@@ -176,6 +181,13 @@ func (a *Alert) open() bool { return a.State == StatePending || a.State == State
 func Fingerprint(replica string, class detect.Class) string {
 	h := sha256.Sum256([]byte(replica + "\x00" + string(class)))
 	return hex.EncodeToString(h[:8])
+}
+
+// IncidentID names one incident: the alert's fingerprint (stable per
+// replica and class, so reused by later incidents of the same kind) and the
+// second it opened. It is the path segment of /incidents/<id>.
+func IncidentID(fingerprint string, openedAt time.Time) string {
+	return fingerprint + "-" + strconv.FormatInt(openedAt.Unix(), 10)
 }
 
 // Links builds the URLs put in events.
@@ -256,7 +268,7 @@ func (t *Tracker) Update(round assess.Round) []notify.Event {
 		}
 		if a == nil {
 			fp := Fingerprint(inc.Finding.Replica, inc.Cause())
-			a = &Alert{Fingerprint: fp, Class: inc.Cause(), Replica: inc.Finding.Replica, Model: inc.Finding.Model,
+			a = &Alert{Fingerprint: fp, Incident: IncidentID(fp, now), Class: inc.Cause(), Replica: inc.Finding.Replica, Model: inc.Finding.Model,
 				Fleet: inc.Fleet, State: StatePending, ActiveAt: now, Finding: inc.Finding, Severity: inc.Finding.Severity.String()}
 			if prev := t.aftermathOf(inc, now); prev != nil {
 				a.After, a.QuietUntil = prev.Fingerprint, prev.ResolvedAt.Add(t.cfg.Aftermath)
@@ -565,6 +577,9 @@ func (t *Tracker) Restore(saved []Alert, now time.Time) {
 		if len(a.Members) == 0 {
 			a.Members = []detect.Class{a.Class}
 		}
+		if a.Incident == "" {
+			a.Incident = IncidentID(a.Fingerprint, a.ActiveAt)
+		}
 		a.HoldUntil = now.Add(t.cfg.RestoreGrace)
 		t.alerts[a.Fingerprint] = &a
 	}
@@ -597,8 +612,12 @@ func (t *Tracker) RestoreIncidents(open []notify.Event, now time.Time) int {
 		for _, c := range ev.Explains {
 			members = union(members, []detect.Class{detect.Class(c)})
 		}
+		id := ev.Incident
+		if id == "" {
+			id = IncidentID(ev.Fingerprint, ev.StartsAt)
+		}
 		t.alerts[ev.Fingerprint] = &Alert{
-			Fingerprint: ev.Fingerprint, Class: f.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet, Labels: ev.Labels,
+			Fingerprint: ev.Fingerprint, Incident: id, Class: f.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet, Labels: ev.Labels,
 			State: StateFiring, Severity: ev.Severity,
 			ActiveAt: ev.StartsAt, FiredAt: ev.StartsAt, LastSeen: now, LastNotified: ev.At, HoldUntil: now.Add(t.cfg.RestoreGrace),
 			Seq: ev.Seq, Finding: f, Members: members,
@@ -629,6 +648,7 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 	f := a.Finding
 	ev := notify.Event{
 		Fingerprint: a.Fingerprint,
+		Incident:    a.Incident,
 		Seq:         a.Seq,
 		Kind:        kind,
 		Status:      notify.StatusFiring,

@@ -69,6 +69,8 @@ type Config struct {
 	// History is a Prometheus-compatible API that fills the windows at
 	// start and, with source: prometheus, replaces scraping.
 	History promsource.Config `yaml:"history"`
+	// Incidents bounds the incident journal (incidents.go).
+	Incidents Incidents `yaml:"incidents"`
 	// PodIP is this pod's IP (POD_IP, from the downward API), one source of
 	// a derived external URL (PageLinkBase); not a YAML setting.
 	PodIP string `yaml:"-"`
@@ -204,6 +206,7 @@ func Default() Config {
 		Heartbeat:   heartbeat.DefaultConfig(),
 		Source:      SourceScrape,
 		History:     promsource.DefaultConfig(),
+		Incidents:   DefaultIncidents(),
 		Notify: Notify{
 			Routes:    notify.DefaultRoutes().Routes,
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
@@ -505,6 +508,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Alerts.Validate("alerts"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Incidents.Validate("incidents"); err != nil {
 		errs = append(errs, err)
 	}
 	if err := (notify.RouteConfig{Routes: c.Notify.Routes}).Validate(); err != nil {

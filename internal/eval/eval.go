@@ -49,6 +49,14 @@ type Options struct {
 	// windows and again when it is done (watchdog record writes the instant
 	// and keeps appends out of the round).
 	Observer RoundObserver
+	// Journal, when set, records every round's incidents (internal/incident).
+	Journal Journal
+}
+
+// Journal records each round: the round, the alerts after it and the
+// events it produced, before they are handed to the notifier.
+type Journal interface {
+	Observe(round assess.Round, alerts []alert.Alert, events []notify.Event, now time.Time)
 }
 
 // RoundObserver sees the rounds: BeginRound is called before a round at
@@ -143,11 +151,12 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 		l.metrics.findings.WithLabelValues(string(f.Class), f.Severity.String()).Inc()
 	}
 	events := l.opts.Tracker.Update(round)
+	l.publish(round)
+	l.journal(round, events, now)
 	for _, ev := range events {
 		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
 		l.opts.Sender.Send(ev)
 	}
-	l.publish(round)
 	l.persist()
 	return events
 }
@@ -156,12 +165,22 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 func (l *Loop) Retire(gone func(replica string) bool, reason string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, ev := range l.opts.Tracker.Retire(gone, reason, now) {
+	events := l.opts.Tracker.Retire(gone, reason, now)
+	l.publishAlerts()
+	l.journal(assess.Round{At: now}, events, now)
+	for _, ev := range events {
 		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
 		l.opts.Sender.Send(ev)
 	}
-	l.publishAlerts()
 	l.persist()
+}
+
+// journal records the round before its events are sent, so that each
+// delivery attempt finds its incident's record.
+func (l *Loop) journal(round assess.Round, events []notify.Event, now time.Time) {
+	if l.opts.Journal != nil {
+		l.opts.Journal.Observe(round, l.alerts, events, now)
+	}
 }
 
 func (l *Loop) publish(round assess.Round) {

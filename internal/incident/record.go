@@ -6,19 +6,11 @@
 package incident
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
-
-// ID names one incident: the alert's fingerprint (stable per replica and
-// class, so reused by later incidents of the same kind) and the second it
-// opened. It is the path segment of /incidents/<id>.
-func ID(fingerprint string, openedAt time.Time) string {
-	return fingerprint + "-" + strconv.FormatInt(openedAt.Unix(), 10)
-}
 
 // Record is one incident as the journal holds it.
 type Record struct {
@@ -54,6 +46,11 @@ type Record struct {
 	// Signals are the evidence of the incident's findings, one per
 	// evidence name, over the incident's span.
 	Signals []Signal `json:"signals"`
+	// Impact is what users felt over the incident's span, from its
+	// replicas' snapshots (queued, running and aborted requests summed;
+	// TTFT and inter-token latency p99 at the worst replica): the
+	// postmortem's impact numbers.
+	Impact []Signal `json:"impact,omitempty"`
 	// Timeline is every event in time order.
 	Timeline []Event `json:"timeline"`
 	// Deliveries are every notification attempt, in time order.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/incident"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
@@ -55,6 +56,9 @@ type Options struct {
 	// Listen binds the address; nil: net.Listen. Tests pass an in-memory
 	// network's.
 	Listen func(network, address string) (net.Listener, error)
+	// Incidents serves the incident journal's API and postmortem drafts
+	// (incident.Handler), mounted on incident.Routes; nil: none.
+	Incidents http.Handler
 	// Workspace serves the HTML pages on its Patterns (internal/ui), "/"
 	// among them; nil: "/" lists the API in plain text.
 	Workspace interface {
@@ -133,6 +137,11 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /-/reload", http.NewCrossOriginProtection().Handler(http.HandlerFunc(s.reload)))
 	if s.opts.Runbooks != nil {
 		mux.Handle("GET /runbooks/", s.opts.Runbooks)
+	}
+	if s.opts.Incidents != nil {
+		for _, pattern := range incident.Routes {
+			mux.Handle(pattern, s.opts.Incidents)
+		}
 	}
 	if s.opts.Workspace != nil {
 		for _, pattern := range s.opts.Workspace.Patterns() {

@@ -41,6 +41,9 @@ type DispatcherConfig struct {
 	// pair: it loads the persisted state (for OpenIncidents) but delivers
 	// and writes nothing until SetActive(true).
 	Standby bool
+	// OnAttempt, when set, is told of every delivery attempt's outcome (the
+	// incident journal); it is called from the integrations' workers.
+	OnAttempt func(Attempt)
 	// Queue holds the queue options of every integration, the built-in
 	// log one included, for each field its own Options leave zero (zero
 	// here as well: DefaultQueueOptions).
@@ -103,6 +106,7 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 		}
 		q.onFailed = d.reportFailure(in.Name)
 		q.onDelivered = d.delivered(in.Name)
+		q.onAttempt = cfg.OnAttempt
 		d.queues = append(d.queues, q)
 		d.byName[in.Name] = q
 	}

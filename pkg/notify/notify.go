@@ -46,14 +46,18 @@ type Field struct {
 // each integration for its own markup.
 type Event struct {
 	Fingerprint string `json:"fingerprint"` // stable per (replica, class); PagerDuty dedup_key, Slack thread key
-	Seq         uint64 `json:"seq"`         // increases per fingerprint; orders events of one incident
-	Kind        Kind   `json:"kind"`
-	Status      Status `json:"status"`
-	Class       string `json:"class"`
-	Severity    string `json:"severity"` // critical, warning, info
-	Replica     string `json:"replica"`
-	Model       string `json:"model,omitempty"`
-	Fleet       bool   `json:"fleet,omitempty"` // the incident spans most replicas of Model; Replica is "fleet/<model>"
+	// Incident names this incident of the fingerprint (a fingerprint is
+	// reused by later incidents of the same replica and class); its
+	// journal page is /incidents/<Incident>.
+	Incident string `json:"incident,omitempty"`
+	Seq      uint64 `json:"seq"` // increases per fingerprint; orders events of one incident
+	Kind     Kind   `json:"kind"`
+	Status   Status `json:"status"`
+	Class    string `json:"class"`
+	Severity string `json:"severity"` // critical, warning, info
+	Replica  string `json:"replica"`
+	Model    string `json:"model,omitempty"`
+	Fleet    bool   `json:"fleet,omitempty"` // the incident spans most replicas of Model; Replica is "fleet/<model>"
 	// Labels are the replica's target labels from configuration or
 	// discovery (namespace, team, role, ...): routes match on them and
 	// Alertmanager receives them. Nil for fleet incidents.

@@ -268,7 +268,9 @@ type Queue struct {
 	// onDelivered is told of every event the provider accepted: the
 	// integration works (again).
 	onDelivered func(ev Event, now time.Time)
-	group       atomic.Pointer[drainGroup] // set by the dispatcher for the duration of Run
+	// onAttempt is told of every delivery attempt's outcome.
+	onAttempt func(Attempt)
+	group     atomic.Pointer[drainGroup] // set by the dispatcher for the duration of Run
 
 	wake chan struct{}
 
@@ -513,6 +515,9 @@ func (q *Queue) Enqueue(ev Event) {
 		for _, d := range dropped {
 			onFailed(d, full)
 		}
+	}
+	for _, d := range dropped {
+		q.reportAttempt(Attempt{Event: d, At: at, Reason: ReasonQueueFull, GaveUp: true})
 	}
 }
 
@@ -915,7 +920,14 @@ func (q *Queue) attempt(ctx context.Context, id uint64, ev Event, gen uint64) {
 	q.saveLocked(now)
 	q.m.queueLen.WithLabelValues(q.name).Set(float64(len(q.state.Outbox)))
 	onFailed, onDelivered := q.onFailed, q.onDelivered
+	attempts := p.Attempts
 	q.mu.Unlock()
+	switch {
+	case err == nil:
+		q.reportAttempt(Attempt{Event: send, Number: attempts + 1, At: now, Delivered: true})
+	case !errors.Is(err, ErrNothingToSend) && ctx.Err() == nil:
+		q.reportAttempt(Attempt{Event: send, Number: attempts, At: now, Reason: ReasonOf(err), GaveUp: failed != nil})
+	}
 	if failed != nil && onFailed != nil {
 		onFailed(send, failed)
 	}

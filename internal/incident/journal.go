@@ -1,0 +1,612 @@
+package incident
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// ID names one incident; see alert.IncidentID, which the tracker stamps
+// on the alert when it opens.
+func ID(fingerprint string, openedAt time.Time) string {
+	return alert.IncidentID(fingerprint, openedAt)
+}
+
+// Document is the state document holding the journal.
+const Document = "incidents"
+
+// Store keeps the journal across restarts (the state directory).
+type Store interface {
+	Save(name string, v any) error
+	Load(name string, v any, now time.Time) error
+}
+
+// Bounds of one record's lists besides its signals: the first half and
+// the newest entries are kept, so the start and the end of a long
+// incident both stay readable.
+const (
+	maxTimeline   = 200
+	maxDeliveries = 200
+	maxUnseen     = 20
+	// saveEvery spaces the saves of a journal whose open incidents only
+	// gained points; state changes are saved at once.
+	saveEvery = time.Minute
+)
+
+// Options of a Journal.
+type Options struct {
+	// Retention keeps a resolved incident this long after it resolved.
+	Retention time.Duration
+	// MaxIncidents bounds the records; beyond it the oldest resolved one
+	// (or, when all are open, the oldest) is dropped.
+	MaxIncidents int
+	// MaxPoints bounds each signal's points; a full signal is thinned to
+	// every other point, keeping its onset, peak, fire and resolve.
+	MaxPoints int
+	Store     Store // nil: kept in memory only
+	Logger    *zap.Logger
+}
+
+// Journal records every incident the tracker opens: it is fed each
+// evaluation round and each delivery attempt, and read by the API, the
+// workspace pages and the postmortem drafts. It is safe for concurrent
+// use.
+type Journal struct {
+	opts    Options
+	metrics journalMetrics
+
+	mu       sync.RWMutex
+	records  map[string]*Record
+	// prev is the previous round: an incident's impact starts with its
+	// replicas' numbers just before it opened.
+	prev     assess.Round
+	changed  bool // a state change not yet saved
+	grown    bool // points added since the last save
+	lastSave time.Time
+}
+
+type journalMetrics struct {
+	records     *prometheus.GaugeVec
+	saveFailure prometheus.Counter
+	dropped     *prometheus.CounterVec
+}
+
+// New builds a journal and loads the saved one from opts.Store.
+func New(opts Options, reg prometheus.Registerer, now time.Time) *Journal {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	f := promauto.With(reg)
+	j := &Journal{opts: opts, records: map[string]*Record{}, lastSave: now,
+		metrics: journalMetrics{
+			records: f.NewGaugeVec(prometheus.GaugeOpts{Name: "watchdog_incident_journal_records",
+				Help: "Incidents held by the journal, open or resolved."}, []string{"state"}),
+			saveFailure: f.NewCounter(prometheus.CounterOpts{Name: "watchdog_incident_journal_save_failures_total",
+				Help: "Failed saves of the incident journal document."}),
+			dropped: f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_incident_journal_dropped_total",
+				Help: "Incidents dropped from the journal, by why: retention or max_incidents."}, []string{"reason"}),
+		}}
+	for _, r := range []string{"retention", "max_incidents"} {
+		j.metrics.dropped.WithLabelValues(r)
+	}
+	if opts.Store != nil {
+		var saved []Record
+		if err := opts.Store.Load(Document, &saved, now); err != nil {
+			opts.Logger.Error("incident journal unreadable; starting without it", zap.Error(err))
+		}
+		for _, r := range saved {
+			if r.ID != "" {
+				j.records[r.ID] = &r
+			}
+		}
+		j.prune(now)
+	}
+	j.count()
+	return j
+}
+
+// Incidents returns every record, newest first.
+func (j *Journal) Incidents() []Record {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	out := make([]Record, 0, len(j.records))
+	for _, r := range j.records {
+		out = append(out, r.clone())
+	}
+	slices.SortFunc(out, func(a, b Record) int {
+		if c := b.OpenedAt.Compare(a.OpenedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+// Incident returns one record by ID.
+func (j *Journal) Incident(id string) (Record, bool) {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	r, ok := j.records[id]
+	if !ok {
+		return Record{}, false
+	}
+	return r.clone(), true
+}
+
+// Observe records one evaluation round: the round, the tracker's alerts
+// after it and the events it produced.
+func (j *Journal) Observe(round assess.Round, alerts []alert.Alert, events []notify.Event, now time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	page := map[string]notify.Event{}
+	for _, ev := range events {
+		if ev.Incident != "" {
+			page[ev.Incident] = ev
+		}
+	}
+	absorbed := map[string][]alert.Alert{}
+	for _, a := range alerts {
+		if a.AbsorbedBy != "" && a.State != alert.StateResolved {
+			absorbed[a.AbsorbedBy] = append(absorbed[a.AbsorbedBy], a)
+		}
+	}
+	present := map[string]bool{}
+	for _, a := range alerts {
+		if a.Incident == "" {
+			continue
+		}
+		present[a.Incident] = true
+		r := j.records[a.Incident]
+		if r == nil {
+			if a.State == alert.StateResolved {
+				continue // ended before the journal knew it (restart without its document)
+			}
+			r = j.begin(a)
+		}
+		ev, paged := page[a.Incident]
+		j.update(r, a, absorbed[a.Fingerprint], round, ev, paged, now)
+	}
+	for id, r := range j.records {
+		if present[id] || !r.Open() {
+			continue
+		}
+		if r.FiredAt.IsZero() {
+			// It cleared while pending: it never paged, so it is no incident.
+			delete(j.records, id)
+			j.changed = true
+			continue
+		}
+		r.State, r.ResolvedAt = alert.StateResolved, now
+		j.event(r, Event{At: now, Kind: EventResolved, Text: "no longer tracked by the alert state; closed by the journal"})
+		j.changed = true
+	}
+	j.prev = round
+	j.prune(now)
+	j.count()
+	j.save(now)
+}
+
+// begin opens the record of an alert seen for the first time.
+func (j *Journal) begin(a alert.Alert) *Record {
+	r := &Record{
+		ID: a.Incident, Fingerprint: a.Fingerprint, Class: a.Class, Replica: a.Replica, Model: a.Model, Fleet: a.Fleet,
+		State: a.State, Severity: a.Severity, OpenedAt: a.ActiveAt, Chain: []detect.Class{a.Class},
+	}
+	r.Timeline = append(r.Timeline, Event{At: a.ActiveAt, Kind: EventFirstFinding,
+		Text: fmt.Sprintf("%s found on %s (pending, %s): %s", a.Class, a.Replica, a.Severity, a.Finding.Summary)})
+	j.records[r.ID] = r
+	j.changed = true
+	return r
+}
+
+func (j *Journal) update(r *Record, a alert.Alert, absorbed []alert.Alert, round assess.Round, ev notify.Event, paged bool, now time.Time) {
+	if !r.Open() {
+		return
+	}
+	prevState, prevSeverity, prevSilenced := r.State, r.Severity, r.SilencedBy
+	r.State, r.Model = a.State, a.Model
+	if a.ActiveAt.Before(r.OpenedAt) {
+		r.OpenedAt = a.ActiveAt // it absorbed an earlier symptom
+	}
+	if a.Class != r.Class {
+		j.event(r, Event{At: now, Kind: EventJoined,
+			Text: fmt.Sprintf("%s identified as the cause; the incident is named after it", a.Class)})
+		r.Class = a.Class
+		r.Chain = append([]detect.Class{a.Class}, slices.DeleteFunc(r.Chain, func(c detect.Class) bool { return c == a.Class })...)
+	}
+	joined := slices.Clone(a.Members)
+	for _, b := range absorbed {
+		joined = append(joined, b.Class)
+		joined = append(joined, b.Members...)
+	}
+	for _, c := range joined {
+		if !slices.Contains(r.Chain, c) {
+			r.Chain = append(r.Chain, c)
+			j.event(r, Event{At: now, Kind: EventJoined, Text: fmt.Sprintf("%s joined as a consequence of %s", c, r.Class)})
+		}
+	}
+	for _, rep := range replicasOf(a, absorbed, round) {
+		if !slices.Contains(r.Replicas, rep) {
+			r.Replicas = append(r.Replicas, rep)
+		}
+	}
+	r.Severity = a.Severity
+	if a.State == alert.StateFiring && prevState != alert.StateFiring {
+		r.FiredAt = a.FiredAt
+		j.event(r, Event{At: a.FiredAt, Kind: EventFired, Text: fmt.Sprintf("fired (%s) after %s pending",
+			a.Severity, notify.FormatDuration(a.FiredAt.Sub(r.OpenedAt)))})
+	} else if a.State == alert.StateFiring && severityRank(a.Severity) > severityRank(prevSeverity) {
+		j.event(r, Event{At: now, Kind: EventEscalated, Text: fmt.Sprintf("escalated from %s to %s", prevSeverity, a.Severity)})
+	}
+	for _, id := range a.SilencedBy {
+		if !slices.Contains(prevSilenced, id) {
+			j.event(r, Event{At: now, Kind: EventSilenced, Text: "silenced by " + id})
+		}
+	}
+	for _, id := range prevSilenced {
+		if !slices.Contains(a.SilencedBy, id) {
+			j.event(r, Event{At: now, Kind: EventUnsilenced, Text: "silence " + id + " no longer mutes it"})
+		}
+	}
+	r.SilencedBy = slices.Clone(a.SilencedBy)
+	switch {
+	case paged:
+		r.Headline, r.Diagnosis, r.Triage = ev.Headline, ev.Diagnosis, ev.Triage
+		r.Emergency, r.RootCause, r.Runbook = slices.Clone(ev.Emergency), slices.Clone(ev.RootCause), ev.RunbookURL
+	case r.Headline == "":
+		f := a.Finding
+		r.Headline, r.Diagnosis, r.Triage = a.Replica+": "+f.Summary, f.Diagnosis, f.Triage
+		r.Emergency, r.RootCause, r.Runbook = slices.Clone(f.Emergency), slices.Clone(f.RootCause), f.Runbook
+	}
+	if a.State != alert.StateResolved {
+		if inc, ok := incidentOf(a, round); ok {
+			for _, e := range inc.Finding.Evidence {
+				r.addPoint(e, round.At, j.opts.MaxPoints)
+			}
+		}
+		if len(r.Impact) == 0 && j.prev.At.Before(round.At) {
+			j.noteImpact(r, j.prev)
+		}
+		j.noteImpact(r, round)
+		j.noteUnseen(r, round)
+		j.grown = true
+	}
+	if a.State == alert.StateResolved {
+		r.ResolvedAt = a.ResolvedAt
+		text := "resolved"
+		if !r.FiredAt.IsZero() {
+			text += " after " + notify.FormatDuration(a.ResolvedAt.Sub(r.FiredAt)) + " firing"
+		}
+		j.event(r, Event{At: a.ResolvedAt, Kind: EventResolved, Text: text})
+	}
+	if r.State != prevState || r.Severity != prevSeverity {
+		j.changed = true
+	}
+}
+
+// incidentOf is the round's correlated incident alert a continues.
+func incidentOf(a alert.Alert, round assess.Round) (correlate.Incident, bool) {
+	for _, inc := range round.Incidents {
+		if inc.Finding.Replica == a.Replica && inc.Fleet == a.Fleet && (inc.Cause() == a.Class || slices.Contains(a.Members, inc.Cause())) {
+			return inc, true
+		}
+	}
+	return correlate.Incident{}, false
+}
+
+// replicasOf are the replicas an alert covers this round.
+func replicasOf(a alert.Alert, absorbed []alert.Alert, round assess.Round) []string {
+	var out []string
+	if !a.Fleet {
+		out = append(out, a.Replica)
+	} else if inc, ok := incidentOf(a, round); ok {
+		out = append(out, inc.Finding.AffectedReplicas...)
+		for _, m := range inc.Members {
+			out = append(out, m.Replica)
+		}
+	}
+	for _, b := range absorbed {
+		out = append(out, b.Replica)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Impact signal names: what users felt, from the replicas' snapshots.
+const (
+	ImpactQueued  = "queued requests"
+	ImpactRunning = "running requests"
+	ImpactAborts  = "aborted requests"
+	ImpactTTFT    = "time to first token p99"
+	ImpactITL     = "inter-token latency p99"
+)
+
+// noteImpact adds this round's user-facing numbers of the incident's
+// replicas: queues and aborts summed, latencies at the worst replica.
+func (j *Journal) noteImpact(r *Record, round assess.Round) {
+	type agg struct {
+		v   float64
+		any bool
+	}
+	sums := map[string]*agg{}
+	add := func(name string, p *float64, sum bool) {
+		if p == nil {
+			return
+		}
+		a := sums[name]
+		if a == nil {
+			a = &agg{}
+			sums[name] = a
+		}
+		switch {
+		case !a.any:
+			a.v = *p
+		case sum:
+			a.v += *p
+		default:
+			a.v = max(a.v, *p)
+		}
+		a.any = true
+	}
+	for _, name := range r.Replicas {
+		rep, ok := round.Replica(name)
+		if !ok || !rep.Scrape.Up {
+			continue
+		}
+		s := rep.Snapshot
+		add(ImpactQueued, s.QueuedRequests, true)
+		add(ImpactRunning, s.RunningRequests, true)
+		add(ImpactAborts, s.AbortsPerSecond, true)
+		add(ImpactTTFT, s.TTFTP99, false)
+		add(ImpactITL, s.ITLP99, false)
+	}
+	units := map[string]string{ImpactAborts: "/s", ImpactTTFT: "s", ImpactITL: "s"}
+	for _, name := range []string{ImpactQueued, ImpactRunning, ImpactAborts, ImpactTTFT, ImpactITL} {
+		if a := sums[name]; a != nil {
+			r.Impact = appendPoint(r.Impact, detect.Evidence{Name: name, Value: a.v, Unit: units[name]}, round.At, j.opts.MaxPoints, r)
+		}
+	}
+}
+
+// noteUnseen records what the watchdog could not see on the incident's
+// replicas: failed scrapes and metrics_blind findings.
+func (j *Journal) noteUnseen(r *Record, round assess.Round) {
+	for _, name := range r.Replicas {
+		rep, ok := round.Replica(name)
+		if !ok {
+			continue
+		}
+		if !rep.Scrape.Up && !rep.Scrape.LastAttempt.IsZero() {
+			line := fmt.Sprintf("%s: scrapes failed (%s)", name, rep.Scrape.Reason)
+			if rep.Scrape.Status != 0 {
+				line = fmt.Sprintf("%s: scrapes failed (%s %d)", name, rep.Scrape.Reason, rep.Scrape.Status)
+			}
+			r.addUnseen(line)
+		}
+		for _, f := range rep.Findings {
+			if f.Class == detect.MetricsBlind {
+				r.addUnseen(name + ": " + f.Summary)
+			}
+		}
+	}
+}
+
+func (r *Record) addUnseen(line string) {
+	if !slices.Contains(r.Unseen, line) && len(r.Unseen) < maxUnseen {
+		r.Unseen = append(r.Unseen, line)
+	}
+}
+
+func (j *Journal) event(r *Record, e Event) {
+	r.Timeline = append(r.Timeline, e)
+	// Integrations deliver concurrently and report when done: events are
+	// kept in time order, those of one instant by integration, so the
+	// timeline does not depend on which worker reported first.
+	for i := len(r.Timeline) - 1; i > 0; i-- {
+		a, b := r.Timeline[i-1], r.Timeline[i]
+		if !a.At.After(b.At) && (!a.At.Equal(b.At) || a.Integration == "" || b.Integration == "" || a.Integration <= b.Integration) {
+			break
+		}
+		r.Timeline[i-1], r.Timeline[i] = b, a
+	}
+	r.Timeline = bounded(r.Timeline, maxTimeline)
+	j.changed = true
+}
+
+// bounded drops the entry after the first half of a list over limit, so
+// its start and its newest entries stay.
+func bounded[T any](s []T, limit int) []T {
+	if len(s) <= limit {
+		return s
+	}
+	return slices.Delete(s, limit/2, limit/2+1)
+}
+
+func (r *Record) addPoint(e detect.Evidence, at time.Time, maxPoints int) {
+	r.Signals = appendPoint(r.Signals, e, at, maxPoints, r)
+}
+
+// appendPoint adds e's value at at to its signal in signals.
+func appendPoint(signals []Signal, e detect.Evidence, at time.Time, maxPoints int, r *Record) []Signal {
+	i := slices.IndexFunc(signals, func(s Signal) bool { return s.Name == e.Name })
+	if i < 0 {
+		signals = append(signals, Signal{Name: e.Name, Unit: e.Unit})
+		i = len(signals) - 1
+	}
+	s := &signals[i]
+	s.Threshold = e.Threshold
+	if e.Threshold != "" {
+		s.Unit = e.Unit
+	}
+	if n := len(s.Points); n > 0 && !s.Points[n-1].At.Before(at) {
+		return signals // one point per round
+	}
+	s.Points = append(s.Points, Point{At: at, Value: e.Value, Baseline: e.Baseline, HasBaseline: e.HasBaseline})
+	if maxPoints > 0 && len(s.Points) > maxPoints {
+		s.Points = thin(s.Points, r.FiredAt, r.ResolvedAt)
+	}
+	return signals
+}
+
+// thin halves points evenly, keeping the first (onset), the last, the
+// peak and the points at the fire and resolve instants.
+func thin(points []Point, fired, resolved time.Time) []Point {
+	peak := 0
+	for i, p := range points {
+		if p.Value > points[peak].Value {
+			peak = i
+		}
+	}
+	out := make([]Point, 0, len(points)/2+4)
+	n := 0
+	for i, p := range points {
+		keep := i == 0 || i == len(points)-1 || i == peak || p.At.Equal(fired) || p.At.Equal(resolved)
+		if !keep {
+			keep = n%2 == 0
+			n++
+		}
+		if keep {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// RecordAttempt records one delivery attempt (the dispatcher's OnAttempt).
+func (j *Journal) RecordAttempt(a notify.Attempt) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := j.records[a.Event.Incident]
+	if r == nil {
+		return // not an incident's page (a delivery-failure notice) or no longer kept
+	}
+	d := Delivery{At: a.At, Integration: a.Integration, Kind: string(a.Event.Kind), Attempt: a.Number, OK: a.Delivered}
+	if !a.Delivered {
+		d.Error = string(a.Reason)
+		if a.GaveUp {
+			d.Error += ", gave up"
+		}
+	}
+	r.Deliveries = append(r.Deliveries, d)
+	for i := len(r.Deliveries) - 1; i > 0; i-- {
+		a, b := r.Deliveries[i-1], r.Deliveries[i]
+		if !a.At.After(b.At) && (!a.At.Equal(b.At) || a.Integration <= b.Integration) {
+			break
+		}
+		r.Deliveries[i-1], r.Deliveries[i] = b, a
+	}
+	r.Deliveries = bounded(r.Deliveries, maxDeliveries)
+	switch {
+	case a.Delivered && a.Integration != notify.IntegrationLog:
+		text := fmt.Sprintf("%s delivered to %s", a.Event.Kind, a.Integration)
+		if a.Number > 1 {
+			text += fmt.Sprintf(" (attempt %d)", a.Number)
+		}
+		j.event(r, Event{At: a.At, Kind: EventNotified, Text: text, Integration: a.Integration})
+	case a.GaveUp:
+		j.event(r, Event{At: a.At, Kind: EventDeliveryFail, Integration: a.Integration,
+			Text: fmt.Sprintf("%s not delivered to %s: %s after %d attempts", a.Event.Kind, a.Integration, a.Reason, a.Number)})
+	}
+	j.changed = true
+}
+
+// prune drops resolved records past retention, then the oldest beyond
+// MaxIncidents (resolved ones first).
+func (j *Journal) prune(now time.Time) {
+	for id, r := range j.records {
+		if !r.Open() && j.opts.Retention > 0 && now.Sub(r.ResolvedAt) >= j.opts.Retention {
+			delete(j.records, id)
+			j.metrics.dropped.WithLabelValues("retention").Inc()
+			j.changed = true
+		}
+	}
+	if j.opts.MaxIncidents <= 0 || len(j.records) <= j.opts.MaxIncidents {
+		return
+	}
+	ids := slices.Collect(maps.Keys(j.records))
+	slices.SortFunc(ids, func(a, b string) int {
+		ra, rb := j.records[a], j.records[b]
+		if ra.Open() != rb.Open() {
+			if ra.Open() {
+				return 1
+			}
+			return -1
+		}
+		if c := ra.OpenedAt.Compare(rb.OpenedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	for _, id := range ids[:len(ids)-j.opts.MaxIncidents] {
+		delete(j.records, id)
+		j.metrics.dropped.WithLabelValues("max_incidents").Inc()
+	}
+	j.changed = true
+}
+
+func (j *Journal) count() {
+	open, resolved := 0, 0
+	for _, r := range j.records {
+		if r.Open() {
+			open++
+		} else {
+			resolved++
+		}
+	}
+	j.metrics.records.WithLabelValues("open").Set(float64(open))
+	j.metrics.records.WithLabelValues("resolved").Set(float64(resolved))
+}
+
+// save writes the journal when a state changed, or when points were added
+// and saveEvery has passed.
+func (j *Journal) save(now time.Time) {
+	if j.opts.Store == nil || !(j.changed || j.grown && now.Sub(j.lastSave) >= saveEvery) {
+		return
+	}
+	out := make([]Record, 0, len(j.records))
+	for _, id := range slices.Sorted(maps.Keys(j.records)) {
+		out = append(out, *j.records[id])
+	}
+	if err := j.opts.Store.Save(Document, out); err != nil {
+		j.metrics.saveFailure.Inc()
+		j.opts.Logger.Error("saving the incident journal failed; a restart may lose incident history", zap.Error(err))
+		return
+	}
+	j.changed, j.grown, j.lastSave = false, false, now
+}
+
+func (r *Record) clone() Record {
+	c := *r
+	c.Replicas = slices.Clone(r.Replicas)
+	c.Emergency, c.RootCause = slices.Clone(r.Emergency), slices.Clone(r.RootCause)
+	c.Chain, c.SilencedBy = slices.Clone(r.Chain), slices.Clone(r.SilencedBy)
+	c.Signals, c.Impact = cloneSignals(r.Signals), cloneSignals(r.Impact)
+	c.Timeline, c.Deliveries, c.Unseen = slices.Clone(r.Timeline), slices.Clone(r.Deliveries), slices.Clone(r.Unseen)
+	return c
+}
+
+func cloneSignals(s []Signal) []Signal {
+	out := slices.Clone(s)
+	for i := range out {
+		out[i].Points = slices.Clone(out[i].Points)
+	}
+	return out
+}
+
+func severityRank(s string) int {
+	sev, _ := detect.ParseSeverity(s)
+	return int(sev)
+}
