@@ -174,7 +174,11 @@ func (h *Handler) span(w detect.Window, end time.Time) (time.Duration, time.Dura
 
 // incidentLink is where an alert's incident page is.
 func incidentLink(a alert.Alert) string {
-	return "/incidents/" + url.PathEscape(incident.ID(a.Fingerprint, a.ActiveAt))
+	id := a.Incident
+	if id == "" {
+		id = incident.ID(a.Fingerprint, a.ActiveAt)
+	}
+	return "/incidents/" + url.PathEscape(id)
 }
 
 func replicaLink(name string) string { return "/replicas/" + url.PathEscape(name) }
