@@ -191,16 +191,19 @@ func TestWorkspaceInARealBrowser(t *testing.T) {
 		t.Fatalf("the journal recorded no evidence for %s", rec.ID)
 	}
 	t.Logf("%d signals, %d with a numeric limit", len(shown.Signals), limits)
-	if n := b.count(t, "figure.plot"); n != len(shown.Signals) {
-		t.Errorf("%d plots, want one per signal (%d)", n, len(shown.Signals))
+	if n := b.count(t, "#evidence-plots figure.plot"); n != len(shown.Signals) {
+		t.Errorf("%d evidence plots, want one per signal (%d)", n, len(shown.Signals))
 	}
-	if n := b.count(t, "figure.plot svg path.series"); n != len(shown.Signals) {
+	if n := b.count(t, "#evidence-plots figure.plot svg path.series"); n != len(shown.Signals) {
 		t.Errorf("%d value lines, want %d", n, len(shown.Signals))
 	}
-	if n := b.count(t, "figure.plot svg line.threshold"); n != limits {
+	if n := b.count(t, "#evidence-plots svg line.threshold"); n != limits {
 		t.Errorf("%d threshold lines, want %d (signals with a limit)", n, limits)
 	}
-	if n := b.count(t, "figure.plot svg line.marker"); n < len(shown.Signals) {
+	if n := b.count(t, "#impact-plots figure.plot"); n != len(shown.Impact) {
+		t.Errorf("%d impact plots, want %d", n, len(shown.Impact))
+	}
+	if n := b.count(t, "#evidence-plots svg line.marker"); n < len(shown.Signals) {
 		t.Errorf("%d onset/fire markers over %d plots", n, len(shown.Signals))
 	}
 	if n := b.count(t, `a[href^="/silences/new?"]`); n != 1 {

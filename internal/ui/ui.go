@@ -350,6 +350,7 @@ func (h *Handler) sparkline(at time.Time, name string) sparkline {
 type incidentPage struct {
 	incident.Record
 	Plots          []renderedPlot
+	ImpactPlots    []renderedPlot
 	SilenceURL     string
 	PostmortemURL  string
 	ReplicaLinks   []link
@@ -372,7 +373,7 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 	}
 	p := incidentPage{Record: rec}
 	from, to := rec.OpenedAt, rec.ResolvedAt
-	for _, s := range rec.Signals {
+	for _, s := range slices.Concat(rec.Signals, rec.Impact) {
 		for _, pt := range s.Points {
 			if from.IsZero() || pt.At.Before(from) {
 				from = pt.At
@@ -383,26 +384,8 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	markers := []marker{{"onset", rec.OpenedAt}, {"fired", rec.FiredAt}, {"resolved", rec.ResolvedAt}}
-	for _, s := range rec.Signals {
-		value := line{Name: s.Name, Class: "series"}
-		base := line{Name: "baseline", Class: "baseline"}
-		hasBase := false
-		for _, pt := range s.Points {
-			value.Points = append(value.Points, point{At: pt.At, Value: pt.Value, OK: true})
-			base.Points = append(base.Points, point{At: pt.At, Value: pt.Baseline, OK: pt.HasBaseline})
-			hasBase = hasBase || pt.HasBaseline
-		}
-		lines := []line{value}
-		if hasBase {
-			lines = append(lines, base)
-		}
-		title := s.Name
-		if s.Threshold != "" {
-			title += " (" + s.Threshold + ")"
-		}
-		p.Plots = append(p.Plots, plotSpec{Title: title, Unit: s.Unit, From: from, To: to, Lines: lines,
-			Limit: s.Limit, HasLimit: s.HasLimit, Markers: markers}.layout())
-	}
+	p.Plots = signalPlots(rec.Signals, from, to, markers)
+	p.ImpactPlots = signalPlots(rec.Impact, from, to, markers)
 	q := url.Values{}
 	q.Set("replica", rec.Replica)
 	q.Set("class", string(rec.Class))
@@ -425,6 +408,33 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.render(w, http.StatusOK, "incident", p)
+}
+
+// signalPlots lays out one plot per signal: its value, its baseline when
+// it has one, its limit when it has a number, and the incident's marks.
+func signalPlots(signals []incident.Signal, from, to time.Time, markers []marker) []renderedPlot {
+	var plots []renderedPlot
+	for _, s := range signals {
+		value := line{Name: s.Name, Class: "series"}
+		base := line{Name: "baseline", Class: "baseline"}
+		hasBase := false
+		for _, pt := range s.Points {
+			value.Points = append(value.Points, point{At: pt.At, Value: pt.Value, OK: true})
+			base.Points = append(base.Points, point{At: pt.At, Value: pt.Baseline, OK: pt.HasBaseline})
+			hasBase = hasBase || pt.HasBaseline
+		}
+		lines := []line{value}
+		if hasBase {
+			lines = append(lines, base)
+		}
+		title := s.Name
+		if s.Threshold != "" {
+			title += " (" + s.Threshold + ")"
+		}
+		plots = append(plots, plotSpec{Title: title, Unit: s.Unit, From: from, To: to, Lines: lines,
+			Limit: s.Limit, HasLimit: s.HasLimit, Markers: markers}.layout())
+	}
+	return plots
 }
 
 // replicaPage is one replica laid out.

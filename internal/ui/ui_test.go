@@ -173,6 +173,7 @@ func journalFor(run fleetRun) fakeJournal {
 			{Name: "KV usage", Unit: "ratio", Points: pts(false)},
 			{Name: "queued", Threshold: "> 3x baseline", Points: pts(true)},
 		},
+		Impact: []incident.Signal{{Name: incident.ImpactQueued, Points: pts(false)}, {Name: incident.ImpactTTFT, Unit: "s", Points: pts(false)}},
 		Timeline: []incident.Event{{At: t0, Kind: incident.EventFirstFinding, Text: "retractions seen"},
 			{At: t0.Add(2 * time.Minute), Kind: incident.EventNotified, Text: "trigger", Integration: "slack"}},
 		Deliveries: []incident.Delivery{
@@ -246,6 +247,16 @@ func find(n *html.Node, tag, class string) []*html.Node {
 		}
 	}
 	return out
+}
+
+// byID is the element with the id.
+func byID(n *html.Node, id string) *html.Node {
+	for d := range n.Descendants() {
+		if d.Type == html.ElementNode && attr(d, "id") == id {
+			return d
+		}
+	}
+	return &html.Node{}
 }
 
 func text(n *html.Node) string {
@@ -399,7 +410,7 @@ func TestIncidentPagePlotsEvidence(t *testing.T) {
 	if h1 := find(doc, "h1", ""); len(h1) != 1 || text(h1[0]) != rec.Headline {
 		t.Errorf("headline %q", text(h1[0]))
 	}
-	plots := find(doc, "figure", "plot")
+	plots := find(byID(doc, "evidence-plots"), "figure", "plot")
 	if len(plots) != len(rec.Signals) {
 		t.Fatalf("%d plots, want one per signal (%d)", len(plots), len(rec.Signals))
 	}
@@ -428,6 +439,9 @@ func TestIncidentPagePlotsEvidence(t *testing.T) {
 		if rows := find(find(p, "tbody", "")[0], "tr", ""); len(rows) != len(s.Points) {
 			t.Errorf("%s: table fallback has %d rows, want %d", s.Name, len(rows), len(s.Points))
 		}
+	}
+	if n := len(find(byID(doc, "impact-plots"), "figure", "plot")); n != len(rec.Impact) {
+		t.Errorf("%d impact plots, want %d", n, len(rec.Impact))
 	}
 	if rows := find(find(doc, "table", "deliveries")[0], "tr", ""); len(rows) != len(rec.Deliveries)+1 {
 		t.Errorf("delivery table has %d rows, want %d and a header", len(rows), len(rec.Deliveries))
