@@ -103,7 +103,12 @@ func TestPagesLinkToTheDaemonWithoutExternalURL(t *testing.T) {
 			t.Fatal("no PagerDuty trigger")
 		}
 	}
-	runbookURL, alertURL := base+"/runbooks/preempt_storm", base+"/api/v1/watchdog/alerts?fingerprint="+ev.DedupKey
+	// The page links the incident's page, /incidents/<fingerprint>-<opened>.
+	runbookURL, alertURL := base+"/runbooks/preempt_storm", ev.ClientURL
+	incidentID, isIncident := strings.CutPrefix(alertURL, base+"/incidents/")
+	if !isIncident || !strings.HasPrefix(incidentID, ev.DedupKey+"-") {
+		t.Errorf("PagerDuty client_url %q, want %s/incidents/%s-<opened>", alertURL, base, ev.DedupKey)
+	}
 	hrefs := map[string]bool{}
 	for _, l := range ev.Links {
 		hrefs[l["href"]] = true
@@ -114,8 +119,9 @@ func TestPagesLinkToTheDaemonWithoutExternalURL(t *testing.T) {
 	if code, body := get(t, runbookURL); code != 200 || body == "" {
 		t.Errorf("runbook link answers %d", code)
 	}
-	if body := getJSON(t, alertURL, nil); !strings.Contains(body, ev.DedupKey) || !strings.Contains(body, "preempt_storm") {
-		t.Errorf("alert link answers %s", body)
+	// The page at the link renders the journal's record, served as JSON here.
+	if body := getJSON(t, base+"/api/v1/incidents/"+incidentID, nil); !strings.Contains(body, ev.DedupKey) || !strings.Contains(body, "preempt_storm") {
+		t.Errorf("the linked incident's record answers %s", body)
 	}
 	// Slack has its own queue: its page may land after PagerDuty's. Look
 	// again after each scrape of the replica, a bounded number of times.

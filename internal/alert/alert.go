@@ -209,6 +209,21 @@ func (l Links) alert(fp string) string {
 	return l.ExternalURL + "/api/v1/watchdog/alerts?fingerprint=" + fp
 }
 
+// incident is the incident's page in the workspace.
+func (l Links) incident(id string) string { return l.ExternalURL + "/incidents/" + id }
+
+// postmortem is the draft postmortem of a resolved incident.
+func (l Links) postmortem(id string) string { return l.incident(id) + "/postmortem" }
+
+// incidentURL links the incident alert fp belongs to: its page, or the
+// alert API when the tracker no longer holds it.
+func (t *Tracker) incidentURL(fp string) string {
+	if a, ok := t.alerts[fp]; ok && a.Incident != "" {
+		return t.links.incident(a.Incident)
+	}
+	return t.links.alert(fp)
+}
+
 // Tracker holds every alert. It is not safe for concurrent use: the
 // evaluation loop owns it and publishes copies.
 type Tracker struct {
@@ -664,7 +679,7 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 		Emergency:   f.Emergency,
 		RootCause:   f.RootCause,
 		RunbookURL:  t.links.runbook(runbookClass(a)),
-		AlertURL:    t.links.alert(a.Fingerprint),
+		AlertURL:    t.incidentURL(a.Fingerprint),
 		StartsAt:    a.FiredAt,
 		At:          now,
 	}
@@ -693,16 +708,17 @@ func (t *Tracker) event(a *Alert, kind notify.Kind, round assess.Round) notify.E
 		ev.Explains = append(ev.Explains, string(c))
 	}
 	if a.After != "" {
-		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " It began as an incident on this replica ended (" + t.links.alert(a.After) +
+		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " It began as an incident on this replica ended (" + t.incidentURL(a.After) +
 			") and is still there after the aftermath window: it is not that incident's drain.")
 	}
 	if a.AbsorbedBy != "" {
 		ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " This alert became part of another incident (" +
-			t.links.alert(a.AbsorbedBy) + "), which explains it; it ends with that incident or when its own condition clears.")
+			t.incidentURL(a.AbsorbedBy) + "), which explains it; it ends with that incident or when its own condition clears.")
 	}
 	if kind == notify.KindResolve {
 		ev.Status = notify.StatusResolved
 		ev.EndsAt = now
+		ev.PostmortemURL = t.links.postmortem(a.Incident)
 		if haveSnap {
 			ev.Recovered = recovered(snap.Snapshot)
 		}

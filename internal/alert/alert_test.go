@@ -84,7 +84,7 @@ func TestLifecyclePendingFiringResolved(t *testing.T) {
 	if trig.Fingerprint != Fingerprint("r1", detect.PreemptStorm) || trig.Seq != 1 {
 		t.Errorf("trigger identity: %+v", trig)
 	}
-	if trig.RunbookURL != "http://wd:9402/runbooks/preempt_storm" || !strings.HasPrefix(trig.AlertURL, "http://wd:9402/api/v1/watchdog/alerts?fingerprint=") {
+	if trig.RunbookURL != "http://wd:9402/runbooks/preempt_storm" || trig.AlertURL != "http://wd:9402/incidents/"+IncidentID(trig.Fingerprint, t0) || trig.Incident != IncidentID(trig.Fingerprint, t0) {
 		t.Errorf("links: %q %q", trig.RunbookURL, trig.AlertURL)
 	}
 	if len(trig.Evidence) != 1 || !trig.Evidence[0].HasBase {
@@ -105,6 +105,9 @@ func TestLifecyclePendingFiringResolved(t *testing.T) {
 	}
 	if !evs[0].EndsAt.Equal(t0.Add(100*time.Second)) || !evs[0].StartsAt.Equal(t0.Add(30*time.Second)) {
 		t.Errorf("times: starts %v ends %v", evs[0].StartsAt, evs[0].EndsAt)
+	}
+	if want := trig.AlertURL + "/postmortem"; evs[0].PostmortemURL != want || trig.PostmortemURL != "" {
+		t.Errorf("postmortem link: trigger %q, resolve %q, want none then %q", trig.PostmortemURL, evs[0].PostmortemURL, want)
 	}
 	// Kept for retention, then forgotten.
 	if a := tr.Alerts(); len(a) != 1 || a[0].State != StateResolved {

@@ -68,8 +68,8 @@ type Journal struct {
 	opts    Options
 	metrics journalMetrics
 
-	mu       sync.RWMutex
-	records  map[string]*Record
+	mu      sync.RWMutex
+	records map[string]*Record
 	// prev is the previous round: an incident's impact starts with its
 	// replicas' numbers just before it opened.
 	prev     assess.Round
@@ -447,14 +447,20 @@ func appendPoint(signals []Signal, e detect.Evidence, at time.Time, maxPoints in
 		i = len(signals) - 1
 	}
 	s := &signals[i]
-	s.Threshold = e.Threshold
-	if e.Threshold != "" {
-		s.Unit = e.Unit
-	}
 	if n := len(s.Points); n > 0 && !s.Points[n-1].At.Before(at) {
-		return signals // one point per round
+		// One point per round: the first evidence of a name wins, and a
+		// correlated finding lists its cause's before its consequences'.
+		return signals
 	}
-	s.Points = append(s.Points, Point{At: at, Value: e.Value, Baseline: e.Baseline, HasBaseline: e.HasBaseline})
+	// A consequence's evidence of the same name (or the cause's while it
+	// drains) may carry no rule: the signal keeps the last rule it had.
+	if e.Threshold != "" || s.Threshold == "" {
+		s.Unit, s.Threshold = e.Unit, e.Threshold
+	}
+	if e.HasLimit {
+		s.Limit, s.HasLimit = e.Limit, true
+	}
+	s.Points = append(s.Points, Point{At: at, Value: e.Value, Baseline: e.Baseline, HasBaseline: e.HasBaseline, Limit: e.Limit, HasLimit: e.HasLimit})
 	if maxPoints > 0 && len(s.Points) > maxPoints {
 		s.Points = thin(s.Points, r.FiredAt, r.ResolvedAt)
 	}

@@ -76,7 +76,7 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 	p("## Root cause\n\n")
 	p("Causal chain: %s.\n\n", chain(r.Chain))
 	if len(r.Signals) > 0 {
-		p("| Evidence | At first finding | Peak | Baseline at peak | Rule |\n|---|---|---|---|---|\n")
+		p("| Evidence | At first finding | Peak | Baseline at peak | Limit at peak | Rule |\n|---|---|---|---|---|---|\n")
 		for _, s := range r.Signals {
 			if len(s.Points) == 0 {
 				continue
@@ -86,12 +86,12 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 			if pk.HasBaseline {
 				base = num(pk.Baseline) + unit(s.Unit)
 			}
-			rule := s.Threshold
-			if s.HasLimit && rule == "" {
-				rule = num(s.Limit) + unit(s.Unit)
+			limit := "—"
+			if pk.HasLimit {
+				limit = num(pk.Limit) + unit(s.Unit)
 			}
-			p("| %s | %s | %s at %s | %s | %s |\n", cell(s.Name), num(first.Value)+unit(s.Unit),
-				num(pk.Value)+unit(s.Unit), clock(pk.At), base, cell(rule))
+			p("| %s | %s | %s at %s | %s | %s | %s |\n", cell(s.Name), num(first.Value)+unit(s.Unit),
+				num(pk.Value)+unit(s.Unit), clock(pk.At), base, limit, cell(s.Threshold))
 		}
 		p("\n")
 	}

@@ -70,7 +70,7 @@ type Signal struct {
 	Name      string  `json:"name"`
 	Unit      string  `json:"unit,omitempty"`
 	Threshold string  `json:"threshold,omitempty"` // the rule, as the page words it
-	Limit     float64 `json:"limit,omitempty"`     // the rule's number, when HasLimit
+	Limit     float64 `json:"limit,omitempty"`     // the rule's number, the last round it had one
 	HasLimit  bool    `json:"has_limit,omitempty"`
 	Points    []Point `json:"points"`
 }
@@ -81,6 +81,11 @@ type Point struct {
 	Value       float64   `json:"value"`
 	Baseline    float64   `json:"baseline,omitempty"`
 	HasBaseline bool      `json:"has_baseline,omitempty"`
+	// Limit is the number the detector compared the value with this
+	// round, when HasLimit (it moves with the baseline for a
+	// factor-times-baseline rule).
+	Limit    float64 `json:"limit,omitempty"`
+	HasLimit bool    `json:"has_limit,omitempty"`
 }
 
 // EventKind says what happened.

@@ -154,7 +154,8 @@ func (d *MetricsBlindDetector) unusable(w Window, st ScrapeState) Finding {
 	}
 	what, why, steps := unusableDiagnosis(st.Reason, st.Status)
 	f.Evidence = []Evidence{
-		{Name: "consecutive scrapes answered " + what, Value: float64(st.ConsecutiveFailures), Threshold: fmt.Sprintf(">= %d", d.cfg.FailuresToReport)},
+		{Name: "consecutive scrapes answered " + what, Value: float64(st.ConsecutiveFailures), Threshold: fmt.Sprintf(">= %d", d.cfg.FailuresToReport),
+			Limit: float64(d.cfg.FailuresToReport), HasLimit: true},
 		{Name: "detectors blind on this replica", Value: float64(len(classes))},
 	}
 	if st.Status != 0 {

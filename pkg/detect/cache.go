@@ -167,7 +167,8 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	f := finding(CacheCollapse, w, sev, layer)
 	f.Evidence = append(f.Evidence,
 		hr.evidence("prefix cache hit rate ("+src.describes+")", "ratio",
-			fmt.Sprintf("<= %sx baseline and >= %s below it", num(c.MaxRatioToBaseline), pctPoints(c.MinAbsoluteDrop))),
+			fmt.Sprintf("<= %sx baseline and >= %s below it", num(c.MaxRatioToBaseline), pctPoints(c.MinAbsoluteDrop))).
+			WithLimit(min(c.MaxRatioToBaseline*hr.base, hr.base-c.MinAbsoluteDrop)),
 		Evidence{Name: "prompt tokens in range", Value: tokensNow, Baseline: tokensBase, HasBaseline: true},
 	)
 	if kv.nowOK {

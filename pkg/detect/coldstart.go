@@ -66,7 +66,7 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 		origin = "restarted"
 	}
 	f.Evidence = append(f.Evidence, Evidence{Name: "seconds since the replica " + origin, Value: age.Seconds(), Unit: "s",
-		Threshold: fmt.Sprintf(">= %s startup budget", dur(c.StartupBudget))})
+		Threshold: fmt.Sprintf(">= %s startup budget", dur(c.StartupBudget))}.WithLimit(c.StartupBudget.Seconds()))
 	for _, src := range progressSources {
 		if inc, ok := w.Increase(src.sel, from, now); ok {
 			f.Evidence = append(f.Evidence, Evidence{Name: src.name + " since the start", Value: inc})
@@ -160,7 +160,7 @@ func (d *ColdStartDetector) unreachable(w Window, st ScrapeState, now time.Time)
 	ago := dur(age.Round(time.Second))
 	f.Evidence = []Evidence{
 		{Name: "seconds since the replica " + origin, Value: age.Seconds(), Unit: "s",
-			Threshold: fmt.Sprintf(">= %s startup budget", dur(c.StartupBudget))},
+			Threshold: fmt.Sprintf(">= %s startup budget", dur(c.StartupBudget)), Limit: c.StartupBudget.Seconds(), HasLimit: true},
 		{Name: "consecutive failed scrapes (" + string(st.Reason) + ")", Value: float64(st.ConsecutiveFailures)},
 	}
 	podEv, podText := podEvidence(pod, now)

@@ -180,6 +180,15 @@ func (m measure) evidence(name, unit, threshold string) Evidence {
 	return e
 }
 
+// floorOrTimesBase is the limit of a "now >= floor and >= k x baseline"
+// rule: the larger of the two, the baseline's only when it is known.
+func floorOrTimesBase(m measure, floor, k float64) float64 {
+	if m.baseOK {
+		return max(floor, k*m.base)
+	}
+	return floor
+}
+
 // kvUsage is the replica's KV cache usage (0-1) aggregated over the range
 // by agg (Window.Avg or Window.Max). Usage ratios are combined across
 // data-parallel ranks by max, never summed. Sources, newest first:

@@ -234,6 +234,17 @@ type Evidence struct {
 	HasBaseline bool    `json:"has_baseline,omitempty"`
 	Unit        string  `json:"unit,omitempty"`      // "", "s", "%", "/s", "ratio"
 	Threshold   string  `json:"threshold,omitempty"` // the rule it crossed, e.g. "> 5x baseline"
+	// Limit is the number the detector compared Value with (an absolute
+	// threshold, or factor x baseline), when HasLimit: the line a plot
+	// draws. Value is on the side Threshold names.
+	Limit    float64 `json:"limit,omitempty"`
+	HasLimit bool    `json:"has_limit,omitempty"`
+}
+
+// WithLimit returns e with the number its rule compared it with.
+func (e Evidence) WithLimit(limit float64) Evidence {
+	e.Limit, e.HasLimit = limit, true
+	return e
 }
 
 // Finding is one detector's verdict about one replica at one time.

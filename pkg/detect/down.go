@@ -189,6 +189,7 @@ func (d *ReplicaDownDetector) down(w Window, st ScrapeState, pod *series.Pod, no
 	f.Evidence = []Evidence{{
 		Name: "consecutive failed scrapes", Value: float64(st.ConsecutiveFailures),
 		Threshold: fmt.Sprintf(">= %d", d.cfg.FailuresToPage),
+		Limit:     float64(d.cfg.FailuresToPage), HasLimit: true,
 	}}
 	age := now.Sub(st.LastSuccess)
 	f.Evidence = append(f.Evidence, Evidence{Name: "seconds since last successful scrape", Value: age.Seconds(), Unit: "s"})
@@ -285,7 +286,8 @@ func (d *ReplicaDownDetector) looping(w Window, pod *series.Pod, now time.Time, 
 	f := finding(ReplicaDown, w, Critical, LayerProcess)
 	f.Evidence = []Evidence{
 		{Name: "restarts in crash-loop window", Value: float64(restarts),
-			Threshold: fmt.Sprintf(">= %d in %s is a crash loop", d.cfg.CrashLoopRestarts, dur(d.cfg.CrashLoopWindow))},
+			Threshold: fmt.Sprintf(">= %d in %s is a crash loop", d.cfg.CrashLoopRestarts, dur(d.cfg.CrashLoopWindow)),
+			Limit:     float64(d.cfg.CrashLoopRestarts), HasLimit: true},
 	}
 	last := w.LastRestart()
 	if pod != nil && pod.LastTermination.Finished.After(last) {

@@ -141,7 +141,7 @@ func (d *EngineHangDetector) Detect(w Window, now time.Time) []Finding {
 	f := finding(EngineHang, w, Critical, LayerProcess)
 	for _, fl := range flats {
 		f.Evidence = append(f.Evidence, Evidence{Name: fl.src.name + " in the last " + dur(rng), Value: fl.inc,
-			Threshold: fmt.Sprintf("<= %s is flat", num(c.MaxProgressTokens))})
+			Threshold: fmt.Sprintf("<= %s is flat", num(c.MaxProgressTokens))}.WithLimit(c.MaxProgressTokens))
 	}
 	if hasRealtime {
 		if dec, ok := w.Increase(Sel(series.RealtimeTokensTotal, "mode", "decode"), from, now); ok {

@@ -161,7 +161,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	usage := measure{now: lvl.min, nowOK: true, base: base.avg, baseOK: base.ok}
 	f.Evidence = append(f.Evidence,
 		usage.evidence("KV cache usage, lowest in range ("+lvl.source+"; baseline: average)", "ratio",
-			fmt.Sprintf(">= %s for %s", pct(c.UsageThreshold), dur(c.Range))),
+			fmt.Sprintf(">= %s for %s", pct(c.UsageThreshold), dur(c.Range))).WithLimit(c.UsageThreshold),
 		Evidence{Name: "KV cache usage, average in range", Value: lvl.avg, Unit: "ratio"},
 	)
 	if total, ok := w.Last(Sel(series.MaxTotalNumTokens)); ok {

@@ -85,7 +85,7 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	f := finding(LoraThrash, w, Warning, LayerDecode)
 	f.Evidence = append(f.Evidence,
 		Evidence{Name: "LoRA adapter pool utilization, lowest in range (" + source + ")", Value: lowest, Unit: "ratio",
-			Threshold: ">= " + pct(c.FullUtilization)},
+			Threshold: ">= " + pct(c.FullUtilization), Limit: c.FullUtilization, HasLimit: true},
 		p99.evidence("inter-token latency p99", "s", fmt.Sprintf("p99, p99/p50 or mean >= %sx baseline", num(c.LatencyRatio))),
 	)
 	if mean.nowOK {

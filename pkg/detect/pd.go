@@ -53,7 +53,7 @@ func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	f := finding(PDTransferFailure, w, sev, LayerTransfer)
 	f.Evidence = append(f.Evidence, total.evidence("failed KV hand-overs/s (bootstrap + transfer)", "/s",
-		fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinFailuresPerSecond), num(c.BaselineRatio))))
+		fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinFailuresPerSecond), num(c.BaselineRatio))).WithLimit(floorOrTimesBase(total, c.MinFailuresPerSecond, c.BaselineRatio)))
 	if bootstrap.nowOK {
 		f.Evidence = append(f.Evidence, bootstrap.evidence("bootstrap failures/s ("+bootstrapName+")", "/s", ""))
 	}

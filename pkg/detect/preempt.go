@@ -53,8 +53,10 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		if rate.baseOK && !atLeastTimes(rate.now, rate.base, c.BaselineRatio) {
 			return nil
 		}
+		limit := floor
 		if rate.baseOK {
 			rule += fmt.Sprintf(" and >= %sx baseline", num(c.BaselineRatio))
+			limit = max(floor, c.BaselineRatio*rate.base)
 		}
 		rateNow = rate.now
 		if finished.nowOK {
@@ -62,7 +64,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		} else {
 			critical = rate.now >= c.CriticalRetractionsPerSecond
 		}
-		retractions = rate.evidence("retracted requests/s", "/s", rule)
+		retractions = rate.evidence("retracted requests/s", "/s", rule).WithLimit(limit)
 	case w.Has(series.NumRetractedReqsGauge):
 		// Releases before the retraction counter only have a gauge holding
 		// the size of the last retraction event, reset at each report: it
@@ -86,7 +88,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		}
 		legacy = true
 		retractions = Evidence{Name: "scrapes with retractions (legacy gauge sglang:num_retracted_reqs)",
-			Value: float64(above), Threshold: fmt.Sprintf(">= %d scrapes in %s", c.LegacyMinScrapes, c.Range)}
+			Value: float64(above), Threshold: fmt.Sprintf(">= %d scrapes in %s", c.LegacyMinScrapes, c.Range)}.WithLimit(float64(c.LegacyMinScrapes))
 	default:
 		return nil
 	}
@@ -107,7 +109,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	kvText, poolText := "KV usage not exposed", "the pool is full (KV usage not exposed, implied by the retractions)"
 	if kvOK {
 		f.Evidence = append(f.Evidence, Evidence{Name: "KV cache usage (max in range)", Value: kvMax, Unit: "ratio",
-			Threshold: ">= " + pct(c.KVUsageThreshold)})
+			Threshold: ">= " + pct(c.KVUsageThreshold)}.WithLimit(c.KVUsageThreshold))
 		kvText = fmt.Sprintf("KV cache %.0f%% full", 100*kvMax)
 		poolText = fmt.Sprintf("the pool is %.0f%% full", 100*kvMax)
 	}

@@ -87,7 +87,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	f.Evidence = append(f.Evidence,
 		ttft.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline and >= %s s (or the mean >= %sx and >= %s s)",
 			num(c.TTFTRatio), num(c.MinTTFTSeconds), num(c.TTFTRatio), num(c.MinMeanTTFTSeconds))),
-		Evidence{Name: "first tokens in range", Value: n, Threshold: ">= " + num(c.MinRequests)},
+		Evidence{Name: "first tokens in range", Value: n, Threshold: ">= " + num(c.MinRequests)}.WithLimit(c.MinRequests),
 	)
 	if ttftMean.nowOK {
 		f.Evidence = append(f.Evidence, ttftMean.evidence("TTFT mean", "s", ""))

@@ -85,13 +85,13 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	// push it up because a retried request arrives twice but completes once.
 	completions := p.rate(w, t.completions)
 	amp := measure{}
+	baseAmp := 1.0
 	if completions.nowOK {
 		amp.now, amp.nowOK = arrivals.now/max(completions.now, 1e-9), true
 		if completions.baseOK && completions.base > 0 {
 			amp.base, amp.baseOK = arrivals.base/completions.base, true
 		}
 		// No baseline completions: compare against balance (1 arrival per completion).
-		baseAmp := 1.0
 		if amp.baseOK {
 			baseAmp = amp.base
 		}
@@ -134,18 +134,21 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	f := finding(RetryAvalanche, w, sev, LayerClient)
 	f.Evidence = append(f.Evidence,
 		Evidence{Name: "retried arrivals/s (beyond the offered load)", Value: retried, Unit: "/s",
-			Threshold: fmt.Sprintf(">= %s%% of the offered load", num(100*(c.MinAmplification-1)))},
+			Threshold: fmt.Sprintf(">= %s%% of the offered load", num(100*(c.MinAmplification-1))),
+			Limit:     (c.MinAmplification - 1) * offered, HasLimit: true},
 		Evidence{Name: "offered load/s (highest fresh arrivals since the growth began)", Value: offered, Unit: "/s"},
-		arrivals.evidence("arrivals/s", "/s", fmt.Sprintf(">= %sx baseline", num(c.MinArrivalGrowth))),
+		arrivals.evidence("arrivals/s", "/s", fmt.Sprintf(">= %sx baseline", num(c.MinArrivalGrowth))).WithLimit(c.MinArrivalGrowth*arrivals.base),
 	)
 	if completions.nowOK {
 		f.Evidence = append(f.Evidence,
 			completions.evidence("completions/s", "/s", ""),
-			amp.evidence("arrivals per completion", "", fmt.Sprintf(">= %sx baseline (critical >= %sx)", num(c.MinAmplification), num(c.CriticalAmplification))),
+			amp.evidence("arrivals per completion", "", fmt.Sprintf(">= %sx baseline (critical >= %sx)", num(c.MinAmplification), num(c.CriticalAmplification))).
+				WithLimit(c.MinAmplification*baseAmp),
 		)
 	}
 	f.Evidence = append(f.Evidence, failures.evidence("client-visible failures/s", "/s",
-		fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinFailuresPerSecond), num(c.FailureBaselineRatio))))
+		fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinFailuresPerSecond), num(c.FailureBaselineRatio))).
+		WithLimit(floorOrTimesBase(failures, c.MinFailuresPerSecond, c.FailureBaselineRatio)))
 	for i, part := range failureParts {
 		if part.nowOK {
 			f.Evidence = append(f.Evidence, part.evidence(failureNames[i], "/s", ""))
@@ -261,8 +264,9 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 	}
 	f := finding(RetryAvalanche, w, sev, LayerClient)
 	f.Evidence = append(f.Evidence,
-		retries.evidence("router retries/s", "/s", fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinRetriesPerSecond), num(c.FailureBaselineRatio))),
-		amp.evidence(attemptsName, "", fmt.Sprintf(">= %s (critical >= %s)", num(c.MinAmplification), num(c.CriticalAmplification))),
+		retries.evidence("router retries/s", "/s", fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinRetriesPerSecond), num(c.FailureBaselineRatio))).
+			WithLimit(floorOrTimesBase(retries, c.MinRetriesPerSecond, c.FailureBaselineRatio)),
+		amp.evidence(attemptsName, "", fmt.Sprintf(">= %s (critical >= %s)", num(c.MinAmplification), num(c.CriticalAmplification))).WithLimit(c.MinAmplification),
 		clients.evidence("client requests/s", "/s", ""),
 	)
 	if attempts.nowOK {

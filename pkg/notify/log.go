@@ -92,6 +92,7 @@ func FormatText(ev Event) string {
 	line("explains", strings.Join(ev.Explains, ", "))
 	line("runbook", ev.RunbookURL)
 	line("alert", ev.AlertURL)
+	line("postmortem", ev.PostmortemURL)
 	line("fingerprint", ev.Fingerprint)
 	b.WriteString("\n")
 	return b.String()

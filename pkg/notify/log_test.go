@@ -35,7 +35,7 @@ func TestLogNotifierWritesReadableBlockAndStructuredLine(t *testing.T) {
 		"do now:         Shift traffic away",
 		"explained by:   cache_collapse", "model:          evil model: forged line",
 		"runbook:        " + notifytest.BaseURL + "/runbooks/preempt_storm",
-		"alert:          " + notifytest.BaseURL + "/api/v1/alerts/" + ev.Fingerprint,
+		"alert:          " + notifytest.BaseURL + "/incidents/" + ev.Incident,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("block lacks %q:\n%s", want, text)

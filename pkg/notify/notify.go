@@ -74,17 +74,20 @@ type Event struct {
 	Evidence []Field `json:"evidence,omitempty"`
 	// Recovered are the replica's values as the incident resolves, shown
 	// beside the peak.
-	Recovered   []Field   `json:"recovered,omitempty"`
-	Emergency   []string  `json:"emergency_steps,omitempty"`
-	RootCause   []string  `json:"root_cause_steps,omitempty"`
-	ExplainedBy []string  `json:"explained_by,omitempty"` // classes on the same replica that cause this one
-	Explains    []string  `json:"explains,omitempty"`     // classes this one causes
-	RunbookURL  string    `json:"runbook_url,omitempty"`
-	AlertURL    string    `json:"alert_url,omitempty"`
-	Integration string    `json:"integration,omitempty"` // a delivery-failure notice: the integration that failed
-	StartsAt    time.Time `json:"starts_at"`
-	EndsAt      time.Time `json:"ends_at,omitempty"`
-	At          time.Time `json:"at"` // when the event was produced
+	Recovered   []Field  `json:"recovered,omitempty"`
+	Emergency   []string `json:"emergency_steps,omitempty"`
+	RootCause   []string `json:"root_cause_steps,omitempty"`
+	ExplainedBy []string `json:"explained_by,omitempty"` // classes on the same replica that cause this one
+	Explains    []string `json:"explains,omitempty"`     // classes this one causes
+	RunbookURL  string   `json:"runbook_url,omitempty"`
+	AlertURL    string   `json:"alert_url,omitempty"` // the incident's page in the watchdog
+	// PostmortemURL is set on a resolve: the incident's draft postmortem,
+	// posted into the Slack thread.
+	PostmortemURL string    `json:"postmortem_url,omitempty"`
+	Integration   string    `json:"integration,omitempty"` // a delivery-failure notice: the integration that failed
+	StartsAt      time.Time `json:"starts_at"`
+	EndsAt        time.Time `json:"ends_at,omitempty"`
+	At            time.Time `json:"at"` // when the event was produced
 }
 
 // Notifier sends one event to one integration. It makes exactly one attempt

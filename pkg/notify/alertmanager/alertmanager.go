@@ -296,6 +296,7 @@ func Annotations(ev notify.Event) map[string]string {
 	set("root_cause_steps", numbered(ev.RootCause))
 	set("runbook_url", ev.RunbookURL)
 	set("incident_url", ev.AlertURL)
+	set("postmortem_url", ev.PostmortemURL)
 	return out
 }
 

@@ -123,7 +123,7 @@ func TestFiringAlertCarriesLabelsAnnotationsAndEndsAtFourResends(t *testing.T) {
 		"root_cause_steps": "3. Lower --chunked-prefill-size",
 		"evidence":         "retractions: 4.2/s",
 		"runbook_url":      notifytest.BaseURL + "/runbooks/preempt_storm",
-		"incident_url":     notifytest.BaseURL + "/api/v1/alerts/" + ev.Fingerprint,
+		"incident_url":     notifytest.BaseURL + "/incidents/" + ev.Incident,
 	} {
 		if !strings.Contains(a.Annotations[key], part) {
 			t.Errorf("annotation %s = %q, want it to contain %q", key, a.Annotations[key], part)

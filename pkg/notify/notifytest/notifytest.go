@@ -21,7 +21,8 @@ const BaseURL = "https://watchdog.example.internal:9464"
 
 func links(ev notify.Event) notify.Event {
 	ev.RunbookURL = BaseURL + "/runbooks/" + ev.Class
-	ev.AlertURL = BaseURL + "/api/v1/alerts/" + ev.Fingerprint
+	ev.Incident = fmt.Sprintf("%s-%d", ev.Fingerprint, T0.Unix())
+	ev.AlertURL = BaseURL + "/incidents/" + ev.Incident
 	return ev
 }
 
@@ -145,6 +146,9 @@ func Resolve(ev notify.Event, at time.Time) notify.Event {
 	ev.Status = notify.StatusResolved
 	ev.EndsAt = at
 	ev.At = at
+	if ev.AlertURL != "" {
+		ev.PostmortemURL = ev.AlertURL + "/postmortem"
+	}
 	return ev
 }
 

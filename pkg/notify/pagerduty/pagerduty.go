@@ -181,7 +181,7 @@ func BuildEvent(ev notify.Event, routingKey string) *pd.V2Event {
 	for _, l := range []struct {
 		href, text string
 		path       *string
-	}{{ev.RunbookURL, "Runbook: " + ev.Class, &custom.Runbook}, {ev.AlertURL, "Alert in sglang-watchdog", &custom.Alert}} {
+	}{{ev.RunbookURL, "Runbook: " + ev.Class, &custom.Runbook}, {ev.AlertURL, "Incident in sglang-watchdog", &custom.Alert}} {
 		if isHTTP(l.href) {
 			e.Links = append(e.Links, map[string]string{"href": l.href, "text": l.text})
 		} else if strings.HasPrefix(l.href, "/") {

@@ -19,9 +19,9 @@ func TestPageCarriesRunbookAndAlertLinks(t *testing.T) {
 		want, never          []string
 	}{
 		{"absolute", "https://wd.example/runbooks/preempt_storm", "https://wd.example/api/v1/alerts?fingerprint=fp1",
-			[]string{"<https://wd.example/runbooks/preempt_storm|Runbook>", "<https://wd.example/api/v1/alerts?fingerprint=fp1|Alert>"}, nil},
+			[]string{"<https://wd.example/runbooks/preempt_storm|Runbook>", "<https://wd.example/api/v1/alerts?fingerprint=fp1|Incident>"}, nil},
 		{"paths on the watchdog", "/runbooks/preempt_storm", "/api/v1/alerts?fingerprint=fp1",
-			[]string{"Runbook: `/runbooks/preempt_storm` on the watchdog", "Alert: `/api/v1/alerts?fingerprint=fp1` on the watchdog"}, nil},
+			[]string{"Runbook: `/runbooks/preempt_storm` on the watchdog", "Incident: `/api/v1/alerts?fingerprint=fp1` on the watchdog"}, nil},
 		{"other schemes", "javascript:alert(1)", "//evil.example/x", nil, []string{"javascript", "evil.example"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -235,7 +235,10 @@ func Blocks(ev notify.Event) []slackapi.Block {
 	if l := link(ev.RunbookURL, "Runbook"); l != "" {
 		links = append(links, l)
 	}
-	if l := link(ev.AlertURL, "Alert"); l != "" {
+	if l := link(ev.AlertURL, "Incident"); l != "" {
+		links = append(links, l)
+	}
+	if l := link(ev.PostmortemURL, "Postmortem draft"); l != "" {
 		links = append(links, l)
 	}
 	links = append(links, fmt.Sprintf("%s · fingerprint `%s` · event %d", Escape(ev.Class), Escape(ev.Fingerprint), ev.Seq))
@@ -297,7 +300,12 @@ func texts(b slackapi.Block) []*slackapi.TextBlockObject {
 // for the thread reply; "" when nothing a human needs to hear changed.
 func ChangeText(last, ev notify.Event) string {
 	if resolved(ev) {
-		return Truncate(":white_check_mark: "+Escape(notify.Title(ev)), MaxSectionText)
+		text := ":white_check_mark: " + Escape(notify.Title(ev))
+		if l := link(ev.PostmortemURL, "Postmortem draft"); l != "" {
+			// The link goes last so truncation never cuts it.
+			return Truncate(text, MaxSectionText-len(l)-1) + "\n" + l
+		}
+		return Truncate(text, MaxSectionText)
 	}
 	if ev.Kind == notify.KindRepeat {
 		return Truncate(fmt.Sprintf(":repeat: Still firing after %s: %s", notify.FormatDuration(notify.Lasted(ev)), Escape(notify.Headline(ev))), MaxSectionText)

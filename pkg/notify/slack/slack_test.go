@@ -150,6 +150,9 @@ func TestLifecycleAndGoldenMessages(t *testing.T) {
 				!strings.Contains(replies[1].Text, "recovered after 17 min; queue 4") {
 				t.Errorf("thread replies %+v", replies)
 			}
+			if want := "<" + res.PostmortemURL + "|Postmortem draft>"; res.PostmortemURL == "" || len(replies) != 2 || !strings.HasSuffix(replies[1].Text, want) {
+				t.Errorf("the resolve's thread reply does not end with the postmortem link %q: %+v", want, replies)
+			}
 			var lastUpdate notifytest.Request
 			for _, r := range srv.Requests() {
 				if r.Method == "chat.update" {
