@@ -187,8 +187,8 @@ func TestWorkspaceInARealBrowser(t *testing.T) {
 			limits++
 		}
 	}
-	if len(shown.Signals) == 0 {
-		t.Fatalf("the journal recorded no evidence for %s", rec.ID)
+	if len(shown.Signals) == 0 || limits == 0 {
+		t.Fatalf("the journal recorded %d signals for %s, %d with a numeric limit; want the storm's evidence with its thresholds", len(shown.Signals), rec.ID, limits)
 	}
 	t.Logf("%d signals, %d with a numeric limit", len(shown.Signals), limits)
 	if n := b.count(t, "#evidence-plots figure.plot"); n != len(shown.Signals) {
@@ -197,7 +197,7 @@ func TestWorkspaceInARealBrowser(t *testing.T) {
 	if n := b.count(t, "#evidence-plots figure.plot svg path.series"); n != len(shown.Signals) {
 		t.Errorf("%d value lines, want %d", n, len(shown.Signals))
 	}
-	if n := b.count(t, "#evidence-plots svg line.threshold"); n != limits {
+	if n := b.count(t, "#evidence-plots svg .threshold"); n != limits {
 		t.Errorf("%d threshold lines, want %d (signals with a limit)", n, limits)
 	}
 	if n := b.count(t, "#impact-plots figure.plot"); n != len(shown.Impact) {

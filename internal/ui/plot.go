@@ -48,10 +48,12 @@ type plotSpec struct {
 	Unit     string
 	From, To time.Time
 	Lines    []line
-	// Limit is the threshold drawn as a horizontal line when HasLimit.
-	Limit    float64
-	HasLimit bool
-	Markers  []marker
+	// Limit is the threshold, drawn when HasLimit: through LimitPoints
+	// where the limit moved with a baseline, else as a level line.
+	Limit       float64
+	HasLimit    bool
+	LimitPoints []point
+	Markers     []marker
 }
 
 // svgPath is one laid-out path.
@@ -63,6 +65,12 @@ type svgPath struct {
 type svgLine struct {
 	Class, Name    string
 	X1, Y1, X2, Y2 string
+	LabelX, LabelY string
+}
+
+// thresholdPath is the laid-out threshold with its label.
+type thresholdPath struct {
+	Name, D        string
 	LabelX, LabelY string
 }
 
@@ -78,7 +86,7 @@ type renderedPlot struct {
 	Title, Unit, Label  string
 	Width, Height       int
 	Paths               []svgPath
-	Threshold           *svgLine
+	Threshold           *thresholdPath
 	Markers             []svgLine
 	YTop, YBottom       string // axis labels
 	YTopAt, YBottomAt   string
@@ -108,6 +116,11 @@ func (s plotSpec) yRange() (lo, hi float64, ok bool) {
 	}
 	if s.HasLimit {
 		lo, hi = math.Min(lo, s.Limit), math.Max(hi, s.Limit)
+		for _, p := range s.LimitPoints {
+			if p.OK {
+				lo, hi = math.Min(lo, p.Value), math.Max(hi, p.Value)
+			}
+		}
 	}
 	lo = math.Min(lo, 0)
 	if hi == lo {
@@ -143,10 +156,14 @@ func (s plotSpec) layout() renderedPlot {
 		}
 	}
 	if s.HasLimit && ok {
-		ly := coord(y(s.Limit))
-		r.Threshold = &svgLine{Class: "threshold", Name: "threshold " + formatValue(s.Limit, s.Unit),
-			X1: coord(plotLeft), Y1: ly, X2: coord(plotWidth - plotRight), Y2: ly,
-			LabelX: coord(plotWidth - plotRight - 4), LabelY: coord(y(s.Limit) - 3)}
+		d := pathData(s.LimitPoints, x, y)
+		labelAt := s.Limit
+		if d == "" {
+			ly := coord(y(s.Limit))
+			d = "M" + coord(plotLeft) + " " + ly + " L" + coord(plotWidth-plotRight) + " " + ly
+		}
+		r.Threshold = &thresholdPath{Name: "threshold " + formatValue(labelAt, s.Unit), D: d,
+			LabelX: coord(plotWidth - plotRight - 4), LabelY: coord(y(labelAt) - 3)}
 	}
 	for _, m := range s.Markers {
 		if m.At.IsZero() || m.At.Before(s.From) || m.At.After(s.To) {

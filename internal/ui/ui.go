@@ -417,10 +417,12 @@ func signalPlots(signals []incident.Signal, from, to time.Time, markers []marker
 	for _, s := range signals {
 		value := line{Name: s.Name, Class: "series"}
 		base := line{Name: "baseline", Class: "baseline"}
+		var limits []point
 		hasBase := false
 		for _, pt := range s.Points {
 			value.Points = append(value.Points, point{At: pt.At, Value: pt.Value, OK: true})
 			base.Points = append(base.Points, point{At: pt.At, Value: pt.Baseline, OK: pt.HasBaseline})
+			limits = append(limits, point{At: pt.At, Value: pt.Limit, OK: pt.HasLimit})
 			hasBase = hasBase || pt.HasBaseline
 		}
 		lines := []line{value}
@@ -432,7 +434,7 @@ func signalPlots(signals []incident.Signal, from, to time.Time, markers []marker
 			title += " (" + s.Threshold + ")"
 		}
 		plots = append(plots, plotSpec{Title: title, Unit: s.Unit, From: from, To: to, Lines: lines,
-			Limit: s.Limit, HasLimit: s.HasLimit, Markers: markers}.layout())
+			Limit: s.Limit, HasLimit: s.HasLimit, LimitPoints: limits, Markers: markers}.layout())
 	}
 	return plots
 }

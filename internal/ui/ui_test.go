@@ -171,7 +171,7 @@ func journalFor(run fleetRun) fakeJournal {
 		Signals: []incident.Signal{
 			{Name: "retractions/s", Unit: "/s", Threshold: "> 0.1/s", Limit: 0.1, HasLimit: true, Points: pts(true)},
 			{Name: "KV usage", Unit: "ratio", Points: pts(false)},
-			{Name: "queued", Threshold: "> 3x baseline", Points: pts(true)},
+			{Name: "queued", Threshold: "> 3x baseline", Limit: 3, HasLimit: true, Points: withLimit(pts(true), 3)},
 		},
 		Impact: []incident.Signal{{Name: incident.ImpactQueued, Points: pts(false)}, {Name: incident.ImpactTTFT, Unit: "s", Points: pts(false)}},
 		Timeline: []incident.Event{{At: t0, Kind: incident.EventFirstFinding, Text: "retractions seen"},
@@ -183,6 +183,14 @@ func journalFor(run fleetRun) fakeJournal {
 		},
 	})
 	return j
+}
+
+// withLimit gives every point a limit of factor times its baseline.
+func withLimit(ps []incident.Point, factor float64) []incident.Point {
+	for i := range ps {
+		ps[i].Limit, ps[i].HasLimit = factor*ps[i].Baseline, true
+	}
+	return ps
 }
 
 func newTestServer(t *testing.T, opts Options) *httptest.Server {
@@ -430,8 +438,14 @@ func TestIncidentPagePlotsEvidence(t *testing.T) {
 		if s.HasLimit {
 			wantLimit = 1
 		}
-		if n := len(find(p, "line", "threshold")); n != wantLimit {
+		if n := len(find(p, "path", "threshold")); n != wantLimit {
 			t.Errorf("%s: %d threshold lines, want %d (HasLimit %v)", s.Name, n, wantLimit, s.HasLimit)
+		}
+		if th := find(p, "path", "threshold"); len(th) == 1 && s.Points[0].HasLimit {
+			// A limit that moves with the baseline is drawn through each round's.
+			if n := strings.Count(attr(th[0], "d"), "L") + 1; n != len(s.Points) {
+				t.Errorf("%s: threshold drawn through %d points, want the %d rounds' limits", s.Name, n, len(s.Points))
+			}
 		}
 		if n := len(find(p, "line", "marker")); n != 3 {
 			t.Errorf("%s: %d markers, want onset, fired and resolved", s.Name, n)
@@ -511,7 +525,7 @@ func TestReplicaPagePlotsKeySeries(t *testing.T) {
 		if n := len(find(p, "path", "series")); n != 1 {
 			t.Errorf("%s: %d series paths, want 1", keySeries[i].Title, n)
 		}
-		if n := len(find(p, "line", "threshold")); n != 0 {
+		if n := len(find(p, "path", "threshold")); n != 0 {
 			t.Errorf("%s: a threshold line on a plot without a limit", keySeries[i].Title)
 		}
 	}
