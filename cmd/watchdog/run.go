@@ -43,6 +43,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/server"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/state"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/ui"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -343,10 +344,14 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 			lifecycleReload = reloadFn
 		}
 	}
+	workspace, err := ui.New(ui.Options{Alerts: loop, Windows: store, Incidents: journal, MinStep: 3 * cfg.Scrape.Interval})
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
 	srv, err := server.New(cfg.ListenAddress, server.Options{
 		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: lifecycleReload, Notices: p.notices,
 		StaleAfter: loopStaleAfter(cfg.Evaluation.Interval), Listen: dio.listen,
-		Incidents: incident.Handler(journal, book.Markdown),
+		Incidents: incident.Handler(journal, book.Markdown), Workspace: workspace,
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)

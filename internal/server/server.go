@@ -59,6 +59,12 @@ type Options struct {
 	// Incidents serves the incident journal's API and postmortem drafts
 	// (incident.Handler), mounted on incident.Routes; nil: none.
 	Incidents http.Handler
+	// Workspace serves the HTML pages on its Patterns (internal/ui), "/"
+	// among them; nil: "/" lists the API in plain text.
+	Workspace interface {
+		http.Handler
+		Patterns() []string
+	}
 }
 
 // Server is the HTTP server.
@@ -136,6 +142,12 @@ func (s *Server) Handler() http.Handler {
 		for _, pattern := range incident.Routes {
 			mux.Handle(pattern, s.opts.Incidents)
 		}
+	}
+	if s.opts.Workspace != nil {
+		for _, pattern := range s.opts.Workspace.Patterns() {
+			mux.Handle(pattern, s.opts.Workspace)
+		}
+		return mux
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -1,0 +1,232 @@
+//go:build browser
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+)
+
+// The real-browser tests are built with -tags browser (.ci/browser.sh
+// runs them), so the plain test run does not wait a minute and a half for
+// a live incident twice.
+
+// browserPath is the Chromium the real-browser tests drive
+// (WATCHDOG_BROWSER). Without one they skip, except in CI (CI=true),
+// where a missing browser is a failure: .ci/browser.sh installs it.
+func browserPath(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("WATCHDOG_BROWSER")
+	if p == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but WATCHDOG_BROWSER is not set: run the browser tests through .ci/browser.sh, which installs chromium")
+		}
+		t.Skip("real-browser test skipped: set WATCHDOG_BROWSER to a Chromium binary (e.g. /usr/bin/chromium) to run it")
+	}
+	return p
+}
+
+// screenshotDir is where screenshots go: WATCHDOG_SCREENSHOTS, else the
+// test's temporary directory.
+func screenshotDir(t *testing.T) string {
+	if d := os.Getenv("WATCHDOG_SCREENSHOTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// browser is a headless Chromium tab that collects every console error,
+// uncaught exception and error log entry (a CSP violation, a failed load).
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browserPath(t)), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	b := &browser{ctx: ctx}
+	// Listen starts the browser: it runs on ctx, which has no deadline.
+	err := chromedp.Listen(ctx, func(ev any) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value))
+				}
+				b.errors = append(b.errors, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+			}
+		case *runtime.EventExceptionThrown:
+			b.errors = append(b.errors, "exception: "+(&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.EntryLevelError || ev.Entry.Level == cdplog.EntryLevelWarning {
+				b.errors = append(b.errors, fmt.Sprintf("log %s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("start %s: %v", browserPath(t), err)
+	}
+	for _, enable := range []cdp.Command[cdp.Empty, cdp.Empty]{cdplog.Enable, runtime.Enable} {
+		if _, err := chromedp.Call(ctx, enable, cdp.Empty{}); err != nil {
+			t.Fatalf("enable %s: %v", enable.Method, err)
+		}
+	}
+	return b
+}
+
+// run runs the steps, each page's work bounded by a timeout.
+func (b *browser) run(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// value runs one action and returns its value.
+func value[T any](t *testing.T, b *browser, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// count is the number of elements matching a CSS selector.
+func (b *browser) count(t *testing.T, selector string) int {
+	t.Helper()
+	return value(t, b, "count "+selector, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", selector)))
+}
+
+func (b *browser) checkClean(t *testing.T, page string) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errors {
+		t.Errorf("%s: %s", page, e)
+	}
+	b.errors = nil
+}
+
+func (b *browser) screenshot(t *testing.T, dir, name string) {
+	t.Helper()
+	png := value(t, b, "screenshot "+name, chromedp.CaptureScreenshot())
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d bytes)", path, len(png))
+}
+
+// TestWorkspaceInARealBrowser loads the workspace of a daemon watching a
+// simulated fleet with a live preempt storm: the fleet page, then, by
+// clicking, the incident and the replica page.
+func TestWorkspaceInARealBrowser(t *testing.T) {
+	b := newBrowser(t)
+	shots := screenshotDir(t)
+	t.Logf("screenshots go to %s", shots)
+
+	d := startLiveDaemon(t, stormAfter(30*time.Second), nil)
+	rec := d.waitFiring(t, detect.PreemptStorm, "sim-0", 3*time.Minute)
+
+	// The fleet page: every replica, the storm's replica first, one
+	// sparkline each.
+	b.run(t, "load /", chromedp.Navigate(d.URL+"/"), chromedp.WaitVisible(chromedp.CSS("table.fleet")))
+	if n := b.count(t, "tr.replica"); n != 3 {
+		t.Errorf("fleet page lists %d replicas, want 3", n)
+	}
+	if n := b.count(t, "tr.replica svg.spark"); n != 3 {
+		t.Errorf("%d sparklines, want 3", n)
+	}
+	first := value(t, b, "first row", chromedp.Text(chromedp.CSS("tr.replica th a")))
+	if first != "sim-0" {
+		t.Errorf("first replica %q, want sim-0 (firing)", first)
+	}
+	b.screenshot(t, shots, "fleet-page.png")
+	b.checkClean(t, "fleet page")
+
+	// Click through to the incident.
+	b.run(t, "open the incident", chromedp.Click(chromedp.CSS("li.incident.firing a")), chromedp.WaitVisible(chromedp.CSS("figure.plot")))
+	loc := value(t, b, "location", chromedp.Location())
+	if !strings.HasSuffix(loc, "/incidents/"+rec.ID) {
+		t.Errorf("incident link went to %s, want /incidents/%s", loc, rec.ID)
+	}
+	shown := d.Incident(t, rec.ID)
+	limits := 0
+	for _, s := range shown.Signals {
+		if s.HasLimit {
+			limits++
+		}
+	}
+	if len(shown.Signals) == 0 || limits == 0 {
+		t.Fatalf("the journal recorded %d signals for %s, %d with a numeric limit; want the storm's evidence with its thresholds", len(shown.Signals), rec.ID, limits)
+	}
+	t.Logf("%d signals, %d with a numeric limit", len(shown.Signals), limits)
+	if n := b.count(t, "#evidence-plots figure.plot"); n != len(shown.Signals) {
+		t.Errorf("%d evidence plots, want one per signal (%d)", n, len(shown.Signals))
+	}
+	if n := b.count(t, "#evidence-plots figure.plot svg path.series"); n != len(shown.Signals) {
+		t.Errorf("%d value lines, want %d", n, len(shown.Signals))
+	}
+	if n := b.count(t, "#evidence-plots svg .threshold"); n != limits {
+		t.Errorf("%d threshold lines, want %d (signals with a limit)", n, limits)
+	}
+	if n := b.count(t, "#impact-plots figure.plot"); n != len(shown.Impact) {
+		t.Errorf("%d impact plots, want %d", n, len(shown.Impact))
+	}
+	if n := b.count(t, "#evidence-plots svg line.marker"); n < len(shown.Signals) {
+		t.Errorf("%d onset/fire markers over %d plots", n, len(shown.Signals))
+	}
+	if n := b.count(t, `a[href^="/silences/new?"]`); n != 1 {
+		t.Errorf("%d Silence links, want 1", n)
+	}
+	b.screenshot(t, shots, "incident-page.png")
+	b.checkClean(t, "incident page")
+
+	// And on to the replica.
+	b.run(t, "open the replica", chromedp.Click(chromedp.CSS(`a[href="/replicas/sim-0"]`)), chromedp.WaitVisible(chromedp.CSS("#series-h")))
+	loc = value(t, b, "location", chromedp.Location())
+	if !strings.HasSuffix(loc, "/replicas/sim-0") {
+		t.Errorf("replica link went to %s", loc)
+	}
+	if n := b.count(t, "figure.plot"); n != 7 {
+		t.Errorf("replica page has %d plots, want 7", n)
+	}
+	if n := b.count(t, "figure.plot svg path.series"); n != 7 {
+		t.Errorf("replica page draws %d series, want 7", n)
+	}
+	if n := b.count(t, "#findings-h + ul li"); n == 0 {
+		t.Errorf("the replica page lists none of the round's findings on sim-0")
+	}
+	b.screenshot(t, shots, "replica-page.png")
+	b.checkClean(t, "replica page")
+}
