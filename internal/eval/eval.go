@@ -44,7 +44,9 @@ type Options struct {
 	Windows   assess.Windows
 	Sender    Sender
 	Persister Persister // nil: nothing persisted
-	Logger    *zap.Logger
+	// Silences mute alerts (mute.go); nil: nothing is muted.
+	Silences Silences
+	Logger   *zap.Logger
 	// Observer, when set, is told of every round before it reads the
 	// windows and again when it is done (watchdog record writes the instant
 	// and keeps appends out of the round).
@@ -75,6 +77,8 @@ type Loop struct {
 	// lock so a probe answers while a round is stuck holding it.
 	lastEval atomic.Pointer[time.Time]
 
+	mute muting
+
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -102,7 +106,11 @@ func New(opts Options, reg prometheus.Registerer) *Loop {
 		events:       f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_alert_events_total", Help: "Alert events handed to notification, by kind."}, []string{"class", "kind"}),
 		persistFail:  f.NewCounter(prometheus.CounterOpts{Name: "watchdog_state_save_failures_total", Help: "Failed saves of the alert state document."}),
 	}
-	l := &Loop{opts: opts, metrics: m, ready: make(chan struct{})}
+	l := &Loop{opts: opts, metrics: m, ready: make(chan struct{}), mute: muting{
+		held: map[string]notify.Kind{},
+		silenced: f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_notifications_silenced_total",
+			Help: "Alert events not sent because a silence muted their alert, by kind."}, []string{"kind"}),
+	}}
 	l.initMetrics()
 	return l
 }
@@ -127,7 +135,8 @@ func (l *Loop) Reconfigure(a *assess.Assessor, alerts alert.Config, links alert.
 	l.initMetrics()
 }
 
-// Evaluate runs one round at now and returns the events it produced.
+// Evaluate runs one round at now and returns the events it sent (those of
+// alerts a silence mutes are held back, mute.go).
 func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	if l.opts.Observer != nil {
 		defer l.opts.Observer.BeginRound(now)()
@@ -143,6 +152,8 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 		l.metrics.findings.WithLabelValues(string(f.Class), f.Severity.String()).Inc()
 	}
 	events := l.opts.Tracker.Update(round)
+	l.decideSilences(now)
+	events = append(l.muteEvents(events), l.releaseHeld(round)...)
 	for _, ev := range events {
 		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
 		l.opts.Sender.Send(ev)
@@ -156,7 +167,7 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 func (l *Loop) Retire(gone func(replica string) bool, reason string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, ev := range l.opts.Tracker.Retire(gone, reason, now) {
+	for _, ev := range l.muteEvents(l.opts.Tracker.Retire(gone, reason, now)) {
 		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
 		l.opts.Sender.Send(ev)
 	}
@@ -174,6 +185,9 @@ func (l *Loop) publish(round assess.Round) {
 
 func (l *Loop) publishAlerts() {
 	l.alerts = l.opts.Tracker.Alerts()
+	for i := range l.alerts {
+		l.alerts[i].SilencedBy = l.mute.silencedBy[l.alerts[i].Fingerprint]
+	}
 	l.metrics.alerts.Reset()
 	l.initMetricsLocked()
 	for _, a := range l.alerts {
@@ -194,6 +208,7 @@ func (l *Loop) persist() {
 	if l.opts.Persister == nil {
 		return
 	}
+	l.saveHeld()
 	snap := l.opts.Tracker.Snapshot()
 	keys := make([]string, 0, len(snap))
 	for _, a := range snap {
@@ -211,15 +226,17 @@ func (l *Loop) persist() {
 }
 
 // Takeover runs when this copy becomes the leader (HA): it restores the
-// incidents the previous leader left open and saves the alert state again,
-// because a follower's saves were skipped by the read-only store.
+// incidents the previous leader left open, reads its silences and held
+// pages, and saves the alert state again, because a follower's saves were
+// skipped by the read-only store.
 func (l *Loop) Takeover(open []notify.Event, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.opts.Tracker.RestoreIncidents(open, now)
+	l.takeoverSilences(now)
 	l.stale = true
 	l.persist()
-	l.alerts = l.opts.Tracker.Alerts()
+	l.publishAlerts()
 }
 
 // Alerts returns the alerts as of the last round.
