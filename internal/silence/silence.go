@@ -7,6 +7,7 @@
 package silence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -401,4 +402,27 @@ func validate(in Silence, now time.Time) (labels.Matchers, error) {
 		return nil, &InvalidError{Problems: problems}
 	}
 	return ms, nil
+}
+
+// Follow reloads the stored silences every interval while following
+// reports that this copy is an HA follower, so a follower mutes what the
+// leader's silences mute (its standby events, caught up at a takeover,
+// must not include pages the leader held back). It returns when ctx is
+// done.
+func (s *Store) Follow(ctx context.Context, interval time.Duration, following func() bool, onError func(error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			if !following() {
+				continue
+			}
+			if err := s.Load(now); err != nil && onError != nil {
+				onError(err)
+			}
+		}
+	}
 }

@@ -1,10 +1,13 @@
 package silence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -199,4 +202,46 @@ func TestFailedSaveChangesNothing(t *testing.T) {
 	if n := len(s.List(t0)); n != 0 {
 		t.Errorf("%d silences held after a failed save", n)
 	}
+}
+
+func TestFollowerReloadsTheLeadersSilences(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir, err := state.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		leader, _ := newStore(t, dir)
+		follower, _ := newStore(t, dir)
+		following := true
+		var mu sync.Mutex
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() {
+			done <- follower.Follow(ctx, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return following }, func(err error) { t.Error(err) })
+		}()
+		now := time.Now()
+		mustAdd(t, leader, Silence{Matchers: []string{`replica="sim-0"`}, EndsAt: now.Add(time.Hour), CreatedBy: "ana"}, now)
+		if ids := follower.Mutes(alertLabels, now); len(ids) != 0 {
+			t.Fatalf("follower knew the silence before reloading: %v", ids)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if ids := follower.Mutes(alertLabels, time.Now()); len(ids) != 1 {
+			t.Fatalf("follower did not reload: %v", ids)
+		}
+		// Leading, it no longer reloads: its own changes are the truth.
+		mu.Lock()
+		following = false
+		mu.Unlock()
+		mustAdd(t, leader, Silence{Matchers: []string{`replica="sim-0"`}, EndsAt: now.Add(time.Hour), CreatedBy: "bo"}, now)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if ids := follower.Mutes(alertLabels, time.Now()); len(ids) != 1 {
+			t.Fatalf("leading copy reloaded: %v", ids)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }
