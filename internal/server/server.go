@@ -55,6 +55,8 @@ type Options struct {
 	// Listen binds the address; nil: net.Listen. Tests pass an in-memory
 	// network's.
 	Listen func(network, address string) (net.Listener, error)
+	// Silences serves the silences API and pages (silences.go); nil: none.
+	Silences http.Handler
 }
 
 // Server is the HTTP server.
@@ -128,6 +130,7 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.Runbooks != nil {
 		mux.Handle("GET /runbooks/", s.opts.Runbooks)
 	}
+	s.routeSilences(mux)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("sglang-watchdog\n\n/api/v1/alerts\n/api/v1/watchdog/alerts\n/api/v1/targets\n/metrics\n/-/healthy\n/-/ready\n/runbooks/\n"))
@@ -246,6 +249,8 @@ type apiAlert struct {
 	FiredAt     time.Time         `json:"fired_at,omitzero"`
 	ResolvedAt  time.Time         `json:"resolved_at,omitzero"`
 	LastSeen    time.Time         `json:"last_seen"`
+	// SilencedBy are the silences muting the alert: nothing is sent for it.
+	SilencedBy []string `json:"silenced_by,omitempty"`
 }
 
 func (s *Server) alerts(w http.ResponseWriter, r *http.Request) {
@@ -263,7 +268,7 @@ func (s *Server) alerts(w http.ResponseWriter, r *http.Request) {
 			Fingerprint: a.Fingerprint, State: a.State, Class: a.Class, Severity: a.Severity, Replica: a.Replica,
 			Model: f.Model, Layer: f.Layer, Summary: f.Summary, Diagnosis: f.Diagnosis, Evidence: f.Evidence,
 			Emergency: f.Emergency, RootCause: f.RootCause, Runbook: f.Runbook, ExplainedBy: a.ExplainedBy, Explains: a.Explains,
-			ActiveAt: a.ActiveAt, FiredAt: a.FiredAt, ResolvedAt: a.ResolvedAt, LastSeen: a.LastSeen,
+			ActiveAt: a.ActiveAt, FiredAt: a.FiredAt, ResolvedAt: a.ResolvedAt, LastSeen: a.LastSeen, SilencedBy: a.SilencedBy,
 		})
 	}
 	writeJSON(w, out)
