@@ -590,6 +590,7 @@ func restartOnly(old, next config.Config) []string {
 	check("notify", !notifyEqual(old.Notify, next.Notify))
 	check("source", old.Source != next.Source)
 	check("history", !reflect.DeepEqual(old.History, next.History))
+	check("api", old.API.TokenFile != next.API.TokenFile || old.API.Token != next.API.Token)
 	return out
 }
 
