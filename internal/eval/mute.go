@@ -190,6 +190,9 @@ func (l *Loop) readHeld(now time.Time) {
 		l.opts.Logger.Error("held pages unreadable; a silence ending may not page, a resolve may go out for an incident never paged", zap.Error(err))
 		return
 	}
+	if stored == nil { // a document holding null
+		stored = map[string]notify.Kind{}
+	}
 	l.mute.held, l.mute.heldSaved = stored, true
 }
 
