@@ -1,8 +1,9 @@
 // Package eval is the evaluation loop: every interval it assesses every
 // replica's window (internal/assess: snapshot, triage, findings,
-// incidents), feeds the round to the alert tracker, hands the resulting
-// events to the notifier, persists firing alerts, and publishes the round
-// and the alert state for the API.
+// incidents), feeds the round to the alert tracker, holds back the events
+// of alerts a silence mutes (mute.go), hands the rest to the notifier,
+// persists firing alerts, and publishes the round and the alert state for
+// the API.
 package eval
 
 import (
