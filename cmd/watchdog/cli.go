@@ -34,6 +34,7 @@ func commands() []command {
 			return backtestCmd(ctx, args, dio.stdout, dio.stderr, prometheusHistory)
 		}},
 		{"check", "check config FILE...: validate configuration files as the daemon loads them", checkCmd},
+		{"silence", "add, list or expire silences of a running daemon (see watchdog silence -h)", silenceCmd},
 		{"version", "print the version and build information", versionCmd},
 	}
 }

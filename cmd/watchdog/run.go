@@ -42,6 +42,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/server"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/silence"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/state"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/ui"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
@@ -301,6 +302,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 			zap.Int("from_notifier_records", fromNotifiers), zap.Duration("grace", cfg.Alerts.RestoreGrace))
 	}
 
+	silences, standby := startSilences(stateStore, elector, now, reg, logger)
 	loop := eval.New(eval.Options{
 		Interval:  cfg.Evaluation.Interval,
 		Assessor:  assess.New(detectors, assess.Config{Triage: cfg.Detectors.Triage, Correlation: cfg.Correlation}),
@@ -308,6 +310,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Windows:   store,
 		Sender:    dispatcher,
 		Persister: stateStore,
+		Silences:  silences,
 		Logger:    logger.Named("eval"),
 		Observer:  rounds,
 		Journal:   journal,
@@ -352,6 +355,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Gatherer: reg, Alerts: loop, Runbooks: book, Logger: logger.Named("http"), Now: time.Now, Reload: lifecycleReload, Notices: p.notices,
 		StaleAfter: loopStaleAfter(cfg.Evaluation.Interval), Listen: dio.listen,
 		Incidents: incident.Handler(journal, book.Markdown), Workspace: workspace,
+		Silences: silence.NewHandler(silence.HandlerOptions{Store: silences, Token: string(cfg.API.Token), Standby: standby, Now: time.Now, Logger: logger.Named("silences")}),
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
@@ -430,6 +434,9 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	}
 	g.Add(func() error { return hb.Run(pipeCtx) }, func(error) { stopPipe() })
 	if elector != nil {
+		g.Add(func() error {
+			return silences.Follow(pipeCtx, cfg.Evaluation.Interval, standby, func(err error) { logger.Warn("follower could not reload the silences", zap.Error(err)) })
+		}, func(error) { stopPipe() })
 		failover, err := ha.New(ha.Options{Elector: elector, Store: kstore, Dispatcher: dispatcher, Evaluator: loop, Now: time.Now, Logger: logger.Named("ha")})
 		if err != nil {
 			return err
@@ -594,6 +601,7 @@ func restartOnly(old, next config.Config) []string {
 	check("source", old.Source != next.Source)
 	check("history", !reflect.DeepEqual(old.History, next.History))
 	check("incidents", old.Incidents != next.Incidents)
+	check("api", old.API.TokenFile != next.API.TokenFile || old.API.Token != next.API.Token)
 	return out
 }
 

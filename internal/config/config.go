@@ -71,6 +71,8 @@ type Config struct {
 	History promsource.Config `yaml:"history"`
 	// Incidents bounds the incident journal (incidents.go).
 	Incidents Incidents `yaml:"incidents"`
+	// API guards the mutating HTTP endpoints (api.go).
+	API API `yaml:"api"`
 	// PodIP is this pod's IP (POD_IP, from the downward API), one source of
 	// a derived external URL (PageLinkBase); not a YAML setting.
 	PodIP string `yaml:"-"`
@@ -335,6 +337,9 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 	readSecret("notify.slack.bot_token_file", cfg.Notify.Slack.BotTokenFile, &cfg.Notify.Slack.BotToken)
 	readSecret("notify.slack.webhook_url_file", cfg.Notify.Slack.WebhookURLFile, &cfg.Notify.Slack.WebhookURL)
 	readSecret("notify.pagerduty.routing_key_file", cfg.Notify.PagerDuty.RoutingKeyFile, &cfg.Notify.PagerDuty.RoutingKey)
+	if err := cfg.resolveAPI(environ); err != nil {
+		errs = append(errs, err)
+	}
 	flags.apply(&cfg)
 
 	if err := cfg.Validate(); err != nil {

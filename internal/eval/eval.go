@@ -1,8 +1,9 @@
 // Package eval is the evaluation loop: every interval it assesses every
 // replica's window (internal/assess: snapshot, triage, findings,
-// incidents), feeds the round to the alert tracker, hands the resulting
-// events to the notifier, persists firing alerts, and publishes the round
-// and the alert state for the API.
+// incidents), feeds the round to the alert tracker, holds back the events
+// of alerts a silence mutes (mute.go), hands the rest to the notifier,
+// persists firing alerts, and publishes the round and the alert state for
+// the API.
 package eval
 
 import (
@@ -44,7 +45,9 @@ type Options struct {
 	Windows   assess.Windows
 	Sender    Sender
 	Persister Persister // nil: nothing persisted
-	Logger    *zap.Logger
+	// Silences mute alerts (mute.go); nil: nothing is muted.
+	Silences Silences
+	Logger   *zap.Logger
 	// Observer, when set, is told of every round before it reads the
 	// windows and again when it is done (watchdog record writes the instant
 	// and keeps appends out of the round).
@@ -83,6 +86,8 @@ type Loop struct {
 	// lock so a probe answers while a round is stuck holding it.
 	lastEval atomic.Pointer[time.Time]
 
+	mute muting
+
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -110,7 +115,11 @@ func New(opts Options, reg prometheus.Registerer) *Loop {
 		events:       f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_alert_events_total", Help: "Alert events handed to notification, by kind."}, []string{"class", "kind"}),
 		persistFail:  f.NewCounter(prometheus.CounterOpts{Name: "watchdog_state_save_failures_total", Help: "Failed saves of the alert state document."}),
 	}
-	l := &Loop{opts: opts, metrics: m, ready: make(chan struct{})}
+	l := &Loop{opts: opts, metrics: m, ready: make(chan struct{}), mute: muting{
+		held: map[string]notify.Kind{},
+		silenced: f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_notifications_silenced_total",
+			Help: "Alert events not sent because a silence muted their alert, by kind."}, []string{"kind"}),
+	}}
 	l.initMetrics()
 	return l
 }
@@ -135,7 +144,8 @@ func (l *Loop) Reconfigure(a *assess.Assessor, alerts alert.Config, links alert.
 	l.initMetrics()
 }
 
-// Evaluate runs one round at now and returns the events it produced.
+// Evaluate runs one round at now and returns the events it sent (those of
+// alerts a silence mutes are held back, mute.go).
 func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	if l.opts.Observer != nil {
 		defer l.opts.Observer.BeginRound(now)()
@@ -151,6 +161,8 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 		l.metrics.findings.WithLabelValues(string(f.Class), f.Severity.String()).Inc()
 	}
 	events := l.opts.Tracker.Update(round)
+	l.decideSilences(now)
+	events = append(l.muteEvents(events), l.releaseHeld(round)...)
 	l.publish(round)
 	l.journal(round, events, now)
 	for _, ev := range events {
@@ -165,7 +177,7 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 func (l *Loop) Retire(gone func(replica string) bool, reason string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	events := l.opts.Tracker.Retire(gone, reason, now)
+	events := l.muteEvents(l.opts.Tracker.Retire(gone, reason, now))
 	l.publishAlerts()
 	l.journal(assess.Round{At: now}, events, now)
 	for _, ev := range events {
@@ -193,6 +205,9 @@ func (l *Loop) publish(round assess.Round) {
 
 func (l *Loop) publishAlerts() {
 	l.alerts = l.opts.Tracker.Alerts()
+	for i := range l.alerts {
+		l.alerts[i].SilencedBy = l.mute.silencedBy[l.alerts[i].Fingerprint]
+	}
 	l.metrics.alerts.Reset()
 	l.initMetricsLocked()
 	for _, a := range l.alerts {
@@ -213,6 +228,7 @@ func (l *Loop) persist() {
 	if l.opts.Persister == nil {
 		return
 	}
+	l.saveHeld()
 	snap := l.opts.Tracker.Snapshot()
 	keys := make([]string, 0, len(snap))
 	for _, a := range snap {
@@ -230,15 +246,17 @@ func (l *Loop) persist() {
 }
 
 // Takeover runs when this copy becomes the leader (HA): it restores the
-// incidents the previous leader left open and saves the alert state again,
-// because a follower's saves were skipped by the read-only store.
+// incidents the previous leader left open, reads its silences and held
+// pages, and saves the alert state again, because a follower's saves were
+// skipped by the read-only store.
 func (l *Loop) Takeover(open []notify.Event, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.opts.Tracker.RestoreIncidents(open, now)
+	l.takeoverSilences(now)
 	l.stale = true
 	l.persist()
-	l.alerts = l.opts.Tracker.Alerts()
+	l.publishAlerts()
 }
 
 // Alerts returns the alerts as of the last round.

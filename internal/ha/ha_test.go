@@ -25,6 +25,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/kubestore/kubetest"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/silence"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -90,6 +91,7 @@ type daemon struct {
 	store    *kubestore.Store
 	d        *notify.Dispatcher
 	loop     *eval.Loop
+	silences *silence.Store
 	detector *scriptedDetector
 	changes  chan change
 	requests atomic.Int64 // HTTP requests this copy made to Slack and PagerDuty
@@ -189,11 +191,17 @@ func (w *world) start(t *testing.T, name string) *daemon {
 	if err := windows.Append(series.Scrape{Target: replicaName, Kind: "engine", At: w.base}); err != nil {
 		t.Fatal(err)
 	}
+	silenceOpts := silence.DefaultOptions()
+	silenceOpts.Persister = store
+	dm.silences = silence.New(silenceOpts, reg)
+	if err := dm.silences.Load(w.base); err != nil {
+		t.Fatal(err)
+	}
 	dm.loop = eval.New(eval.Options{
 		Interval: time.Second, // never ticks: the test calls Evaluate
 		Assessor: assess.New([]detect.Detector{dm.detector}, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()}),
 		Tracker:  alert.NewTracker(alert.Config{ResolvedRetention: time.Hour}, alert.Links{ExternalURL: "https://watchdog.example"}),
-		Windows:  windows, Sender: d, Persister: store, Logger: logger,
+		Windows:  windows, Sender: d, Persister: store, Silences: dm.silences, Logger: logger,
 	}, reg)
 
 	e, err := leader.New(haCfg, client, name, reg, logger)
@@ -540,4 +548,51 @@ func TestHALeaderlessGapIsCaughtUp(t *testing.T) {
 	if err := json.Unmarshal([]byte(cm.Data[eval.AlertsDocument]), &saved); err != nil || len(saved) != 0 {
 		t.Errorf("alerts document after the resolve = %s (%v), want no firing alert", cm.Data[eval.AlertsDocument], err)
 	}
+}
+
+// A silence set on the leader is in the shared ConfigMap: the follower
+// (which reloads it, as its silence store's Follow does) mutes the same
+// incident, so its standby has no held-back page to catch up at takeover;
+// the new leader keeps muting, and when the silence is expired on it while
+// the storm goes on, the page goes out.
+func TestHASilenceOnTheLeaderMutesAfterTakeover(t *testing.T) {
+	w := newWorld(t)
+	a := w.start(t, "watchdog-a")
+	if l, _ := a.next(t, 3*time.Second); !l {
+		t.Fatal("a did not lead")
+	}
+	b := w.start(t, "watchdog-b")
+	st, err := a.silences.Add(silence.Silence{Matchers: []string{`replica="` + replicaName + `"`}, EndsAt: w.at(100), CreatedBy: "ana"}, w.at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.silences.Load(w.at(0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, dm := range []*daemon{a, b} {
+		if evs := dm.evaluate(t, storm(detect.Critical), w.at(1)); len(evs) != 0 {
+			t.Fatalf("%s sent %d events of a silenced incident", dm.name, len(evs))
+		}
+	}
+	a.stop()
+	if l, _ := b.next(t, 3*time.Second); !l {
+		t.Fatal("b did not take over")
+	}
+	if evs := b.evaluate(t, storm(detect.Critical), w.at(2)); len(evs) != 0 {
+		t.Fatalf("new leader sent %d events of a silenced incident", len(evs))
+	}
+	if got := b.loop.Alerts(); len(got) != 1 || !slices.Equal(got[0].SilencedBy, []string{st.ID}) {
+		t.Fatalf("new leader's alerts %+v, want one silenced by %s", got, st.ID)
+	}
+	if n := a.requests.Load() + b.requests.Load(); n != 0 {
+		t.Fatalf("%d requests to Slack/PagerDuty while silenced", n)
+	}
+	if _, err := b.silences.Expire(st.ID, w.at(3)); err != nil {
+		t.Fatal(err)
+	}
+	if evs := b.evaluate(t, storm(detect.Critical), w.at(4)); len(evs) != 1 || evs[0].Kind != notify.KindTrigger {
+		t.Fatalf("after the silence ended the new leader sent %v, want one trigger", evs)
+	}
+	waitFor(t, w.pdReqs, "PagerDuty trigger", pdAction("trigger"))
+	waitFor(t, w.slackReqs, "Slack parent", slackMethod("chat.postMessage"))
 }

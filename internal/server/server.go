@@ -65,6 +65,8 @@ type Options struct {
 		http.Handler
 		Patterns() []string
 	}
+	// Silences serves the silences API and pages (silences.go); nil: none.
+	Silences http.Handler
 }
 
 // Server is the HTTP server.
@@ -138,6 +140,7 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.Runbooks != nil {
 		mux.Handle("GET /runbooks/", s.opts.Runbooks)
 	}
+	s.routeSilences(mux)
 	if s.opts.Incidents != nil {
 		for _, pattern := range incident.Routes {
 			mux.Handle(pattern, s.opts.Incidents)
@@ -267,6 +270,8 @@ type apiAlert struct {
 	FiredAt     time.Time         `json:"fired_at,omitzero"`
 	ResolvedAt  time.Time         `json:"resolved_at,omitzero"`
 	LastSeen    time.Time         `json:"last_seen"`
+	// SilencedBy are the silences muting the alert: nothing is sent for it.
+	SilencedBy []string `json:"silenced_by,omitempty"`
 }
 
 func (s *Server) alerts(w http.ResponseWriter, r *http.Request) {
@@ -284,7 +289,7 @@ func (s *Server) alerts(w http.ResponseWriter, r *http.Request) {
 			Fingerprint: a.Fingerprint, State: a.State, Class: a.Class, Severity: a.Severity, Replica: a.Replica,
 			Model: f.Model, Layer: f.Layer, Summary: f.Summary, Diagnosis: f.Diagnosis, Evidence: f.Evidence,
 			Emergency: f.Emergency, RootCause: f.RootCause, Runbook: f.Runbook, ExplainedBy: a.ExplainedBy, Explains: a.Explains,
-			ActiveAt: a.ActiveAt, FiredAt: a.FiredAt, ResolvedAt: a.ResolvedAt, LastSeen: a.LastSeen,
+			ActiveAt: a.ActiveAt, FiredAt: a.FiredAt, ResolvedAt: a.ResolvedAt, LastSeen: a.LastSeen, SilencedBy: a.SilencedBy,
 		})
 	}
 	writeJSON(w, out)
