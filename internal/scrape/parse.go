@@ -56,9 +56,9 @@ type textParser struct {
 	symbols *labels.SymbolTable
 	strs    map[string]string
 	bounds  map[string]string // exposed le/quantile text -> canonical
-	labels  []series.Label // arena the returned RawSample.Labels point into
-	scratch []byte         // unescaped label value
-	family  []byte         // the family of the last TYPE line
+	labels  []series.Label    // arena the returned RawSample.Labels point into
+	scratch []byte            // unescaped label value
+	family  []byte            // the family of the last TYPE line
 	ftype   model.MetricType
 }
 

@@ -181,4 +181,3 @@ func (p *expfmtParser) bound(f float64) string {
 	}
 	return s
 }
-
