@@ -7,7 +7,7 @@ import (
 )
 
 // Reads are the families an assessment with cfg reads from a window: the
-// enabled detectors', the layer triage's, the window's restart accounting's
+// detectors' (enabled or not), the layer triage's, the window's restart accounting's
 // and the snapshot's, sorted and without duplicates (canonical names, a
 // histogram by its base name). The scraper keeps these and drops every
 // other family at parse time.

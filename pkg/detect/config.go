@@ -211,16 +211,16 @@ func (c Config) triageUsed() bool {
 	return false
 }
 
-// Reads are the families the enabled detectors, the layer triage and the
-// window's restart accounting read with c (canonical names, a histogram by
-// its base name), sorted and without duplicates: every family a finding
-// can rest on. Readers above the detectors add theirs (assess.Reads).
+// Reads are the families the detectors, the layer triage and the window's
+// restart accounting read with c (canonical names, a histogram by its base
+// name), sorted and without duplicates: every family a finding can rest on.
+// Disabled detectors count too: the scraper's keep-set is fixed at start-up
+// and a reload may switch a detector on. Readers above the detectors add
+// theirs (assess.Reads).
 func (c Config) Reads() []string {
 	out := append(c.Triage.Reads(), restartFamilies()...)
 	for _, e := range Registry() {
-		if e.Enabled(c) {
-			out = append(out, e.Reads(c)...)
-		}
+		out = append(out, e.Reads(c)...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
