@@ -245,6 +245,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Timeout:      cfg.Scrape.Timeout,
 		MaxBodyBytes: cfg.Scrape.MaxBodyBytes,
 		MaxSeries:    cfg.Scrape.MaxSeries,
+		KeepFamilies: keptFamilies(cfg),
 		Client:       &http.Client{Transport: dio.transport()},
 		// /health_generate of engine targets, so a hang with nothing in
 		// flight is seen.

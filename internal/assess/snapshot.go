@@ -81,6 +81,17 @@ const maxRunningRequests = "sglang:max_running_requests"
 // GatewayInFlight is the gateway's in-flight requests per worker.
 const GatewayInFlight = "smg_worker_requests_active"
 
+// snapshotReads are the families ReadSnapshot reads (canonical names, a
+// histogram by its base name).
+func snapshotReads() []string {
+	return []string{series.NumRunningReqs, series.NumQueueReqs, maxRunningRequests,
+		series.FullTokenUsage, series.TokenUsage, series.NumUsedTokens, series.MaxTotalNumTokens,
+		series.PrefillEffectiveTokens, series.RealtimeTokensTotal, series.CachedTokensTotal, series.PromptTokensTotal,
+		series.GenerationTokensTotal, series.GenThroughput, series.NumRequestsTotal, series.RetractedRequestsTotal,
+		series.NumAbortedRequestsTotal, series.TTFTSeconds, series.InterTokenLatency, series.QueueTimeSeconds,
+		series.E2ERequestLatency, GatewayInFlight, series.HTTPRequestsActive}
+}
+
 // ReadSnapshot reads w over (from, to]. arrivalEndpoints selects the
 // inference endpoints of sglang:http_requests_active ("|"-separated), so
 // the watchdog's own /metrics request is not counted.

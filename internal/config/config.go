@@ -87,6 +87,10 @@ type Scrape struct {
 	// HealthProbe asks every engine target's /health_generate to generate
 	// one token, so an engine that hangs while nobody calls it is seen.
 	HealthProbe HealthProbe `yaml:"health_probe"`
+	// KeepAllFamilies keeps every family a target exposes, for
+	// investigation; by default the scraper keeps only what the detectors,
+	// the triage and the snapshot read (assess.Reads).
+	KeepAllFamilies bool `yaml:"keep_all_families"`
 }
 
 // HealthProbe settings: the active /health_generate probe of engine

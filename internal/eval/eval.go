@@ -73,11 +73,15 @@ type Loop struct {
 	opts    Options
 	metrics *metrics
 
-	mu        sync.RWMutex // guards everything below and opts.Assessor/Tracker swaps
-	alerts    []alert.Alert
-	round     assess.Round
-	rounds    uint64
-	persisted []string // fingerprint:seq of the last saved snapshot
+	mu     sync.RWMutex // guards everything below and opts.Assessor/Tracker swaps
+	alerts []alert.Alert
+	// alertGauges are watchdog_alerts' children; alertCounts is scratch
+	// for the counts of a round.
+	alertGauges map[alertKey]prometheus.Gauge
+	alertCounts map[alertKey]int
+	round       assess.Round
+	rounds      uint64
+	persisted   []string // fingerprint:seq of the last saved snapshot
 	// stale says the stored document may differ from persisted (another
 	// copy wrote it while this one followed): the next persist saves.
 	stale bool
@@ -115,11 +119,13 @@ func New(opts Options, reg prometheus.Registerer) *Loop {
 		events:       f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_alert_events_total", Help: "Alert events handed to notification, by kind."}, []string{"class", "kind"}),
 		persistFail:  f.NewCounter(prometheus.CounterOpts{Name: "watchdog_state_save_failures_total", Help: "Failed saves of the alert state document."}),
 	}
-	l := &Loop{opts: opts, metrics: m, ready: make(chan struct{}), mute: muting{
-		held: map[string]notify.Kind{},
-		silenced: f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_notifications_silenced_total",
-			Help: "Alert events not sent because a silence muted their alert, by kind."}, []string{"kind"}),
-	}}
+	l := &Loop{opts: opts, metrics: m, ready: make(chan struct{}),
+		alertGauges: map[alertKey]prometheus.Gauge{}, alertCounts: map[alertKey]int{},
+		mute: muting{
+			held: map[string]notify.Kind{},
+			silenced: f.NewCounterVec(prometheus.CounterOpts{Name: "watchdog_notifications_silenced_total",
+				Help: "Alert events not sent because a silence muted their alert, by kind."}, []string{"kind"}),
+		}}
 	l.initMetrics()
 	return l
 }
@@ -208,17 +214,42 @@ func (l *Loop) publishAlerts() {
 	for i := range l.alerts {
 		l.alerts[i].SilencedBy = l.mute.silencedBy[l.alerts[i].Fingerprint]
 	}
-	l.metrics.alerts.Reset()
-	l.initMetricsLocked()
+	clear(l.alertCounts)
 	for _, a := range l.alerts {
-		l.metrics.alerts.WithLabelValues(string(a.Class), string(a.State)).Inc()
+		l.alertCounts[alertKey{a.Class, a.State}]++
 	}
+	l.initMetricsLocked()
+	// Every gauge is set each round rather than the vector reset and
+	// rebuilt: a round then allocates no metric, and a class whose alerts
+	// ended reads 0 instead of vanishing.
+	for k := range l.alertCounts {
+		l.alertGauge(k)
+	}
+	for k, g := range l.alertGauges {
+		g.Set(float64(l.alertCounts[k]))
+	}
+}
+
+// alertKey is one series of watchdog_alerts.
+type alertKey struct {
+	class detect.Class
+	state alert.State
+}
+
+// alertGauge returns the watchdog_alerts child of k, created once.
+func (l *Loop) alertGauge(k alertKey) prometheus.Gauge {
+	g, ok := l.alertGauges[k]
+	if !ok {
+		g = l.metrics.alerts.WithLabelValues(string(k.class), string(k.state))
+		l.alertGauges[k] = g
+	}
+	return g
 }
 
 func (l *Loop) initMetricsLocked() {
 	for _, d := range l.opts.Assessor.Detectors() {
-		for _, st := range []alert.State{alert.StatePending, alert.StateFiring, alert.StateResolved} {
-			l.metrics.alerts.WithLabelValues(string(d.Class()), string(st))
+		for _, st := range [...]alert.State{alert.StatePending, alert.StateFiring, alert.StateResolved} {
+			l.alertGauge(alertKey{d.Class(), st})
 		}
 	}
 }

@@ -11,8 +11,15 @@ type Decoder struct {
 	raw    []RawSample
 }
 
-// NewDecoder returns a Decoder using the default parser.
-func NewDecoder() *Decoder { return &Decoder{parser: NewParser(), norm: newNormalizer()} }
+// NewDecoder returns a Decoder using the default parser, keeping every
+// family.
+func NewDecoder() *Decoder { return NewKeepingDecoder(nil) }
+
+// NewKeepingDecoder returns a Decoder that keeps only the given canonical
+// families, as a scraper with Options.KeepFamilies does; nil keeps all.
+func NewKeepingDecoder(families []string) *Decoder {
+	return &Decoder{parser: newTextParser(newKeepSet(families).filter()), norm: newNormalizer()}
+}
 
 // Decode parses and normalizes body; maxSeries <= 0 means no limit.
 func (d *Decoder) Decode(body []byte, maxSeries int) ([]series.Group, error) {

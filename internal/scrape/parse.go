@@ -2,14 +2,16 @@ package scrape
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/textparse"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
@@ -24,190 +26,300 @@ type RawSample struct {
 }
 
 // Parser turns one exposition body into raw samples, appending them to dst.
-// It is the only place that knows the wire format, so Prometheus'
-// model/textparse (or a hand-written lexer) can replace expfmt without
-// touching normalization. The returned samples, and their Labels, may alias
-// the parser's buffers and are valid only until the next call; a Parser is
-// not safe for concurrent use.
+// It is the only place that knows the wire format. The returned samples, and
+// their Labels, may alias the parser's buffers and are valid only until the
+// next call; a Parser is not safe for concurrent use.
 type Parser interface {
 	Parse(dst []RawSample, body []byte) ([]RawSample, error)
 }
 
-// expfmtParser is the Parser over prometheus/common/expfmt's classic text
-// format parser. It keeps its buffers between calls because a target is
-// scraped thousands of times with almost the same shape.
-type expfmtParser struct {
-	text     expfmt.TextParser
-	labels   []series.Label // arena the returned RawSample.Labels point into
-	families []string       // scratch for a deterministic family order
-	les      map[float64]string
+// NewParser returns the default Parser: Prometheus' model/textparse, keeping
+// every family.
+func NewParser() Parser { return newTextParser(nil) }
+
+// maxInterned bounds the per-parser string table. A replica repeats the same
+// few hundred names and label values every scrape; a table this full means
+// something generates values (a request id in a label), and then it is
+// cleared rather than grown.
+const maxInterned = 16384
+
+// textParser is the Parser over Prometheus' model/textparse, the text-format
+// lexer Prometheus itself scrapes with. textparse validates each line; this
+// type then takes the name from the series bytes and asks keep before any
+// label is built, so a dropped sample costs only the lexing. The labels of a
+// kept sample are split from the same validated bytes (not through
+// textparse's Labels, which copies the line and builds a labels.Labels per
+// sample) and interned, so a steady-state scrape allocates almost nothing.
+// FuzzParse checks the split against textparse's own Labels.
+type textParser struct {
+	keep    *keepFilter // nil keeps every family
+	symbols *labels.SymbolTable
+	strs    map[string]string
+	bounds  map[string]string // exposed le/quantile text -> canonical
+	labels  []series.Label    // arena the returned RawSample.Labels point into
+	scratch []byte            // unescaped label value
+	family  []byte            // the family of the last TYPE line
+	ftype   model.MetricType
 }
 
-// maxCachedBounds bounds the le/quantile string cache; bucket bounds are a
-// small fixed set per target, so this only stops a pathological exposition
-// from growing the cache forever.
-const maxCachedBounds = 4096
-
-// NewParser returns the expfmt-backed Parser.
-func NewParser() Parser { return newExpfmtParser() }
-
-func newExpfmtParser() *expfmtParser {
-	return &expfmtParser{
-		// The zero TextParser has an unset validation scheme and rejects
-		// everything; UTF8 accepts both legacy and quoted names.
-		text: expfmt.NewTextParser(model.UTF8Validation),
-		les:  make(map[float64]string, 64),
-	}
+func newTextParser(keep *keepFilter) *textParser {
+	return &textParser{keep: keep, symbols: labels.NewSymbolTable(), strs: make(map[string]string, 512), bounds: make(map[string]string, 64)}
 }
 
 // Parse implements Parser.
-func (p *expfmtParser) Parse(dst []RawSample, body []byte) ([]RawSample, error) {
-	mfs, err := p.text.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return dst, err
+func (p *textParser) Parse(dst []RawSample, body []byte) ([]RawSample, error) {
+	if len(p.strs) > maxInterned {
+		clear(p.strs)
 	}
-
-	// Size the label arena once so that slices handed out stay valid: a
-	// reallocation in the middle would leave earlier samples pointing at
-	// the old array (harmless, but it would defeat reuse).
-	nSamples, nLabels := 0, 0
-	p.families = p.families[:0]
-	for name, mf := range mfs {
-		p.families = append(p.families, name)
-		for _, m := range mf.Metric {
-			n := 1
-			switch {
-			case m.Histogram != nil:
-				n = len(m.Histogram.Bucket) + 2
-				nLabels += len(m.Histogram.Bucket) // the le label
-			case m.Summary != nil:
-				n = len(m.Summary.Quantile) + 2
-				nLabels += len(m.Summary.Quantile) // the quantile label
-			}
-			nSamples += n
-			nLabels += n * len(m.Label)
-		}
-	}
-	// Map order is random; a sorted family order makes output (and any
-	// test or log built from it) reproducible. ~100 names: cheap.
-	slices.Sort(p.families)
-	if cap(p.labels) < nLabels {
-		p.labels = make([]series.Label, 0, nLabels)
+	if len(p.bounds) > maxInterned {
+		clear(p.bounds)
 	}
 	p.labels = p.labels[:0]
-	dst = slices.Grow(dst, nSamples)
-
-	for _, name := range p.families {
-		mf := mfs[name]
-		switch mf.GetType() {
-		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
-			dst = p.appendHistograms(dst, name, mf.Metric)
-		case dto.MetricType_SUMMARY:
-			dst = p.appendSummaries(dst, name, mf.Metric)
-		default:
-			for _, m := range mf.Metric {
-				dst = append(dst, RawSample{Name: name, Labels: p.copyLabels(m.Label), Value: simpleValue(m)})
+	p.family, p.ftype = p.family[:0], model.MetricTypeUnknown
+	if i := bytes.IndexByte(body, 0); i >= 0 {
+		// textparse's lexer reads a NUL as the end of input and would
+		// return a silently truncated scrape; the text format has none.
+		return dst, fmt.Errorf("line %d: NUL byte in the exposition", bytes.Count(body[:i], []byte{'\n'})+1)
+	}
+	tp := textparse.NewPromParser(body, p.symbols, false)
+	for entries := 0; ; entries++ {
+		entry, err := tp.Next()
+		if errors.Is(err, io.EOF) {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, fmt.Errorf("line %d: %w", failedLine(body, entries), err)
+		}
+		switch entry {
+		case textparse.EntryType:
+			name, t := tp.Type()
+			p.family, p.ftype = append(p.family[:0], name...), t
+		case textparse.EntrySeries:
+			var err error
+			if dst, err = p.appendSeries(dst, tp); err != nil {
+				return dst, err
 			}
 		}
 	}
-	return dst, nil
 }
 
-func simpleValue(m *dto.Metric) float64 {
+func (p *textParser) appendSeries(dst []RawSample, tp textparse.Parser) ([]RawSample, error) {
+	raw, _, v := tp.Series()
+	name, rest := splitName(raw)
+	if name == nil {
+		// The name is quoted inside the braces ({"a.b",x="y"}): rare
+		// enough to take textparse's own, allocating, path.
+		var ls labels.Labels
+		tp.Labels(&ls)
+		name = []byte(ls.Get(labels.MetricName))
+	}
+	if p.keep != nil && !p.keep.keeps(name) {
+		return dst, nil
+	}
+	bound := p.boundLabel(name)
+	start := len(p.labels)
+	if err := p.splitLabels(rest, bound); err != nil {
+		return dst, fmt.Errorf("%w while parsing %q", err, raw)
+	}
+	return append(dst, RawSample{Name: p.intern(name), Labels: p.labels[start:len(p.labels):len(p.labels)], Value: v}), nil
+}
+
+// failedLine is the line number of the entry after the first entries ones:
+// textparse consumes one line per entry and skips blank ones, and does not
+// report positions itself.
+func failedLine(body []byte, entries int) int {
+	line := 0
+	for len(body) > 0 {
+		line++
+		var l []byte
+		l, body, _ = bytes.Cut(body, []byte{'\n'})
+		if len(bytes.Trim(l, " \t")) == 0 {
+			continue
+		}
+		if entries == 0 {
+			return line
+		}
+		entries--
+	}
+	return line + 1
+}
+
+// splitName returns the metric name and the label part ("{...}" or empty)
+// of a series as textparse validated it; a nil name means the name is quoted
+// inside the braces.
+func splitName(s []byte) (name, rest []byte) {
+	if len(s) > 0 && s[0] == '{' {
+		return nil, s
+	}
+	i := bytes.IndexByte(s, '{')
+	if i < 0 {
+		return bytes.TrimRight(s, " \t"), nil
+	}
+	name = bytes.TrimRight(s[:i], " \t")
+	if len(name) > 1 && name[0] == '"' {
+		name = name[1 : len(name)-1] // {"quoted"} form outside braces
+	}
+	return name, s[i:]
+}
+
+// boundLabel is the label whose value is a float to render canonically for
+// this sample: le on a histogram's buckets, quantile on a summary's
+// quantiles (as textparse and expfmt both do), "" otherwise. A gauge
+// carrying le (SGLang's gt/le gauge-histograms) keeps its text.
+func (p *textParser) boundLabel(name []byte) string {
+	fam, ok := bytes.CutPrefix(name, p.family)
+	if !ok {
+		return ""
+	}
 	switch {
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	default:
-		return m.Untyped.GetValue()
+	case p.ftype == model.MetricTypeHistogram && string(fam) == "_bucket":
+		return model.BucketLabel
+	case p.ftype == model.MetricTypeSummary && len(fam) == 0:
+		return model.QuantileLabel
 	}
+	return ""
 }
 
-func (p *expfmtParser) appendHistograms(dst []RawSample, name string, ms []*dto.Metric) []RawSample {
-	bucket, sum, count := name+"_bucket", name+"_sum", name+"_count"
-	for _, m := range ms {
-		h := m.Histogram
-		if h == nil {
-			continue
+// splitLabels appends the label pairs of s ("{a="1",b="2"}", as textparse
+// validated it: optional blanks between tokens, quoted names, a trailing
+// comma) to p.labels.
+func (p *textParser) splitLabels(s []byte, bound string) error {
+	if len(s) == 0 {
+		return nil
+	}
+	i := 1 // past '{'
+	for {
+		i = skipBlanks(s, i)
+		if i >= len(s) {
+			return errors.New("unterminated label set")
 		}
-		for _, b := range h.Bucket {
-			v := b.GetCumulativeCountFloat()
-			if b.CumulativeCount != nil {
-				v = float64(b.GetCumulativeCount())
+		if s[i] == '}' {
+			return nil
+		}
+		var lname string
+		if s[i] == '"' {
+			v, n, err := p.quoted(s, i)
+			if err != nil {
+				return err
 			}
-			dst = append(dst, RawSample{Name: bucket, Labels: p.copyLabelsPlus(m.Label, model.BucketLabel, p.bound(b.GetUpperBound())), Value: v})
-		}
-		// Fragments of an exposition may lack _sum or _count; inventing a 0
-		// would read as a counter reset downstream, so only emit what was
-		// exposed.
-		if h.SampleSum != nil {
-			dst = append(dst, RawSample{Name: sum, Labels: p.copyLabels(m.Label), Value: h.GetSampleSum()})
-		}
-		if h.SampleCount != nil || h.SampleCountFloat != nil {
-			v := h.GetSampleCountFloat()
-			if h.SampleCount != nil {
-				v = float64(h.GetSampleCount())
+			i = skipBlanks(s, n)
+			if i < len(s) && (s[i] == ',' || s[i] == '}') {
+				// A quoted metric name inside the braces, not a label.
+				if s[i] == ',' {
+					i++
+				}
+				continue
 			}
-			dst = append(dst, RawSample{Name: count, Labels: p.copyLabels(m.Label), Value: v})
+			lname = v
+		} else {
+			j := i
+			for j < len(s) && s[j] != '=' && s[j] != ' ' && s[j] != '\t' {
+				j++
+			}
+			lname = p.intern(s[i:j])
+			i = j
+		}
+		i = skipBlanks(s, i)
+		if i >= len(s) || s[i] != '=' {
+			return fmt.Errorf("expected '=' after label %q", lname)
+		}
+		i = skipBlanks(s, i+1)
+		value, n, err := p.quoted(s, i)
+		if err != nil {
+			return err
+		}
+		if lname == bound {
+			value = p.bound(value)
+		}
+		p.labels = append(p.labels, series.Label{Name: lname, Value: value})
+		i = skipBlanks(s, n)
+		if i < len(s) && s[i] == ',' {
+			i++
 		}
 	}
-	return dst
 }
 
-func (p *expfmtParser) appendSummaries(dst []RawSample, name string, ms []*dto.Metric) []RawSample {
-	sum, count := name+"_sum", name+"_count"
-	for _, m := range ms {
-		s := m.Summary
-		if s == nil {
-			continue
-		}
-		for _, q := range s.Quantile {
-			dst = append(dst, RawSample{Name: name, Labels: p.copyLabelsPlus(m.Label, model.QuantileLabel, p.bound(q.GetQuantile())), Value: q.GetValue()})
-		}
-		if s.SampleSum != nil {
-			dst = append(dst, RawSample{Name: sum, Labels: p.copyLabels(m.Label), Value: s.GetSampleSum()})
-		}
-		if s.SampleCount != nil {
-			dst = append(dst, RawSample{Name: count, Labels: p.copyLabels(m.Label), Value: float64(s.GetSampleCount())})
+func skipBlanks(s []byte, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// quoted reads the quoted string at s[i] and returns it unescaped and
+// interned, and the index after its closing quote.
+func (p *textParser) quoted(s []byte, i int) (string, int, error) {
+	if i >= len(s) || s[i] != '"' {
+		return "", i, errors.New("expected a quoted label value")
+	}
+	j := i + 1
+	escaped := false
+	for ; j < len(s) && s[j] != '"'; j++ {
+		if s[j] == '\\' {
+			escaped = true
+			j++
 		}
 	}
-	return dst
-}
-
-func (p *expfmtParser) copyLabels(lps []*dto.LabelPair) []series.Label {
-	start := len(p.labels)
-	for _, lp := range lps {
-		p.labels = append(p.labels, series.Label{Name: lp.GetName(), Value: lp.GetValue()})
+	if j >= len(s) {
+		return "", j, errors.New("unterminated quoted string")
 	}
-	return p.labels[start:len(p.labels):len(p.labels)]
-}
-
-func (p *expfmtParser) copyLabelsPlus(lps []*dto.LabelPair, name, value string) []series.Label {
-	start := len(p.labels)
-	for _, lp := range lps {
-		p.labels = append(p.labels, series.Label{Name: lp.GetName(), Value: lp.GetValue()})
+	v := s[i+1 : j]
+	if escaped {
+		v = p.unescape(v)
 	}
-	p.labels = append(p.labels, series.Label{Name: name, Value: value})
-	return p.labels[start:len(p.labels):len(p.labels)]
+	return p.intern(v), j + 1, nil
 }
 
-// bound renders a bucket bound or quantile, cached because every scrape of a
-// target repeats the same few dozen bounds.
-func (p *expfmtParser) bound(f float64) string {
-	if s, ok := p.les[f]; ok {
+// unescape resolves the text format's three escapes (\\, \", \n) into the
+// scratch buffer; any other backslash stays, as textparse keeps it.
+func (p *textParser) unescape(v []byte) []byte {
+	b := p.scratch[:0]
+	for k := 0; k < len(v); k++ {
+		if v[k] == '\\' && k+1 < len(v) {
+			switch v[k+1] {
+			case '\\', '"':
+				b = append(b, v[k+1])
+				k++
+				continue
+			case 'n':
+				b = append(b, '\n')
+				k++
+				continue
+			}
+		}
+		b = append(b, v[k])
+	}
+	p.scratch = b
+	return b
+}
+
+// intern returns b as a string shared with every earlier scrape that held
+// the same bytes; a map lookup keyed by string(b) does not allocate.
+func (p *textParser) intern(b []byte) string {
+	if s, ok := p.strs[string(b)]; ok {
 		return s
 	}
-	s := formatBound(f)
-	if len(p.les) < maxCachedBounds && !math.IsNaN(f) {
-		p.les[f] = s
-	}
+	s := string(b)
+	p.strs[s] = s
 	return s
 }
 
-// formatBound renders a float the way the exposition wrote it. expfmt keeps
-// bounds only as floats, so the original text is re-derived: shortest
-// round-trip digits, Go-style exponent from 1e6 and below 1e-4, and a ".0"
+// bound renders a bucket bound or quantile canonically, so "1", "1.0" and
+// "1e0" are one series; the rendering is cached under the exposed text.
+func (p *textParser) bound(text string) string {
+	if s, ok := p.bounds[text]; ok {
+		return s
+	}
+	s := text
+	if f, err := strconv.ParseFloat(text, 64); err == nil {
+		s = formatBound(f)
+	}
+	p.bounds[text] = s
+	return s
+}
+
+// formatBound renders a float the way the exposition wrote it: shortest
+// round-trip digits, Go-style exponent for large and tiny values, and a ".0"
 // on integral values. That is byte-for-byte what Python's prometheus_client
 // (every SGLang version) prints, and also Prometheus 3's normalized le, so
 // a series keeps one identity across scrapes and tools.

@@ -84,6 +84,10 @@ type Options struct {
 	// no free slot waits, and a probe still waiting when its next one is
 	// due is skipped, so a hung fleet never piles probes up.
 	HealthProbeConcurrency int
+	// KeepFamilies are the canonical families (a histogram by its base
+	// name) the parser keeps; every other sample is dropped from its name
+	// bytes before its labels are read. Nil keeps every family.
+	KeepFamilies []string
 }
 
 // Defaults.
@@ -198,17 +202,20 @@ type scraper struct {
 	timeout   time.Duration
 	maxSeries int
 	body      bytes.Buffer
+	keep      keepSet
 	parser    Parser
 	raw       []RawSample
 	norm      *normalizer
 }
 
 func newScraper(fetch fetchFunc, opts Options) *scraper {
+	keep := newKeepSet(opts.KeepFamilies)
 	return &scraper{
 		fetch:     fetch,
 		timeout:   opts.Timeout,
 		maxSeries: opts.MaxSeries,
-		parser:    NewParser(),
+		keep:      keep,
+		parser:    newTextParser(keep.filter()),
 		norm:      newNormalizer(),
 	}
 }
@@ -292,7 +299,7 @@ func (s *scraper) shrink() {
 	}
 	if cap(s.raw) > maxSamples {
 		s.raw = nil
-		s.parser = NewParser()
+		s.parser = newTextParser(s.keep.filter())
 		s.norm = newNormalizer()
 	}
 }

@@ -303,6 +303,12 @@ func (c MetricsBlindConfig) usesTriage() bool             { return false }
 func (c MetricsBlindConfig) needs() []need {
 	return nil // it is the one that reports missing families
 }
+func (c MetricsBlindConfig) reads() []string {
+	// Besides these, it asks for the families of the other detectors'
+	// needs, which their own reads declare.
+	return append(append(append(append([]string(nil), schedulerFamilies...), progressReads()...),
+		gatewayClientFamilies...), gatewayWorkFamilies...)
+}
 func (c MetricsBlindConfig) lookback() time.Duration {
 	return c.Range
 }

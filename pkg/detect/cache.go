@@ -321,6 +321,10 @@ func (c CacheCollapseConfig) needs() []need {
 			{series.CacheHitRateGauge, series.PromptTokensTotal}},
 		skip: []string{"decode"}, afterTraffic: true}}
 }
+func (c CacheCollapseConfig) reads() []string {
+	return append(append(hitRateFamilies(), kvUsageFamilies()...), series.EvictedTokensTotal, series.TTFTSeconds,
+		series.NumQueueReqs, series.NumRunningReqs, series.PageSize, series.NumRequestsTotal)
+}
 func (c CacheCollapseConfig) lookback() time.Duration {
 	return max(c.Range+c.Baseline, c.RestartGrace)
 }

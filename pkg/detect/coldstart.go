@@ -239,6 +239,10 @@ func (c ColdStartConfig) usesTriage() bool          { return false }
 func (c ColdStartConfig) needs() []need {
 	return []need{{class: ColdStart, what: "a progress counter", anyOf: progressFamilies(), afterTraffic: true}}
 }
+func (c ColdStartConfig) reads() []string {
+	return append(append(progressReads(), probeFamilies()...), series.HTTPRequestsActive, series.NumQueueReqs,
+		series.StartupTimeSeconds, startupCUDAGraphTime)
+}
 func (c ColdStartConfig) lookback() time.Duration {
 	// It reads back to the replica's start; past CriticalAfter the
 	// verdict no longer changes.

@@ -506,3 +506,44 @@ func dur(d time.Duration) string {
 	}
 	return s
 }
+
+// Families the shared readers above read, for the detectors' reads.
+
+// kvUsageFamilies are what kvUsage reads.
+func kvUsageFamilies() []string {
+	return []string{series.FullTokenUsage, series.TokenUsage, series.NumUsedTokens, series.MaxTotalNumTokens}
+}
+
+// progressReads are the counters of progressSources.
+func progressReads() []string {
+	return []string{series.RealtimeTokensTotal, series.GenerationTokensTotal, series.NumRequestsTotal}
+}
+
+// probeFamilies are what readProbe reads: the scraper's synthetic probe
+// series (never in an exposition, so never filtered, but declared so the
+// declaration is the whole truth).
+func probeFamilies() []string { return []string{HealthProbeUp, HealthProbeDuration} }
+
+// hitRateFamilies are the counters and the gauge a prefix-hit rate comes
+// from (hitRateSources and the gauge fallback).
+func hitRateFamilies() []string {
+	return []string{series.PrefillEffectiveTokens, series.RealtimeTokensTotal, series.CachedTokensTotal,
+		series.PromptTokensTotal, series.CacheHitRateGauge}
+}
+
+// ProcessStartTime is prometheus_client's process start timestamp: the
+// window counts a change of it as a restart, whatever the counters do.
+const ProcessStartTime = "process_start_time_seconds"
+
+// restartFamilies are what the window's restart accounting (Restarts,
+// LastRestart) reads beyond the kept counters, whose drops it also counts.
+func restartFamilies() []string { return []string{ProcessStartTime} }
+
+// clientTrafficFamilies are what trafficOf's selectors read, on an engine
+// and on a gateway.
+func clientTrafficFamilies() []string {
+	return []string{series.HTTPRequestsTotal, series.HTTPResponsesTotal, series.NumRequestsTotal,
+		series.NumAbortedRequestsTotal, series.HTTPRequestsActive, series.GatewayHTTPRequestsTotal,
+		series.GatewayHTTPResponsesTotal, series.GatewayRetriesTotal, series.GatewayUpstreamResponses,
+		gatewayWorkerRequestsActive}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -208,6 +209,21 @@ func (c Config) triageUsed() bool {
 		}
 	}
 	return false
+}
+
+// Reads are the families the detectors, the layer triage and the window's
+// restart accounting read with c (canonical names, a histogram by its base
+// name), sorted and without duplicates: every family a finding can rest on.
+// Disabled detectors count too: the scraper's keep-set is fixed at start-up
+// and a reload may switch a detector on. Readers above the detectors add
+// theirs (assess.Reads).
+func (c Config) Reads() []string {
+	out := append(c.Triage.Reads(), restartFamilies()...)
+	for _, e := range Registry() {
+		out = append(out, e.Reads(c)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // needs lists the enabled detectors' core needs, in Registry order.

@@ -393,6 +393,12 @@ func (c DecodeSlowdownConfig) needs() []need {
 	return []need{{class: DecodeSlowdown, what: "the inter-token latency histogram and the running batch",
 		anyOf: [][]string{{series.InterTokenLatency + "_count", series.NumRunningReqs}}, skip: []string{"prefill"}, afterTraffic: true}}
 }
+func (c DecodeSlowdownConfig) reads() []string {
+	return []string{series.InterTokenLatency, series.NumRunningReqs, series.DecodeSumSeqLens, series.GenThroughput,
+		series.RealtimeTokensTotal, series.PrefillEffectiveTokens, series.CachedTokensTotal, series.PromptTokensTotal,
+		series.HTTPRequestsTotal, series.NumRequestsTotal, series.RetractedRequestsTotal, series.LoraPoolUtilization,
+		specAcceptLength}
+}
 func (c DecodeSlowdownConfig) lookback() time.Duration {
 	return c.Range + c.Baseline
 }

@@ -352,6 +352,10 @@ func (c ReplicaDownConfig) usesTriage() bool            { return false }
 func (c ReplicaDownConfig) needs() []need {
 	return nil // it judges the scrape itself, no family
 }
+func (c ReplicaDownConfig) reads() []string {
+	// It judges the scrape itself and the pod, never a family.
+	return nil
+}
 func (c ReplicaDownConfig) lookback() time.Duration {
 	return c.CrashLoopWindow
 }

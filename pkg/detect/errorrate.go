@@ -362,6 +362,9 @@ func (c ErrorRateConfig) needs() []need {
 	return []need{{class: ErrorRate, what: "responses by status",
 		anyOf: [][]string{{series.HTTPResponsesTotal}, {series.NumRequestsTotal, series.NumAbortedRequestsTotal}}, afterTraffic: true}}
 }
+func (c ErrorRateConfig) reads() []string {
+	return append(clientTrafficFamilies(), series.NumQueueReqs)
+}
 func (c ErrorRateConfig) build(buildEnv) Detector { return &ErrorRateDetector{cfg: c} }
 
 // oneShot: the failed share needs no baseline, only enough requests in the

@@ -271,6 +271,10 @@ func (c EngineHangConfig) usesTriage() bool           { return false }
 func (c EngineHangConfig) needs() []need {
 	return []need{{class: EngineHang, what: "a progress counter", anyOf: progressFamilies(), afterTraffic: true}}
 }
+func (c EngineHangConfig) reads() []string {
+	return append(append(append(progressReads(), probeFamilies()...), frozenGauges...),
+		series.HTTPRequestsActive, series.ProcessCPUSecondsTotal)
+}
 func (c EngineHangConfig) lookback() time.Duration {
 	return c.FallbackRange
 }

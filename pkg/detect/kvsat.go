@@ -338,6 +338,11 @@ func (c KVSaturationConfig) needs() []need {
 		anyOf: [][]string{{series.FullTokenUsage}, {series.TokenUsage}, {series.NumUsedTokens, series.MaxTotalNumTokens},
 			{series.KVAvailableTokens, series.KVEvictableTokens, series.MaxTotalNumTokens}}}}
 }
+func (c KVSaturationConfig) reads() []string {
+	return append(append(kvUsageFamilies(), hitRateFamilies()...), series.KVAvailableTokens, series.KVEvictableTokens,
+		series.ContextLen, series.DecodeSumSeqLens, series.GenerationTokensHist, series.GenerationTokensTotal,
+		series.NumRequestsTotal, series.NumRetractedReqsGauge, series.RetractedRequestsTotal, series.NumRunningReqs)
+}
 func (c KVSaturationConfig) lookback() time.Duration {
 	return c.Range + c.Baseline
 }

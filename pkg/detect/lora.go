@@ -176,6 +176,10 @@ func (c LoraThrashConfig) usesTriage() bool           { return true }
 func (c LoraThrashConfig) needs() []need {
 	return nil // LoRA families exist only with LoRA on, so they are never a core need
 }
+func (c LoraThrashConfig) reads() []string {
+	return []string{series.LoraPoolUtilization, loraPoolSlotsUsed, loraPoolSlotsTotal, cudaGraphPassesTotal,
+		series.InterTokenLatency}
+}
 func (c LoraThrashConfig) lookback() time.Duration {
 	return c.Range + c.Baseline
 }

@@ -156,6 +156,10 @@ func (c PDTransferFailureConfig) usesTriage() bool                  { return fal
 func (c PDTransferFailureConfig) needs() []need {
 	return nil // PD families exist only with disaggregation on, so they are never a core need
 }
+func (c PDTransferFailureConfig) reads() []string {
+	return []string{series.BootstrapFailedTotal, series.TransferFailedTotal, series.NumRequestsTotal,
+		gatewayPDBootstrapFail, gatewayPDTransferFail, prefillBootstrapQueue, decodeTransferQueue}
+}
 func (c PDTransferFailureConfig) lookback() time.Duration {
 	return c.Range + c.Baseline
 }

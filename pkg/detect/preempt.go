@@ -243,6 +243,11 @@ func (c PreemptStormConfig) needs() []need {
 	return []need{{class: PreemptStorm, what: "a retraction counter or gauge",
 		anyOf: [][]string{{series.RetractedRequestsTotal}, {series.NumRetractedReqsGauge}}, skip: []string{"prefill"}, afterTraffic: true}}
 }
+func (c PreemptStormConfig) reads() []string {
+	return append(kvUsageFamilies(), series.RetractedRequestsTotal, series.NumRetractedReqsGauge, series.NumRequestsTotal,
+		series.RetractedInputTokens, series.RetractedOutputTokens, series.InterTokenLatency,
+		series.NumAbortedRequestsTotal, series.NumQueueReqs)
+}
 func (c PreemptStormConfig) lookback() time.Duration {
 	return c.Range + c.Baseline
 }

@@ -244,6 +244,10 @@ func (c QueueLatencyConfig) needs() []need {
 	return []need{{class: QueueLatency, what: "the time-to-first-token histogram",
 		anyOf: [][]string{{series.TTFTSeconds + "_count"}}, skip: []string{"prefill", "decode"}, afterTraffic: true}}
 }
+func (c QueueLatencyConfig) reads() []string {
+	return []string{series.TTFTSeconds, series.QueueTimeSeconds, perStageLatency, series.NumQueueReqs,
+		series.NumRequestsTotal, series.PromptTokensTotal}
+}
 func (c QueueLatencyConfig) lookback() time.Duration {
 	return c.Range + c.Baseline
 }

@@ -51,6 +51,12 @@ type settings[T any] interface {
 	// needs are the families the detector cannot work without;
 	// metrics_blind reports a replica that lacks them.
 	needs() []need
+	// reads are every family the detector reads from a window, with these
+	// settings (canonical names; a histogram by its base name): the
+	// scraper keeps these and drops the rest at parse time, so a family
+	// read but not declared is never there to read. It includes every
+	// family of needs.
+	reads() []string
 	// usesTriage: the detector attaches the layer triage, so the triage's
 	// look-back counts.
 	usesTriage() bool
@@ -109,6 +115,12 @@ type Entry interface {
 	// settings, every alternative of every need (what metrics_blind checks
 	// for): its runbook must name each.
 	Signals() []string
+	// Reads are the families the detector reads with c's settings
+	// (canonical names; a histogram by its base name).
+	Reads(c Config) []string
+	// UsesTriage: the detector attaches the layer triage with c, and so
+	// also reads what the triage reads.
+	UsesTriage(c Config) bool
 
 	defaults() any
 	needs(c Config) []need
@@ -159,6 +171,10 @@ func (e entry[T]) Signals() []string {
 	}
 	return out
 }
+
+func (e entry[T]) Reads(c Config) []string { return Get[T](c).reads() }
+
+func (e entry[T]) UsesTriage(c Config) bool { return Get[T](c).usesTriage() }
 
 func (e entry[T]) defaults() any { return e.defaultSettings() }
 

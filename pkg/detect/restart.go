@@ -85,6 +85,10 @@ func (c ReplicaRestartedConfig) disabled() ReplicaRestartedConfig { c.Enabled = 
 func (c ReplicaRestartedConfig) usesTriage() bool                 { return false }
 func (c ReplicaRestartedConfig) needs() []need                    { return nil }
 func (c ReplicaRestartedConfig) lookback() time.Duration          { return c.Lookback }
+func (c ReplicaRestartedConfig) reads() []string {
+	// Restarts come from the window's reset accounting over these.
+	return restartFamilies()
+}
 
 func (c ReplicaRestartedConfig) build(env buildEnv) Detector {
 	return &ReplicaRestartedDetector{cfg: c, down: env.replicaDown}

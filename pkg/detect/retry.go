@@ -396,6 +396,10 @@ func (c RetryAvalancheConfig) needs() []need {
 	return []need{{class: RetryAvalanche, what: "the HTTP arrival counter",
 		anyOf: [][]string{{series.HTTPRequestsTotal}}, afterTraffic: true}}
 }
+func (c RetryAvalancheConfig) reads() []string {
+	return append(clientTrafficFamilies(), series.NumQueueReqs, series.E2ERequestLatency,
+		series.GatewayRetriesExhaustedTotal, series.GatewayCircuitBreakerState)
+}
 func (c RetryAvalancheConfig) lookback() time.Duration {
 	return c.Range + c.Baseline
 }

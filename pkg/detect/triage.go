@@ -117,6 +117,14 @@ func Triage(w Window, now time.Time) TriageResult {
 	return DefaultConfig().Triage.Classify(w, now, false)
 }
 
+// Reads are the families the triage reads (every replica gets one each
+// round, so they are always kept).
+func (c TriageConfig) Reads() []string {
+	return append(kvUsageFamilies(), series.NumRunningReqs, series.NumQueueReqs, maxRunningRequests,
+		series.TTFTSeconds, series.QueueTimeSeconds, series.InterTokenLatency, series.E2ERequestLatency,
+		series.RealtimeTokensTotal)
+}
+
 // Classify triages the replica at now. latencyHigh says the caller already
 // established that latency is up (a latency detector); otherwise the
 // latency is judged here from the p99s.

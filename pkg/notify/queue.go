@@ -358,6 +358,10 @@ func (q *Queue) load(now time.Time) (queueDoc, error) {
 	if d.Incidents == nil {
 		d.Incidents = map[string]*Incident{}
 	}
+	// A damaged or hand-edited document may hold null entries; they carry
+	// nothing to deliver or to remember, and would be dereferenced below.
+	d.Outbox = slices.DeleteFunc(d.Outbox, func(p *pending) bool { return p == nil })
+	maps.DeleteFunc(d.Incidents, func(_ string, inc *Incident) bool { return inc == nil })
 	if d.NextID == 0 {
 		d.NextID = 1
 	}

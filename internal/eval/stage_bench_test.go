@@ -1,0 +1,176 @@
+package eval
+
+import (
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/textparse"
+	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// The stage benchmarks split BenchmarkReplicaScrapeParseIngestEvaluate
+// (one replica, one scrape of sglang-current-full.prom, a full one-hour
+// window) into its stages, each in steady state with its buffers reused
+// as the daemon reuses them. BenchmarkStageBareTextparse is the reference
+// every ratio is taken to: Prometheus' textparse reading every sample with
+// its labels, as a scraper that keeps everything must.
+
+func BenchmarkStageBareTextparse(b *testing.B) {
+	body := benchBody(b)
+	st := labels.NewSymbolTable()
+	var ls labels.Labels
+	b.ReportAllocs()
+	for b.Loop() {
+		p := textparse.NewPromParser(body, st, false)
+		for {
+			e, err := p.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			if e == textparse.EntrySeries {
+				p.Series()
+				p.Labels(&ls)
+			}
+		}
+	}
+}
+
+// BenchmarkStageParse is the daemon's parser keeping every family.
+func BenchmarkStageParse(b *testing.B) {
+	body := benchBody(b)
+	p := scrape.NewParser()
+	var raw []scrape.RawSample
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if raw, err = p.Parse(raw[:0], body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(raw)), "samples")
+}
+
+// BenchmarkStageParseFilter is parse plus the keep filter: the families
+// the assessment does not read are dropped from their names.
+func BenchmarkStageParseFilter(b *testing.B) {
+	body := benchBody(b)
+	dec := scrape.NewKeepingDecoder(assess.Reads(detect.DefaultConfig()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := dec.Decode(body, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// stageFixture is a store holding 800 scrapes (an hour and 6 minutes at
+// 5 s) of the full exposition through the daemon's path, and that path.
+type stageFixture struct {
+	store *window.Store
+	dec   *scrape.Decoder
+	at    time.Time
+	body  []byte
+	cfg   detect.Config
+}
+
+func newStageFixture(b *testing.B) *stageFixture {
+	b.Helper()
+	cfg := detect.DefaultConfig()
+	store, err := window.New(window.Options{Retention: time.Hour + 5*time.Minute, ScrapeInterval: 5 * time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &stageFixture{store: store, dec: scrape.NewKeepingDecoder(assess.Reads(cfg)),
+		at: time.Unix(1_800_000_000, 0), body: benchBody(b), cfg: cfg}
+	for range 800 {
+		f.append(b, f.decode(b))
+	}
+	return f
+}
+
+func (f *stageFixture) decode(b *testing.B) []series.Group {
+	groups, err := f.dec.Decode(f.body, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return groups
+}
+
+func (f *stageFixture) append(b *testing.B, groups []series.Group) {
+	f.at = f.at.Add(5 * time.Second)
+	if err := f.store.Append(series.Scrape{Target: "r0", Kind: "engine", At: f.at, Groups: groups}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkStageIngest is one scrape's append into a full window.
+func BenchmarkStageIngest(b *testing.B) {
+	f := newStageFixture(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		groups := f.decode(b)
+		b.StartTimer()
+		f.append(b, groups)
+	}
+}
+
+// BenchmarkStageView is the replica snapshot's queries over a full window
+// (what the workspace and the API render).
+func BenchmarkStageView(b *testing.B) {
+	f := newStageFixture(b)
+	from := f.at.Add(-f.cfg.Triage.Range)
+	b.ReportAllocs()
+	for b.Loop() {
+		f.store.View("r0", func(w detect.Window) {
+			assess.ReadSnapshot(w, from, f.at, detect.DefaultInferenceEndpoints)
+		})
+	}
+}
+
+// BenchmarkStageDetectors is every detector over a full window.
+func BenchmarkStageDetectors(b *testing.B) {
+	f := newStageFixture(b)
+	ds, err := detect.New(f.cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		f.store.View("r0", func(w detect.Window) {
+			for _, d := range ds {
+				d.Detect(w, f.at)
+			}
+		})
+	}
+}
+
+// BenchmarkStageRound is one evaluation round: detectors, triage,
+// snapshot, correlation and the alert tracker.
+func BenchmarkStageRound(b *testing.B) {
+	f := newStageFixture(b)
+	ds, err := detect.New(f.cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: f.cfg.Triage, Correlation: correlate.DefaultConfig()}),
+		Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}), Windows: f.store, Sender: discard{}, Logger: zap.NewNop()}, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		loop.Evaluate(f.at)
+	}
+}

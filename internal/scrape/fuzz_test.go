@@ -1,0 +1,133 @@
+package scrape
+
+import (
+	"errors"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/textparse"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// fuzzKeep is a read set for the filtered parse: a gauge, a counter, a
+// histogram, a legacy name's successor and a gateway family.
+var fuzzKeep = []string{series.NumRunningReqs, series.RetractedRequestsTotal, series.TTFTSeconds,
+	series.NumQueueReqs, series.GatewayHTTPRequestsTotal}
+
+// fuzzMaxSeries bounds normalization as Options.MaxSeries does.
+const fuzzMaxSeries = 1000
+
+// FuzzParse feeds arbitrary bodies, seeded with every captured release,
+// through the daemon's parse path: textparse, the keep filter and
+// normalization. Nothing may panic; a body textparse accepts must split
+// into exactly the labels textparse itself builds; the filtered parse must
+// be the unfiltered one minus the dropped families; normalization must
+// produce no more series than samples (bounded output) and fail only with
+// the series limit.
+func FuzzParse(f *testing.F) {
+	for _, name := range fixture.Names() {
+		body, err := fixture.SGLang(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(body)
+	}
+	f.Add([]byte("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n"))
+	f.Add([]byte("{\"sglang:num_running_reqs\",\"a.b\"=\"x\\\"y\\\\z\\n\"} 1 123\n"))
+	f.Add([]byte("sglang_num_running_reqs { model_name = \"m\" , } NaN\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		all, err := NewParser().Parse(nil, body)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("an error without a message")
+			}
+			return
+		}
+		checkAgainstTextparse(t, body, all)
+
+		keep := newKeepSet(fuzzKeep).filter()
+		kept, err := newTextParser(newKeepSet(fuzzKeep).filter()).Parse(nil, body)
+		if err != nil {
+			t.Fatalf("the filtered parse failed where the full one did not: %v", err)
+		}
+		var want []RawSample
+		for _, rs := range all {
+			if keep.keeps([]byte(rs.Name)) {
+				want = append(want, rs)
+			}
+		}
+		if !slices.Equal(renderRaw(kept), renderRaw(want)) {
+			t.Fatalf("filtered parse:\n%v\nwant the unfiltered one's kept samples:\n%v", renderRaw(kept), renderRaw(want))
+		}
+
+		groups, err := newNormalizer().normalize(all, fuzzMaxSeries)
+		if err != nil {
+			if !errors.Is(err, errTooManySeries) || len(all) <= fuzzMaxSeries {
+				t.Fatalf("normalize of %d samples: %v", len(all), err)
+			}
+			return
+		}
+		if n := countSamples(groups); n > len(all) {
+			t.Fatalf("%d series normalized from %d samples", n, len(all))
+		}
+	})
+}
+
+// checkAgainstTextparse compares the parse with textparse's own Labels for
+// every series: same names, same label pairs (bucket bounds and quantiles
+// compared after both parsers' float normalization), same order of samples.
+func checkAgainstTextparse(t *testing.T, body []byte, got []RawSample) {
+	t.Helper()
+	tp := textparse.NewPromParser(body, labels.NewSymbolTable(), false)
+	var ls labels.Labels
+	i := 0
+	for {
+		entry, err := tp.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("textparse fails where the parser did not: %v", err)
+		}
+		if entry != textparse.EntrySeries {
+			continue
+		}
+		tp.Labels(&ls)
+		if i >= len(got) {
+			t.Fatalf("textparse has more samples than the parser's %d", len(got))
+		}
+		rs := got[i]
+		i++
+		if name := ls.Get(labels.MetricName); name != rs.Name {
+			t.Fatalf("sample %d: name %q, textparse %q", i, rs.Name, name)
+		}
+		var want []series.Label
+		ls.Range(func(l labels.Label) {
+			if l.Name != labels.MetricName {
+				want = append(want, series.Label{Name: l.Name, Value: l.Value})
+			}
+		})
+		have := slices.Clone(rs.Labels)
+		sortLabels(have)
+		if len(have) != len(want) {
+			t.Fatalf("sample %d (%s): labels %v, textparse %v", i, rs.Name, have, want)
+		}
+		for k := range have {
+			if have[k].Name != want[k].Name {
+				t.Fatalf("sample %d (%s): labels %v, textparse %v", i, rs.Name, have, want)
+			}
+			if have[k].Value != want[k].Value && !isBound(have[k].Name) {
+				t.Fatalf("sample %d (%s): labels %v, textparse %v", i, rs.Name, have, want)
+			}
+		}
+	}
+	if i != len(got) {
+		t.Fatalf("the parser returned %d samples, textparse %d", len(got), i)
+	}
+}
+
+func isBound(label string) bool { return label == "le" || label == "quantile" }
