@@ -1,0 +1,162 @@
+package window
+
+import (
+	"math"
+	"slices"
+
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+)
+
+// samplesPerChunk is where a series' head chunk is sealed, Prometheus'
+// own choice: decoding a range starts at a chunk boundary, and retention
+// frees whole chunks, so a series holds at most one chunk past the window.
+const samplesPerChunk = 120
+
+// sealedChunk is a full XOR chunk, its bytes trimmed to their length.
+type sealedChunk struct {
+	first, last uint64 // scrape seqs of its first and last sample
+	data        []byte
+}
+
+// points is one series' values, aligned with its replica's scrape sequence:
+// the value at seq k was recorded at the replica's k-th successful scrape.
+// Values are XOR-encoded with seq as the chunk timestamp (consecutive
+// scrapes give a delta-of-delta of 0, about one bit); real scrape times are
+// kept once per replica. A scrape the series missed has no sample and reads
+// as NaN. The newest value stays unencoded until the next scrape, so that a
+// duplicate sample in one scrape overwrites it and Last needs no decoding.
+type points struct {
+	sealed    []sealedChunk // oldest first
+	head      *chunkenc.XORChunk
+	app       chunkenc.Appender
+	headFirst uint64 // seq of the head chunk's first sample
+	headLast  uint64 // seq of the head chunk's last sample
+	newest    uint64 // seq of the unencoded newest value
+	newestVal float64
+	hasNewest bool
+	bytes     int // bytes of encoded data held (sealed lengths + head capacity)
+}
+
+// put records v at seq; seqs only grow. It returns the change in bytes held.
+func (p *points) put(seq uint64, v float64) (delta int) {
+	if p.hasNewest && p.newest == seq {
+		p.newestVal = v
+		return 0
+	}
+	if p.hasNewest {
+		delta = p.encode(p.newest, p.newestVal)
+	}
+	p.newest, p.newestVal, p.hasNewest = seq, v, true
+	return delta
+}
+
+// encode appends one sample to the head chunk, sealing it when full.
+func (p *points) encode(seq uint64, v float64) int {
+	before := p.bytes
+	if p.head == nil {
+		p.head = chunkenc.NewXORChunk()
+		p.app, _ = p.head.Appender() // an empty XOR chunk always gives an appender
+		p.headFirst = seq
+	} else {
+		p.bytes -= cap(p.head.Bytes())
+	}
+	p.app.Append(0, int64(seq), v)
+	p.headLast = seq
+	if p.head.NumSamples() >= samplesPerChunk {
+		data := slices.Clip(slices.Clone(p.head.Bytes()))
+		p.sealed = append(p.sealed, sealedChunk{first: p.headFirst, last: seq, data: data})
+		p.bytes += cap(data)
+		p.head, p.app = nil, nil
+	} else {
+		p.bytes += cap(p.head.Bytes())
+	}
+	return p.bytes - before
+}
+
+// dropBefore frees the sealed chunks whose samples are all older than seq.
+// It returns the change in bytes held.
+func (p *points) dropBefore(seq uint64) int {
+	k := 0
+	freed := 0
+	for k < len(p.sealed) && p.sealed[k].last < seq {
+		freed += cap(p.sealed[k].data)
+		k++
+	}
+	if k == 0 {
+		return 0
+	}
+	p.sealed = slices.Delete(p.sealed, 0, k)
+	if len(p.sealed) == 0 {
+		p.sealed = nil
+	}
+	p.bytes -= freed
+	return -freed
+}
+
+// end is one past the seq of the newest sample (0 when empty).
+func (p *points) end() uint64 {
+	if !p.hasNewest {
+		return 0
+	}
+	return p.newest + 1
+}
+
+// decoder is the scratch of range reads: a chunk to reset onto sealed
+// bytes, a reused iterator and value buffers. One View uses one decoder.
+type decoder struct {
+	chunk chunkenc.XORChunk
+	it    chunkenc.Iterator
+	vals  []float64 // one series' values over a range
+	acc   []float64 // per-scrape combination over several series
+	any   []bool
+}
+
+// grow returns s resized to n, reallocating only when too small.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n, n+n/4)
+	}
+	return s[:n]
+}
+
+// fill returns the values of seqs [lo, hi), NaN where the series has no
+// sample, in a buffer owned by d (valid until the next fill).
+func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
+	if hi <= lo {
+		return d.vals[:0]
+	}
+	d.vals = grow(d.vals, int(hi-lo))
+	out := d.vals
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	for i := range p.sealed {
+		c := &p.sealed[i]
+		if c.last < lo || c.first >= hi {
+			continue
+		}
+		d.chunk.Reset(c.data)
+		d.read(&d.chunk, out, lo, hi)
+	}
+	if p.head != nil && p.headLast >= lo && p.headFirst < hi {
+		d.read(p.head, out, lo, hi)
+	}
+	if p.hasNewest && p.newest >= lo && p.newest < hi {
+		out[p.newest-lo] = p.newestVal
+	}
+	return out
+}
+
+func (d *decoder) read(c *chunkenc.XORChunk, out []float64, lo, hi uint64) {
+	d.it = c.Iterator(d.it)
+	for d.it.Next() == chunkenc.ValFloat {
+		t, v := d.it.At()
+		seq := uint64(t)
+		if seq >= hi {
+			return
+		}
+		if seq >= lo {
+			out[seq-lo] = v
+		}
+	}
+}
