@@ -3,6 +3,7 @@ package window
 import (
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 )
@@ -12,10 +13,18 @@ import (
 // frees whole chunks, so a series holds at most one chunk past the window.
 const samplesPerChunk = 120
 
-// sealedChunk is a full XOR chunk, its bytes trimmed to their length.
+// Accounting sizes: a head chunk with its appender (an unexported type of
+// six words), and one entry of the sealed list.
+const (
+	headBytes   = int(unsafe.Sizeof(chunkenc.XORChunk{})) + 48
+	sealedBytes = int(unsafe.Sizeof(sealedChunk{}))
+)
+
+// sealedChunk is a full XOR chunk, its bytes trimmed to their length. Its
+// samples end before the next chunk's (or the unencoded value's) first seq.
 type sealedChunk struct {
-	first, last uint64 // scrape seqs of its first and last sample
-	data        []byte
+	first uint64 // scrape seq of its first sample
+	data  []byte
 }
 
 // points is one series' values, aligned with its replica's scrape sequence:
@@ -34,7 +43,7 @@ type points struct {
 	newest    uint64 // seq of the unencoded newest value
 	newestVal float64
 	hasNewest bool
-	bytes     int // bytes of encoded data held (sealed lengths + head capacity)
+	bytes     int // bytes held: sealed chunks and their list, the head chunk and its appender
 }
 
 // put records v at seq; seqs only grow. It returns the change in bytes held.
@@ -58,19 +67,37 @@ func (p *points) encode(seq uint64, v float64) int {
 		p.app, _ = p.head.Appender() // an empty XOR chunk always gives an appender
 		p.headFirst = seq
 	} else {
-		p.bytes -= cap(p.head.Bytes())
+		p.bytes -= headBytes + cap(p.head.Bytes())
 	}
 	p.app.Append(0, int64(seq), v)
 	p.headLast = seq
 	if p.head.NumSamples() >= samplesPerChunk {
 		data := slices.Clip(slices.Clone(p.head.Bytes()))
-		p.sealed = append(p.sealed, sealedChunk{first: p.headFirst, last: seq, data: data})
-		p.bytes += cap(data)
+		p.bytes -= cap(p.sealed) * sealedBytes
+		if len(p.sealed) == cap(p.sealed) {
+			// One spare entry, not doubling: the list reaches a steady
+			// length at which a chunk is dropped for every one sealed.
+			p.sealed = append(make([]sealedChunk, 0, len(p.sealed)+1), p.sealed...)
+		}
+		p.sealed = append(p.sealed, sealedChunk{first: p.headFirst, data: data})
+		p.bytes += cap(p.sealed)*sealedBytes + cap(data)
 		p.head, p.app = nil, nil
 	} else {
-		p.bytes += cap(p.head.Bytes())
+		p.bytes += headBytes + cap(p.head.Bytes())
 	}
 	return p.bytes - before
+}
+
+// sealedEnd is the seq before which sealed chunk k's samples all lie.
+func (p *points) sealedEnd(k int) uint64 {
+	switch {
+	case k+1 < len(p.sealed):
+		return p.sealed[k+1].first
+	case p.head != nil:
+		return p.headFirst
+	default:
+		return p.newest // a chunk is sealed while encoding the value before
+	}
 }
 
 // dropBefore frees the sealed chunks whose samples are all older than seq.
@@ -78,17 +105,15 @@ func (p *points) encode(seq uint64, v float64) int {
 func (p *points) dropBefore(seq uint64) int {
 	k := 0
 	freed := 0
-	for k < len(p.sealed) && p.sealed[k].last < seq {
+	for k < len(p.sealed) && p.sealedEnd(k) <= seq {
 		freed += cap(p.sealed[k].data)
 		k++
 	}
 	if k == 0 {
 		return 0
 	}
+	// Moving the rest down keeps the list's array, still accounted.
 	p.sealed = slices.Delete(p.sealed, 0, k)
-	if len(p.sealed) == 0 {
-		p.sealed = nil
-	}
 	p.bytes -= freed
 	return -freed
 }
@@ -132,7 +157,7 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 	}
 	for i := range p.sealed {
 		c := &p.sealed[i]
-		if c.last < lo || c.first >= hi {
+		if p.sealedEnd(i) <= lo || c.first >= hi {
 			continue
 		}
 		d.chunk.Reset(c.data)

@@ -33,45 +33,57 @@ func TestCompactWindowMatchesOracle(t *testing.T) {
 	opts := Options{Retention: cfg.MaxLookback() + 2*interval, ScrapeInterval: interval}
 	scenarios := []string{"healthy", sim.ClassCrash, sim.ClassPreemptStorm, sim.ClassCacheCollapse, sim.ClassRetryAvalanche}
 	for n, name := range scenarios {
-		// Healthy runs past the retention and past the gone family's
-		// return; the incidents (from minute 3) for 20 minutes.
-		scrapes := 240
-		if name == "healthy" {
-			scrapes = 900
-		}
 		t.Run(name, func(t *testing.T) {
-			sc := sim.HealthyScenario()
-			if name != "healthy" {
-				if sc, err = sim.IncidentScenario(name); err != nil {
+			// Healthy is the full exposition moving with the simulator, past
+			// the retention and past the gone family's return; each
+			// incident (from minute 3) is the simulator's own exposition
+			// for 20 minutes.
+			var scrapes int
+			var next func(i int, now time.Time) ([]series.Sample, bool)
+			if name == "healthy" {
+				seq := movingSequence(t)
+				scrapes = len(seq)
+				next = func(i int, _ time.Time) ([]series.Sample, bool) { return seq[i], true }
+			} else {
+				sc, err := sim.IncidentScenario(name)
+				if err != nil {
 					t.Fatal(err)
 				}
+				fleet := sim.NewFleet(sim.FleetConfig{Replicas: 1, Seed: uint64(n + 1), Start: t0, Scenario: sc, Warmup: 2 * time.Minute})
+				dec := scrape.NewDecoder()
+				var body bytes.Buffer
+				scrapes = 240
+				next = func(_ int, now time.Time) ([]series.Sample, bool) {
+					fleet.Advance(now)
+					body.Reset()
+					if err := fleet.WriteMetrics(&body, 0); err != nil {
+						return nil, false // down: the scrape fails
+					}
+					groups, err := dec.Decode(body.Bytes(), 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return groups[0].Samples, true
+				}
 			}
-			fleet := sim.NewFleet(sim.FleetConfig{Replicas: 1, Seed: uint64(n + 1), Start: t0, Scenario: sc, Warmup: 2 * time.Minute})
 			store := newTestStore(t, opts)
 			o := newOracle(store.Options())
 			rnd := rand.New(rand.NewPCG(uint64(n), 99))
-			dec := scrape.NewDecoder()
-			var body bytes.Buffer
 			var checked, compared, findings int
 			for i := range scrapes {
 				now := t0.Add(time.Duration(i) * interval)
-				fleet.Advance(now)
-				body.Reset()
+				raw, up := next(i, now)
 				at := now
 				if rnd.IntN(100) == 0 {
 					at = now.Add(-7 * time.Second) // older than the previous scrape
 				}
-				if err := fleet.WriteMetrics(&body, 0); err != nil || rnd.IntN(50) == 0 {
+				if !up || rnd.IntN(50) == 0 {
 					if err := store.Append(series.Scrape{Target: "r", Kind: "engine", At: at, Reason: series.FailureRefused}); err != nil {
 						t.Fatal(err)
 					}
 					continue
 				}
-				groups, err := dec.Decode(body.Bytes(), 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				samples := roughen(rnd, groups[0].Samples, i)
+				samples := roughen(rnd, raw, i)
 				accepted := o.append(at, samples)
 				err = store.Append(okScrape("r", at, samples...))
 				if accepted != (err == nil) || (err != nil && !errors.Is(err, ErrOutOfOrder)) {
@@ -90,7 +102,7 @@ func TestCompactWindowMatchesOracle(t *testing.T) {
 					})
 					checked++
 				}
-				if i%150 == 0 || i == scrapes-1 {
+				if i%300 == 0 || i == scrapes-1 {
 					withView(t, store, "r", func(w detect.Window) {
 						compared += compareWindows(t, i, now, w, oracleView{o: o, real: w}, o)
 					})

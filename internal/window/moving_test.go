@@ -6,8 +6,10 @@ import (
 	"go/parser"
 	"go/token"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,4 +136,30 @@ func (m *movingFixture) next(tb testing.TB, now time.Time) []series.Sample {
 		}
 	}
 	return m.samples
+}
+
+// movingScrapes caches movingSequence: the simulator is the slow part of
+// the tests that use it, under -race most of all.
+var movingScrapes struct {
+	once sync.Once
+	seq  [][]series.Sample
+}
+
+// movingSequence is the moving full exposition (seed 1) every 5 s from t0,
+// for the production retention plus one chunk. Callers must not modify it.
+func movingSequence(tb testing.TB) [][]series.Sample {
+	tb.Helper()
+	movingScrapes.once.Do(func() {
+		opts := productionOptions()
+		mf := newMovingFixture(tb, t0, 1, false)
+		seq := make([][]series.Sample, int(opts.Retention/opts.ScrapeInterval)+samplesPerChunk)
+		for i := range seq {
+			seq[i] = slices.Clone(mf.next(tb, t0.Add(time.Duration(i)*opts.ScrapeInterval)))
+		}
+		movingScrapes.seq = seq
+	})
+	if movingScrapes.seq == nil {
+		tb.Fatal("the moving sequence failed to build (see the first test that asked for it)")
+	}
+	return movingScrapes.seq
 }

@@ -29,9 +29,10 @@ type oracle struct {
 type oracleSeries struct {
 	name   string
 	labels series.Labels
-	vals   map[int]float64 // by index into oracle.times
-	last   float64         // newest finite value
-	has    bool
+	vals   []float64 // by index into oracle.times
+	has    []bool    // whether the scrape held the series
+	last   float64   // newest finite value
+	seen   bool      // last is set
 }
 
 func newOracle(opts Options) *oracle {
@@ -51,13 +52,13 @@ func (o *oracle) append(at time.Time, samples []series.Sample) bool {
 		key := s.Key()
 		os := o.byKey[key]
 		if os == nil {
-			os = &oracleSeries{name: s.Name, labels: append(series.Labels(nil), s.Labels...), vals: map[int]float64{}}
+			os = &oracleSeries{name: s.Name, labels: append(series.Labels(nil), s.Labels...)}
 			o.byKey[key] = os
 			o.series = append(o.series, os)
 			o.byName[s.Name] = append(o.byName[s.Name], os)
 		}
 		if finite(s.Value) {
-			if os.has {
+			if os.seen {
 				gaugeHistogram := os.labels.Get("gt") != ""
 				counterLike := !gaugeHistogram && (strings.HasSuffix(s.Name, "_total") || strings.HasSuffix(s.Name, "_count") ||
 					strings.HasSuffix(s.Name, "_sum") || strings.HasSuffix(s.Name, "_bucket"))
@@ -71,14 +72,29 @@ func (o *oracle) append(at time.Time, samples []series.Sample) bool {
 					startChanged = true
 				}
 			}
-			os.last, os.has = s.Value, true
+			os.last, os.seen = s.Value, true
 		}
-		os.vals[idx] = s.Value
+		os.set(idx, s.Value)
 	}
 	if startChanged || (dropped > 0 && 2*dropped >= counters) {
 		o.restarts = append(o.restarts, at)
 	}
 	return true
+}
+
+func (s *oracleSeries) set(idx int, v float64) {
+	for len(s.vals) <= idx {
+		s.vals, s.has = append(s.vals, 0), append(s.has, false)
+	}
+	s.vals[idx], s.has[idx] = v, true
+}
+
+// at is the series' value at the scrape idx, ok=false when it was absent.
+func (s *oracleSeries) at(idx int) (float64, bool) {
+	if idx >= len(s.vals) || !s.has[idx] {
+		return 0, false
+	}
+	return s.vals[idx], true
 }
 
 // first is the index of the oldest scrape still inside the retention.
@@ -143,7 +159,7 @@ func (v oracleView) Last(sel detect.Selector) (float64, bool) {
 	newest := len(o.times) - 1
 	sum, any := 0.0, false
 	for _, s := range o.family(sel.Name, sel.Match) {
-		if x, ok := s.vals[newest]; ok && finite(x) {
+		if x, ok := s.at(newest); ok && finite(x) {
 			sum = combine(sel.Combine, sum, x, any)
 			any = true
 		}
@@ -154,7 +170,7 @@ func (v oracleView) Last(sel detect.Selector) (float64, bool) {
 func (v oracleView) Has(name string) bool {
 	o := v.o
 	for _, s := range o.family(name, nil) {
-		if _, ok := s.vals[len(o.times)-1]; ok {
+		if _, ok := s.at(len(o.times) - 1); ok {
 			return true
 		}
 	}
@@ -201,7 +217,7 @@ func (v oracleView) seriesIncrease(s *oracleSeries, idx []int) (float64, []point
 	{
 		var pts []point
 		for _, i := range idx {
-			if x, has := s.vals[i]; has && finite(x) {
+			if x, has := s.at(i); has && finite(x) {
 				pts = append(pts, point{o.times[i], x})
 			}
 		}
@@ -263,7 +279,7 @@ func (v oracleView) perScrape(sel detect.Selector, from, to time.Time) []float64
 	for _, i := range v.o.in(from, to) {
 		acc, any := 0.0, false
 		for _, s := range fam {
-			if x, ok := s.vals[i]; ok && finite(x) {
+			if x, ok := s.at(i); ok && finite(x) {
 				acc = combine(sel.Combine, acc, x, any)
 				any = true
 			}

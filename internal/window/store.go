@@ -40,9 +40,9 @@ var (
 	// ErrTooManySeries: the replica already holds MaxSeriesPerReplica series;
 	// samples of new series were dropped, known series were recorded.
 	ErrTooManySeries = errors.New("too many series")
-	// ErrMemoryBudget: the replica's window reached MaxBytesPerReplica;
-	// samples of new series were dropped, and samples of known series too
-	// while recording them would have grown it further.
+	// ErrMemoryBudget: the replica's window is at MaxBytesPerReplica (for
+	// new series: at half of it); the samples the error counts were
+	// dropped.
 	ErrMemoryBudget = errors.New("window memory budget reached")
 	// ErrOutOfOrder: the scrape is not newer than the replica's newest one;
 	// it was ignored.
@@ -64,8 +64,12 @@ type Options struct {
 	MaxPointsPerSeries int
 	// MaxBytesPerReplica is the memory budget of one replica's window, in
 	// the store's own accounting (encoded points, per-series records, label
-	// strings). Default 4 MiB: about 30 times what the full current SGLang
-	// exposition costs at the default retention.
+	// strings). New series are admitted while the window is below half of
+	// it, the other half being headroom for the points of the series held;
+	// at the budget, samples of known series are dropped too
+	// (ErrMemoryBudget either way). Default 4 MiB: about 4 times what the
+	// full current SGLang exposition (477 series) costs at the default
+	// retention of 65 minutes at 5 s.
 	MaxBytesPerReplica int
 }
 
@@ -195,8 +199,9 @@ type replica struct {
 	bytes int
 }
 
-// Accounting sizes: a series record with its two map slots, and an
-// interned string's map slot beside its bytes.
+// Accounting sizes: a series record with its two map slots, a label, and
+// an interned string's map slot beside its bytes. The replica's scrape
+// times add 8 bytes per scrape held.
 const (
 	seriesRecBytes = int(unsafe.Sizeof(seriesRec{})) + 48
 	labelBytes     = int(unsafe.Sizeof(series.Label{}))
@@ -462,7 +467,9 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	}
 
 	seq := r.times.end()
+	r.bytes -= 8 * len(r.times.buf)
 	r.times.push(at, opts.MaxPointsPerSeries)
+	r.bytes += 8 * len(r.times.buf)
 	r.dropOlderThan(at - int64(opts.Retention))
 	oldest := r.times.first
 
@@ -478,8 +485,10 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		switch {
 		case rec != nil:
 			r.bytes += rec.pts.dropBefore(oldest)
-			// Known series keep recording up to the budget; only a target
-			// whose admitted series outgrow it loses points.
+			// Known series keep recording up to the budget, new ones are
+			// admitted up to half of it: the rest is headroom for the
+			// chunks of the series held, so that a target flooding new
+			// series does not starve them.
 			if r.bytes >= opts.MaxBytesPerReplica && !(rec.pts.hasNewest && rec.pts.newest == seq) {
 				overBudget++
 				continue
@@ -487,7 +496,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		case r.nSeries >= opts.MaxSeriesPerReplica:
 			overLimit++
 			continue
-		case r.bytes+r.newSeriesBytes(smp) > opts.MaxBytesPerReplica:
+		case r.bytes+r.newSeriesBytes(smp) > opts.MaxBytesPerReplica/2:
 			overBudget++
 			continue
 		default:
