@@ -126,14 +126,35 @@ func (p *points) end() uint64 {
 	return p.newest + 1
 }
 
-// decoder is the scratch of range reads: a chunk to reset onto sealed
-// bytes, a reused iterator and value buffers. One View uses one decoder.
+// decoder reads series for one View: a chunk to reset onto sealed bytes, a
+// reused iterator, and the chunks it decoded, so that the many questions
+// detectors ask of one series in a round decode each of its chunks at most
+// once. Values live in a slab reused between Views, so steady-state reads
+// allocate nothing.
 type decoder struct {
 	chunk chunkenc.XORChunk
 	it    chunkenc.Iterator
-	vals  []float64 // one series' values over a range
+	memo  map[segment][]float64
+	slab  []float64
+	vals  []float64 // a range spanning several chunks, stitched
 	acc   []float64 // per-scrape combination over several series
 	any   []bool
+}
+
+// segment is a piece of one series decoded as a unit: a sealed chunk (k its
+// index), or the head chunk with the unencoded newest value (k = -1).
+type segment struct {
+	p *points
+	k int
+}
+
+// minSlab is the smallest slab: a few hundred chunks.
+const minSlab = 1 << 15
+
+// end forgets the View's values, keeping the memory for the next one.
+func (d *decoder) end() {
+	clear(d.memo)
+	d.slab = d.slab[:0]
 }
 
 // grow returns s resized to n, reallocating only when too small.
@@ -144,14 +165,82 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// fill returns the values of seqs [lo, hi), NaN where the series has no
-// sample, in a buffer owned by d (valid until the next fill).
-func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
-	if hi <= lo {
-		return d.vals[:0]
+// bounds are the seqs [lo, hi) segment k of p covers.
+func (p *points) bounds(k int) (lo, hi uint64) {
+	if k >= 0 {
+		return p.sealed[k].first, p.sealedEnd(k)
 	}
-	d.vals = grow(d.vals, int(hi-lo))
-	out := d.vals
+	if p.head != nil {
+		return p.headFirst, p.end()
+	}
+	return p.newest, p.end()
+}
+
+// segmentValues returns the decoded values of segment k, decoding it the
+// first time it is asked for in the View.
+func (d *decoder) segmentValues(p *points, k int) []float64 {
+	key := segment{p, k}
+	if vals, ok := d.memo[key]; ok {
+		return vals
+	}
+	if d.memo == nil {
+		d.memo = map[segment][]float64{}
+	}
+	lo, hi := p.bounds(k)
+	vals := d.fill(p, lo, hi)
+	d.memo[key] = vals
+	return vals
+}
+
+// values returns the series' values for the seqs [lo, hi), NaN where it
+// has no sample; the slice is shorter when the series ends before hi. It
+// is read-only, and valid until the next call.
+func (d *decoder) values(p *points, lo, hi uint64) []float64 {
+	hi = min(hi, p.end())
+	if hi <= lo {
+		return nil
+	}
+	var out []float64
+	stitched := false
+	for k := -1; k < len(p.sealed); k++ {
+		slo, shi := p.bounds(k)
+		if shi <= lo || slo >= hi {
+			continue
+		}
+		seg := d.segmentValues(p, k)
+		if slo <= lo && hi <= shi {
+			return seg[lo-slo : hi-slo] // inside one segment: no copy
+		}
+		if !stitched {
+			out = grow(d.vals, int(hi-lo))
+			d.vals = out
+			for i := range out {
+				out[i] = math.NaN()
+			}
+			stitched = true
+		}
+		from, to := max(lo, slo), min(hi, shi)
+		copy(out[from-lo:to-lo], seg[from-slo:to-slo])
+	}
+	if !stitched {
+		out = grow(d.vals, int(hi-lo))
+		d.vals = out
+		for i := range out {
+			out[i] = math.NaN()
+		}
+	}
+	return out
+}
+
+// fill decodes the seqs [lo, hi) into a new piece of the slab.
+func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
+	n := int(hi - lo)
+	if cap(d.slab)-len(d.slab) < n {
+		// Values handed out keep the old slab alive until the View ends.
+		d.slab = make([]float64, 0, max(minSlab, 2*cap(d.slab), n))
+	}
+	out := d.slab[len(d.slab) : len(d.slab)+n : len(d.slab)+n]
+	d.slab = d.slab[:len(d.slab)+n]
 	for i := range out {
 		out[i] = math.NaN()
 	}

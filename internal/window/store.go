@@ -739,6 +739,7 @@ func (s *Store) View(name string, fn func(w detect.Window)) bool {
 	defer s.decoders.Put(d)
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	defer d.end()
 	fn(view{r: r, d: d})
 	return true
 }

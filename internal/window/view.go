@@ -124,7 +124,7 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 	if end := rec.pts.end(); hi > end {
 		hi = end
 	}
-	vals := v.d.fill(&rec.pts, lo, hi)
+	vals := v.d.values(&rec.pts, lo, hi)
 	prev := 0.0
 	partial := 0 // drops without a restart
 	for seq := lo; seq < hi; seq++ {
@@ -274,7 +274,7 @@ func (v view) eachScrape(sel detect.Selector, from, to time.Time, fn func(sum fl
 	// Series by series, each seq's combination in the order of recs, as a
 	// scrape-by-scrape loop would add them.
 	for _, rec := range recs {
-		for i, x := range d.fill(&rec.pts, lo, hi) {
+		for i, x := range d.values(&rec.pts, lo, hi) {
 			if finite(x) {
 				d.acc[i] = combine(sel.Combine, d.acc[i], x, d.any[i])
 				d.any[i] = true
