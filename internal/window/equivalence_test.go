@@ -40,9 +40,11 @@ func TestCompactWindowMatchesOracle(t *testing.T) {
 			// for 20 minutes.
 			var scrapes int
 			var next func(i int, now time.Time) ([]series.Sample, bool)
+			detectEvery := 6 // scrapes: every 30 s, as the daemon's rounds
 			if name == "healthy" {
 				seq := movingSequence(t)
 				scrapes = len(seq)
+				detectEvery = 24 // a long quiet run: every 2 minutes
 				next = func(i int, _ time.Time) ([]series.Sample, bool) { return seq[i], true }
 			} else {
 				sc, err := sim.IncidentScenario(name)
@@ -89,7 +91,7 @@ func TestCompactWindowMatchesOracle(t *testing.T) {
 				if accepted != (err == nil) || (err != nil && !errors.Is(err, ErrOutOfOrder)) {
 					t.Fatalf("scrape %d at %s: store err %v, oracle accepted %v", i, at, err, accepted)
 				}
-				if i%12 == 0 {
+				if i%detectEvery == 0 {
 					withView(t, store, "r", func(w detect.Window) {
 						ov := oracleView{o: o, real: w}
 						for _, d := range ds {

@@ -2,12 +2,38 @@
 // replica and answers the detectors' range questions (rates, averages,
 // histogram quantiles, restarts) through the detect.Window interface.
 //
-// Memory is bounded three ways: points older than Retention are dropped,
-// every series holds at most MaxPointsPerSeries points, and a replica holds
-// at most MaxSeriesPerReplica series (new ones beyond that are rejected
-// with an error, existing ones keep working). A series costs about
-// 8 bytes per point held; a replica exposing S series scraped every I for a
-// retention R costs about S × R/I × 8 bytes (700 series, 5 s, 65 min ≈ 4.4 MB).
+// Points are stored losslessly: every detector question needs exact
+// values at scrape resolution (reset-aware increases, per-scrape sums,
+// bucket increases over arbitrary ranges), which per-minute aggregates
+// cannot give for ranges that do not fall on their boundaries. Each series'
+// values are encoded with Prometheus TSDB's XOR chunks (tsdb/chunkenc,
+// 120 samples per chunk) using the replica's scrape sequence number as the
+// chunk timestamp: consecutive scrapes cost about one bit of timestamp,
+// and real scrape times are kept once per replica. A scrape the series
+// missed has no sample (it reads as NaN, as NaN values do); the newest
+// value stays unencoded, so a duplicate in one scrape overwrites it and
+// Last needs no decoding. Retention frees whole chunks, so a series holds
+// at most one chunk past the window. Label strings are interned per
+// replica. A View decodes each chunk it reads at most once, into a slab
+// reused between Views.
+//
+// Memory is accounted and bounded: the store counts each replica's bytes
+// (chunks, chunk lists, head chunks, series records, labels, interned
+// strings, scrape times) and exports the sum per target as
+// watchdog_window_bytes. Points older than Retention are dropped; a
+// replica holds at most MaxPointsPerSeries scrapes and MaxSeriesPerReplica
+// series; and its window is kept within MaxBytesPerReplica: new series are
+// admitted while it is below half of the budget, and at the budget even
+// known series' samples are dropped. Dropped samples are reported by
+// Append (ErrTooManySeries, ErrMemoryBudget) and counted in
+// watchdog_series_rejected_total{target,reason}.
+//
+// Measured (TestWindowMemoryAtProductionRetention: the full current SGLang
+// exposition with values moving as the simulator's busy replica's, 65
+// minutes at 5 s): about 2.3 KiB per series, 1.05 MiB for the full
+// exposition's 477 series and 0.70 MiB for the 291 series of the families
+// detectors read, against 8 bytes per point (2.9 and 1.8 MB of points
+// alone) before. Busy latency histograms cost about 16 bits per point.
 package window
 
 import (
