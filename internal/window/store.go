@@ -2,12 +2,38 @@
 // replica and answers the detectors' range questions (rates, averages,
 // histogram quantiles, restarts) through the detect.Window interface.
 //
-// Memory is bounded three ways: points older than Retention are dropped,
-// every series holds at most MaxPointsPerSeries points, and a replica holds
-// at most MaxSeriesPerReplica series (new ones beyond that are rejected
-// with an error, existing ones keep working). A series costs about
-// 8 bytes per point held; a replica exposing S series scraped every I for a
-// retention R costs about S × R/I × 8 bytes (700 series, 5 s, 65 min ≈ 4.4 MB).
+// Points are stored losslessly: every detector question needs exact
+// values at scrape resolution (reset-aware increases, per-scrape sums,
+// bucket increases over arbitrary ranges), which per-minute aggregates
+// cannot give for ranges that do not fall on their boundaries. Each series'
+// values are encoded with Prometheus TSDB's XOR chunks (tsdb/chunkenc,
+// 120 samples per chunk) using the replica's scrape sequence number as the
+// chunk timestamp: consecutive scrapes cost about one bit of timestamp,
+// and real scrape times are kept once per replica. A scrape the series
+// missed has no sample (it reads as NaN, as NaN values do); the newest
+// value stays unencoded, so a duplicate in one scrape overwrites it and
+// Last needs no decoding. Retention frees whole chunks, so a series holds
+// at most one chunk past the window. Label strings are interned per
+// replica. A View decodes each chunk it reads at most once, into a slab
+// reused between Views.
+//
+// Memory is accounted and bounded: the store counts each replica's bytes
+// (chunks, chunk lists, head chunks, series records, labels, interned
+// strings, scrape times) and exports the sum per target as
+// watchdog_window_bytes. Points older than Retention are dropped; a
+// replica holds at most MaxPointsPerSeries scrapes and MaxSeriesPerReplica
+// series; and its window is kept within MaxBytesPerReplica: new series are
+// admitted while it is below half of the budget, and at the budget even
+// known series' samples are dropped. Dropped samples are reported by
+// Append (ErrTooManySeries, ErrMemoryBudget) and counted in
+// watchdog_series_rejected_total{target,reason}.
+//
+// Measured (TestWindowMemoryAtProductionRetention: the full current SGLang
+// exposition with values moving as the simulator's busy replica's, 65
+// minutes at 5 s): about 2.3 KiB per series, 1.05 MiB for the full
+// exposition's 477 series and 0.70 MiB for the 291 series of the families
+// detectors read, against 8 bytes per point (2.9 and 1.8 MB of points
+// alone) before. Busy latency histograms cost about 16 bits per point.
 package window
 
 import (
@@ -20,6 +46,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,6 +58,7 @@ import (
 const (
 	DefaultScrapeInterval      = 5 * time.Second
 	DefaultMaxSeriesPerReplica = 20000
+	DefaultMaxBytesPerReplica  = 4 << 20
 )
 
 // Errors wrapped by Append.
@@ -38,6 +66,10 @@ var (
 	// ErrTooManySeries: the replica already holds MaxSeriesPerReplica series;
 	// samples of new series were dropped, known series were recorded.
 	ErrTooManySeries = errors.New("too many series")
+	// ErrMemoryBudget: the replica's window is at MaxBytesPerReplica (for
+	// new series: at half of it); the samples the error counts were
+	// dropped.
+	ErrMemoryBudget = errors.New("window memory budget reached")
 	// ErrOutOfOrder: the scrape is not newer than the replica's newest one;
 	// it was ignored.
 	ErrOutOfOrder = errors.New("scrape out of order")
@@ -53,16 +85,25 @@ type Options struct {
 	ScrapeInterval time.Duration
 	// MaxSeriesPerReplica caps the series one replica may hold. Default 20000.
 	MaxSeriesPerReplica int
-	// MaxPointsPerSeries caps the points one series holds. Default:
-	// Retention/ScrapeInterval plus 20% for scrape jitter.
+	// MaxPointsPerSeries caps the scrapes one replica's window holds.
+	// Default: Retention/ScrapeInterval plus 20% for scrape jitter.
 	MaxPointsPerSeries int
+	// MaxBytesPerReplica is the memory budget of one replica's window, in
+	// the store's own accounting (encoded points, per-series records, label
+	// strings). New series are admitted while the window is below half of
+	// it, the other half being headroom for the points of the series held;
+	// at the budget, samples of known series are dropped too
+	// (ErrMemoryBudget either way). Default 4 MiB: about 4 times what the
+	// full current SGLang exposition (477 series) costs at the default
+	// retention of 65 minutes at 5 s.
+	MaxBytesPerReplica int
 }
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Retention <= 0 {
 		return o, fmt.Errorf("window: retention must be positive, got %s", o.Retention)
 	}
-	if o.ScrapeInterval < 0 || o.MaxSeriesPerReplica < 0 || o.MaxPointsPerSeries < 0 {
+	if o.ScrapeInterval < 0 || o.MaxSeriesPerReplica < 0 || o.MaxPointsPerSeries < 0 || o.MaxBytesPerReplica < 0 {
 		return o, errors.New("window: scrape interval and limits must not be negative")
 	}
 	if o.ScrapeInterval == 0 {
@@ -70,6 +111,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxSeriesPerReplica == 0 {
 		o.MaxSeriesPerReplica = DefaultMaxSeriesPerReplica
+	}
+	if o.MaxBytesPerReplica == 0 {
+		o.MaxBytesPerReplica = DefaultMaxBytesPerReplica
 	}
 	if o.MaxPointsPerSeries == 0 {
 		n := int(math.Ceil(float64(o.Retention) / float64(o.ScrapeInterval)))
@@ -91,11 +135,24 @@ type Store struct {
 	replicas map[string]*replica            // by replica name
 	byTarget map[string]map[string]*replica // target -> replica name -> replica
 
+	decoders sync.Pool // of *decoder, one per View
+
 	ingested      prometheus.Counter
 	rejected      *prometheus.CounterVec
 	seriesHeld    *prometheus.GaugeVec
+	bytesHeld     *prometheus.GaugeVec
 	replicasGauge prometheus.Gauge
 }
+
+// RejectReason says why samples were dropped (the reason label of
+// watchdog_series_rejected_total).
+type RejectReason string
+
+// Reject reasons.
+const (
+	RejectSeriesLimit  RejectReason = "series_limit"  // MaxSeriesPerReplica reached
+	RejectMemoryBudget RejectReason = "memory_budget" // MaxBytesPerReplica reached
+)
 
 // New returns an empty store and registers its metrics on reg (nil: not
 // registered).
@@ -114,11 +171,15 @@ func New(opts Options, reg prometheus.Registerer) (*Store, error) {
 		}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "watchdog_series_rejected_total",
-			Help: "Samples of new series dropped because their replica reached the series limit.",
-		}, []string{"target"}),
+			Help: "Samples dropped because their replica reached the series limit (reason series_limit) or its window memory budget (reason memory_budget).",
+		}, []string{"target", "reason"}),
 		seriesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "watchdog_series",
 			Help: "Series held in the sliding windows, per scrape target.",
+		}, []string{"target"}),
+		bytesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "watchdog_window_bytes",
+			Help: "Memory held by the sliding windows in the store's own accounting (encoded points, series records, label strings), per scrape target.",
 		}, []string{"target"}),
 		replicasGauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "watchdog_replicas",
@@ -126,7 +187,7 @@ func New(opts Options, reg prometheus.Registerer) (*Store, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{s.ingested, s.rejected, s.seriesHeld, s.replicasGauge} {
+		for _, c := range []prometheus.Collector{s.ingested, s.rejected, s.seriesHeld, s.bytesHeld, s.replicasGauge} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("window: register metrics: %w", err)
 			}
@@ -154,17 +215,32 @@ type replica struct {
 	seed     maphash.Seed // of the series hashes
 	restarts []time.Time  // oldest first, within retention
 	appends  int
+
+	// strings interns the label strings of the replica's series: the
+	// scraper allocates them per scrape, and most series of a replica share
+	// their values (model, rank, le bounds).
+	strings map[string]string
+	// bytes is the window's memory in the store's accounting: the series'
+	// encoded points and records and the interned strings.
+	bytes int
 }
 
-// seriesRec is one series' points, aligned with the replica's scrape
-// sequence: the value at seq k was recorded at the replica's k-th
-// successful scrape. NaN marks a scrape in which the series was absent.
+// Accounting sizes: a series record with its two map slots, a label, and
+// an interned string's map slot beside its bytes. The replica's scrape
+// times add 8 bytes per scrape held.
+const (
+	seriesRecBytes = int(unsafe.Sizeof(seriesRec{})) + 48
+	labelBytes     = int(unsafe.Sizeof(series.Label{}))
+	internBytes    = 40
+)
+
+// seriesRec is one series of a replica and its points.
 type seriesRec struct {
 	name   string
 	labels series.Labels
 	hash   uint64
 	next   *seriesRec // next series with the same hash
-	vals   ring[float64]
+	pts    points
 
 	// For restart detection: the newest finite value seen.
 	last    float64
@@ -182,6 +258,7 @@ func newReplica(name, target, kind string) *replica {
 		series:   map[uint64]*seriesRec{},
 		families: map[string][]*seriesRec{},
 		seed:     maphash.MakeSeed(),
+		strings:  map[string]string{},
 	}
 }
 
@@ -201,26 +278,40 @@ func (s *Store) Append(sc series.Scrape) error {
 		groups = []series.Group{{}}
 	}
 	var errs []error
-	var ingested, rejected int
-	seen := make(map[string]bool, len(groups))
+	var ingested int
+	var rejected rejections
 	for i := range groups {
 		g := &groups[i]
 		name := series.ReplicaName(sc.Target, g.Worker)
-		seen[name] = true
 		r := s.replicaFor(name, sc.Target, sc.Kind)
-		n, rej, err := r.appendGroup(sc, g, &s.opts)
+		n, err := r.appendGroup(sc, g, &s.opts, &rejected)
 		ingested += n
-		rejected += rej
 		if err != nil {
 			errs = append(errs, fmt.Errorf("window: replica %q: %w", name, err))
 		}
 	}
-	s.collectTarget(sc, seen)
+	s.collectTarget(sc, groups)
 	s.ingested.Add(float64(ingested))
-	if rejected > 0 {
-		s.rejected.WithLabelValues(sc.Target).Add(float64(rejected))
+	if rejected.seriesLimit > 0 {
+		s.rejected.WithLabelValues(sc.Target, string(RejectSeriesLimit)).Add(float64(rejected.seriesLimit))
+	}
+	if rejected.memoryBudget > 0 {
+		s.rejected.WithLabelValues(sc.Target, string(RejectMemoryBudget)).Add(float64(rejected.memoryBudget))
 	}
 	return errors.Join(errs...)
+}
+
+// rejections counts the samples one Append dropped, by reason.
+type rejections struct{ seriesLimit, memoryBudget int }
+
+// exposes reports whether the scrape's groups include the replica name.
+func exposes(target string, groups []series.Group, name string) bool {
+	for i := range groups {
+		if series.ReplicaName(target, groups[i].Worker) == name {
+			return true
+		}
+	}
+	return false
 }
 
 // replicaFor returns the named replica, creating it.
@@ -290,28 +381,30 @@ func (s *Store) appendFailure(sc series.Scrape) {
 // answered or silent for longer than the retention; then refreshes the
 // target's series gauge. Replica locks are taken without holding the store
 // lock, so a long-running View never stalls the whole store.
-func (s *Store) collectTarget(sc series.Scrape, seen map[string]bool) {
+func (s *Store) collectTarget(sc series.Scrape, groups []series.Group) {
 	s.mu.RLock()
 	rs := make([]*replica, 0, len(s.byTarget[sc.Target]))
 	for _, r := range s.byTarget[sc.Target] {
 		rs = append(rs, r)
 	}
 	s.mu.RUnlock()
-	total := 0
+	total, bytes := 0, 0
 	var gone []*replica
 	for _, r := range rs {
 		r.mu.RLock()
 		placeholder := r.state.LastSuccess.IsZero()
 		silent := sc.At.Sub(r.state.LastAttempt) > s.opts.Retention
-		n, name := r.nSeries, r.info.Name
+		n, b, name := r.nSeries, r.bytes, r.info.Name
 		r.mu.RUnlock()
-		if !seen[name] && (placeholder || silent) {
+		if (placeholder || silent) && !exposes(sc.Target, groups, name) {
 			gone = append(gone, r)
 			continue
 		}
 		total += n
+		bytes += b
 	}
 	s.seriesHeld.WithLabelValues(sc.Target).Set(float64(total))
+	s.bytesHeld.WithLabelValues(sc.Target).Set(float64(bytes))
 	if len(gone) == 0 {
 		return
 	}
@@ -356,14 +449,14 @@ func (r *replica) setPod(sc series.Scrape, retention time.Duration) {
 }
 
 // appendGroup records one replica's samples at sc.At. It returns how many
-// samples were recorded and how many were rejected by the series limit.
-func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) (ingested, rejected int, err error) {
+// samples were recorded and adds the ones it dropped to rej.
+func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, rej *rejections) (ingested int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	at := sc.At.UnixNano()
 	if r.times.n > 0 {
 		if newest, _ := r.times.at(r.times.end() - 1); at <= newest {
-			return 0, 0, fmt.Errorf("%w: %s is not after %s", ErrOutOfOrder,
+			return 0, fmt.Errorf("%w: %s is not after %s", ErrOutOfOrder,
 				sc.At.UTC().Format(time.RFC3339Nano), time.Unix(0, newest).UTC().Format(time.RFC3339Nano))
 		}
 	}
@@ -400,22 +493,39 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) 
 	}
 
 	seq := r.times.end()
+	r.bytes -= 8 * len(r.times.buf)
 	r.times.push(at, opts.MaxPointsPerSeries)
+	r.bytes += 8 * len(r.times.buf)
 	r.dropOlderThan(at - int64(opts.Retention))
+	oldest := r.times.first
 
 	// Restart detection, folded into the ingest loop: a restart resets most
 	// counters at once, or changes the process start time.
 	var counters, dropped int
+	var overLimit, overBudget int
 	startChanged := false
 	for i := range g.Samples {
 		smp := &g.Samples[i]
 		h := hashSeries(r.seed, smp.Name, smp.Labels)
 		rec := r.lookup(h, smp.Name, smp.Labels)
-		if rec == nil {
-			if r.nSeries >= opts.MaxSeriesPerReplica {
-				rejected++
+		switch {
+		case rec != nil:
+			r.bytes += rec.pts.dropBefore(oldest)
+			// Known series keep recording up to the budget, new ones are
+			// admitted up to half of it: the rest is headroom for the
+			// chunks of the series held, so that a target flooding new
+			// series does not starve them.
+			if r.bytes >= opts.MaxBytesPerReplica && !(rec.pts.hasNewest && rec.pts.newest == seq) {
+				overBudget++
 				continue
 			}
+		case r.nSeries >= opts.MaxSeriesPerReplica:
+			overLimit++
+			continue
+		case r.bytes+r.newSeriesBytes(smp) > opts.MaxBytesPerReplica/2:
+			overBudget++
+			continue
+		default:
 			rec = r.create(h, smp)
 		}
 		v := smp.Value
@@ -433,7 +543,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) 
 			}
 			rec.last, rec.hasLast = v, true
 		}
-		rec.put(seq, v, opts.MaxPointsPerSeries)
+		r.bytes += rec.pts.put(seq, v)
 		ingested++
 	}
 	if startChanged || (dropped > 0 && 2*dropped >= counters) {
@@ -444,11 +554,18 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options) 
 	if r.appends%64 == 0 {
 		r.sweep()
 	}
-	if rejected > 0 {
-		err = fmt.Errorf("%w: %d samples of new series dropped, the replica already holds the limit of %d series",
-			ErrTooManySeries, rejected, opts.MaxSeriesPerReplica)
+	var errs []error
+	if overLimit > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d samples of new series dropped, the replica already holds the limit of %d series",
+			ErrTooManySeries, overLimit, opts.MaxSeriesPerReplica))
 	}
-	return ingested, rejected, err
+	if overBudget > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d samples dropped, the replica's window holds %d bytes of its budget of %d",
+			ErrMemoryBudget, overBudget, r.bytes, opts.MaxBytesPerReplica))
+	}
+	rej.seriesLimit += overLimit
+	rej.memoryBudget += overBudget
+	return ingested, errors.Join(errs...)
 }
 
 // dropOlderThan forgets scrapes and restarts before cut (unix nanos).
@@ -469,18 +586,23 @@ func (r *replica) dropOlderThan(cut int64) {
 	}
 }
 
-// sweep frees the series that hold no point inside the window any more.
+// sweep frees the chunks that fell out of the window and the series that
+// hold no point inside it any more, then the strings no series uses.
 func (r *replica) sweep() {
 	oldest := r.times.first
+	removed := false
 	for h, head := range r.series {
 		var keep *seriesRec
 		for rec := head; rec != nil; {
 			next := rec.next
-			if rec.vals.end() > oldest {
+			if rec.pts.end() > oldest {
+				r.bytes += rec.pts.dropBefore(oldest)
 				rec.next = keep
 				keep = rec
 			} else {
+				removed = true
 				r.nSeries--
+				r.bytes -= rec.ownBytes()
 				fam := r.families[rec.name]
 				for i, f := range fam {
 					if f == rec {
@@ -502,6 +624,56 @@ func (r *replica) sweep() {
 			r.series[h] = keep
 		}
 	}
+	if removed {
+		r.reintern()
+	}
+}
+
+// reintern rebuilds the string table from the series still held, so that a
+// target churning label values does not keep dead strings.
+func (r *replica) reintern() {
+	for s := range r.strings {
+		r.bytes -= len(s) + internBytes
+	}
+	clear(r.strings)
+	for _, fam := range r.families {
+		for _, rec := range fam {
+			for k := range rec.labels {
+				rec.labels[k].Name = r.intern(rec.labels[k].Name)
+				rec.labels[k].Value = r.intern(rec.labels[k].Value)
+			}
+		}
+	}
+}
+
+// intern returns the replica's copy of s, adding it (and its bytes).
+func (r *replica) intern(s string) string {
+	if c, ok := r.strings[s]; ok {
+		return c
+	}
+	r.strings[s] = s
+	r.bytes += len(s) + internBytes
+	return s
+}
+
+// ownBytes is what a series costs beyond the interned strings.
+func (rec *seriesRec) ownBytes() int {
+	return seriesRecBytes + cap(rec.labels)*labelBytes + rec.pts.bytes
+}
+
+// newSeriesBytes bounds what admitting the sample's series would cost
+// before its first chunk: its record, labels and new strings.
+func (r *replica) newSeriesBytes(smp *series.Sample) int {
+	n := seriesRecBytes + len(smp.Labels)*labelBytes
+	for _, l := range smp.Labels {
+		if _, ok := r.strings[l.Value]; !ok {
+			n += len(l.Value) + internBytes
+		}
+		if _, ok := r.strings[l.Name]; !ok {
+			n += len(l.Name) + internBytes
+		}
+	}
+	return n
 }
 
 func (r *replica) lookup(h uint64, name string, labels series.Labels) *seriesRec {
@@ -514,9 +686,13 @@ func (r *replica) lookup(h uint64, name string, labels series.Labels) *seriesRec
 }
 
 func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
+	labels := make(series.Labels, len(smp.Labels)) // the scraper may reuse its buffers
+	for k, l := range smp.Labels {
+		labels[k] = series.Label{Name: r.intern(l.Name), Value: r.intern(l.Value)}
+	}
 	rec := &seriesRec{
 		name:   smp.Name,
-		labels: append(series.Labels(nil), smp.Labels...), // the scraper may reuse its buffers
+		labels: labels,
 		hash:   h,
 		next:   r.series[h],
 	}
@@ -536,26 +712,8 @@ func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
 	r.series[h] = rec
 	r.families[rec.name] = append(r.families[rec.name], rec)
 	r.nSeries++
+	r.bytes += rec.ownBytes()
 	return rec
-}
-
-// put records v at seq. Scrapes the series missed since its last point are
-// filled with NaN (absent), so the ring stays aligned with the replica's
-// scrape sequence; a duplicate sample within one scrape overwrites.
-func (rec *seriesRec) put(seq uint64, v float64, limit int) {
-	end := rec.vals.end()
-	switch {
-	case rec.vals.n > 0 && end == seq+1:
-		rec.vals.set(seq, v)
-		return
-	case rec.vals.n == 0 || seq < end || seq-end >= uint64(limit):
-		rec.vals.restart(seq)
-	default:
-		for ; end < seq; end++ {
-			rec.vals.push(math.NaN(), limit)
-		}
-	}
-	rec.vals.push(v, limit)
 }
 
 // Remove frees every replica of the target.
@@ -567,7 +725,8 @@ func (s *Store) Remove(target string) {
 	}
 	delete(s.byTarget, target)
 	s.seriesHeld.DeleteLabelValues(target)
-	s.rejected.DeleteLabelValues(target)
+	s.bytesHeld.DeleteLabelValues(target)
+	s.rejected.DeletePartialMatch(prometheus.Labels{"target": target})
 	s.replicasGauge.Set(float64(len(s.replicas)))
 }
 
@@ -599,8 +758,14 @@ func (s *Store) View(name string, fn func(w detect.Window)) bool {
 	if r == nil {
 		return false
 	}
+	d, _ := s.decoders.Get().(*decoder)
+	if d == nil {
+		d = new(decoder)
+	}
+	defer s.decoders.Put(d)
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	fn(view{r})
+	defer d.end()
+	fn(view{r: r, d: d})
 	return true
 }

@@ -10,8 +10,12 @@ import (
 )
 
 // view is the detect.Window of one replica. It is only valid while the
-// replica's read lock is held (inside Store.View).
-type view struct{ r *replica }
+// replica's read lock is held (inside Store.View), and decodes ranges into
+// the scratch d, so it is not for concurrent use.
+type view struct {
+	r *replica
+	d *decoder
+}
 
 var (
 	_ detect.Window        = view{}
@@ -80,8 +84,8 @@ func (v view) Last(sel detect.Selector) (float64, bool) {
 	sum, any := 0.0, false
 	for _, rec := range v.selected(sel.Name, sel.Match) {
 		// A series absent from the newest scrape is not held at seq: stale.
-		if x, ok := rec.vals.at(seq); ok && finite(x) {
-			sum = combine(sel.Combine, sum, x, any)
+		if p := &rec.pts; p.hasNewest && p.newest == seq && finite(p.newestVal) {
+			sum = combine(sel.Combine, sum, p.newestVal, any)
 			any = true
 		}
 	}
@@ -94,7 +98,7 @@ func (v view) Has(name string) bool {
 		return false
 	}
 	for _, rec := range v.r.families[name] {
-		if rec.vals.end() == seq+1 {
+		if rec.pts.end() == seq+1 {
 			return true
 		}
 	}
@@ -115,17 +119,16 @@ func (v view) Has(name string) bool {
 // then mostly the other sources' lifetime totals, not an increase, so the
 // step counts what the series grew per second over its steps without a
 // reset, for the step's duration, and at most the post-reset value.
-func (r *replica) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first, last uint64, n int) {
-	if lo < rec.vals.first {
-		lo = rec.vals.first
-	}
-	if end := rec.vals.end(); hi > end {
+func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first, last uint64, n int) {
+	r := v.r
+	if end := rec.pts.end(); hi > end {
 		hi = end
 	}
+	vals := v.d.values(&rec.pts, lo, hi)
 	prev := 0.0
 	partial := 0 // drops without a restart
 	for seq := lo; seq < hi; seq++ {
-		x, _ := rec.vals.at(seq)
+		x := vals[seq-lo]
 		if !finite(x) {
 			continue
 		}
@@ -151,7 +154,7 @@ func (r *replica) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, f
 	var prevSeq uint64
 	started := false
 	for seq := first; seq <= last; seq++ {
-		x, _ := rec.vals.at(seq)
+		x := vals[seq-lo]
 		if !finite(x) {
 			continue
 		}
@@ -170,7 +173,7 @@ func (r *replica) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, f
 	}
 	started = false
 	for seq := first; seq <= last; seq++ {
-		x, _ := rec.vals.at(seq)
+		x := vals[seq-lo]
 		if !finite(x) {
 			continue
 		}
@@ -211,7 +214,7 @@ func (v view) increase(name string, ms []detect.Match, from, to time.Time) (inc 
 	}
 	var minSeq, maxSeq uint64
 	for _, rec := range v.selected(name, ms) {
-		d, first, last, n := v.r.counterIncrease(rec, lo, hi)
+		d, first, last, n := v.counterIncrease(rec, lo, hi)
 		if n < 2 {
 			continue
 		}
@@ -262,16 +265,25 @@ func (v view) eachScrape(sel detect.Selector, from, to time.Time, fn func(sum fl
 		return
 	}
 	lo, hi := v.seqRange(from, to)
-	for seq := lo; seq < hi; seq++ {
-		sum, any := 0.0, false
-		for _, rec := range recs {
-			if x, ok := rec.vals.at(seq); ok && finite(x) {
-				sum = combine(sel.Combine, sum, x, any)
-				any = true
+	if hi <= lo {
+		return
+	}
+	d := v.d
+	d.acc, d.any = grow(d.acc, int(hi-lo)), grow(d.any, int(hi-lo))
+	clear(d.any)
+	// Series by series, each seq's combination in the order of recs, as a
+	// scrape-by-scrape loop would add them.
+	for _, rec := range recs {
+		for i, x := range d.values(&rec.pts, lo, hi) {
+			if finite(x) {
+				d.acc[i] = combine(sel.Combine, d.acc[i], x, d.any[i])
+				d.any[i] = true
 			}
 		}
-		if any {
-			fn(sum)
+	}
+	for i, ok := range d.any {
+		if ok {
+			fn(d.acc[i])
 		}
 	}
 }
@@ -333,7 +345,7 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 		if !rec.hasLE {
 			continue
 		}
-		inc, _, _, n := v.r.counterIncrease(rec, lo, hi)
+		inc, _, _, n := v.counterIncrease(rec, lo, hi)
 		if n < 2 {
 			continue
 		}

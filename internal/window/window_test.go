@@ -499,8 +499,10 @@ func TestRetentionBound(t *testing.T) {
 		t.Errorf("times ring holds %d points in a buffer of %d; want <= 13 within one minute", r.times.n, len(r.times.buf))
 	}
 	for _, rec := range r.families["c_total"] {
-		if len(rec.vals.buf) > limit {
-			t.Errorf("series buffer %d > cap %d", len(rec.vals.buf), limit)
+		// Whole chunks fall out of the window: at most the one that
+		// straddles its start, beside the head.
+		if len(rec.pts.sealed) > 1 {
+			t.Errorf("series holds %d sealed chunks of %d samples for a window of 13 scrapes", len(rec.pts.sealed), samplesPerChunk)
 		}
 	}
 	if _, ok := r.families["early"]; ok || r.nSeries != 1 {
@@ -542,7 +544,7 @@ func TestSeriesLimit(t *testing.T) {
 			t.Errorf("Last(burst) = %v, %v; want only the first admitted series (0)", v, ok)
 		}
 	})
-	if got := testutil.ToFloat64(s.rejected.WithLabelValues("r")); got != 99 {
+	if got := testutil.ToFloat64(s.rejected.WithLabelValues("r", string(RejectSeriesLimit))); got != 99 {
 		t.Errorf("watchdog_series_rejected_total = %v, want 99", got)
 	}
 	if got := testutil.ToFloat64(s.seriesHeld.WithLabelValues("r")); got != 3 {

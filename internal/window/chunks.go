@@ -1,0 +1,276 @@
+package window
+
+import (
+	"math"
+	"slices"
+	"unsafe"
+
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+)
+
+// samplesPerChunk is where a series' head chunk is sealed, Prometheus'
+// own choice: decoding a range starts at a chunk boundary, and retention
+// frees whole chunks, so a series holds at most one chunk past the window.
+const samplesPerChunk = 120
+
+// Accounting sizes: a head chunk with its appender (an unexported type of
+// six words), and one entry of the sealed list.
+const (
+	headBytes   = int(unsafe.Sizeof(chunkenc.XORChunk{})) + 48
+	sealedBytes = int(unsafe.Sizeof(sealedChunk{}))
+)
+
+// sealedChunk is a full XOR chunk, its bytes trimmed to their length. Its
+// samples end before the next chunk's (or the unencoded value's) first seq.
+type sealedChunk struct {
+	first uint64 // scrape seq of its first sample
+	data  []byte
+}
+
+// points is one series' values, aligned with its replica's scrape sequence:
+// the value at seq k was recorded at the replica's k-th successful scrape.
+// Values are XOR-encoded with seq as the chunk timestamp (consecutive
+// scrapes give a delta-of-delta of 0, about one bit); real scrape times are
+// kept once per replica. A scrape the series missed has no sample and reads
+// as NaN. The newest value stays unencoded until the next scrape, so that a
+// duplicate sample in one scrape overwrites it and Last needs no decoding.
+type points struct {
+	sealed    []sealedChunk // oldest first
+	head      *chunkenc.XORChunk
+	app       chunkenc.Appender
+	headFirst uint64 // seq of the head chunk's first sample
+	headLast  uint64 // seq of the head chunk's last sample
+	newest    uint64 // seq of the unencoded newest value
+	newestVal float64
+	hasNewest bool
+	bytes     int // bytes held: sealed chunks and their list, the head chunk and its appender
+}
+
+// put records v at seq; seqs only grow. It returns the change in bytes held.
+func (p *points) put(seq uint64, v float64) (delta int) {
+	if p.hasNewest && p.newest == seq {
+		p.newestVal = v
+		return 0
+	}
+	if p.hasNewest {
+		delta = p.encode(p.newest, p.newestVal)
+	}
+	p.newest, p.newestVal, p.hasNewest = seq, v, true
+	return delta
+}
+
+// encode appends one sample to the head chunk, sealing it when full.
+func (p *points) encode(seq uint64, v float64) int {
+	before := p.bytes
+	if p.head == nil {
+		p.head = chunkenc.NewXORChunk()
+		p.app, _ = p.head.Appender() // an empty XOR chunk always gives an appender
+		p.headFirst = seq
+	} else {
+		p.bytes -= headBytes + cap(p.head.Bytes())
+	}
+	p.app.Append(0, int64(seq), v)
+	p.headLast = seq
+	if p.head.NumSamples() >= samplesPerChunk {
+		data := slices.Clip(slices.Clone(p.head.Bytes()))
+		p.bytes -= cap(p.sealed) * sealedBytes
+		if len(p.sealed) == cap(p.sealed) {
+			// One spare entry, not doubling: the list reaches a steady
+			// length at which a chunk is dropped for every one sealed.
+			p.sealed = append(make([]sealedChunk, 0, len(p.sealed)+1), p.sealed...)
+		}
+		p.sealed = append(p.sealed, sealedChunk{first: p.headFirst, data: data})
+		p.bytes += cap(p.sealed)*sealedBytes + cap(data)
+		p.head, p.app = nil, nil
+	} else {
+		p.bytes += headBytes + cap(p.head.Bytes())
+	}
+	return p.bytes - before
+}
+
+// sealedEnd is the seq before which sealed chunk k's samples all lie.
+func (p *points) sealedEnd(k int) uint64 {
+	switch {
+	case k+1 < len(p.sealed):
+		return p.sealed[k+1].first
+	case p.head != nil:
+		return p.headFirst
+	default:
+		return p.newest // a chunk is sealed while encoding the value before
+	}
+}
+
+// dropBefore frees the sealed chunks whose samples are all older than seq.
+// It returns the change in bytes held.
+func (p *points) dropBefore(seq uint64) int {
+	k := 0
+	freed := 0
+	for k < len(p.sealed) && p.sealedEnd(k) <= seq {
+		freed += cap(p.sealed[k].data)
+		k++
+	}
+	if k == 0 {
+		return 0
+	}
+	// Moving the rest down keeps the list's array, still accounted.
+	p.sealed = slices.Delete(p.sealed, 0, k)
+	p.bytes -= freed
+	return -freed
+}
+
+// end is one past the seq of the newest sample (0 when empty).
+func (p *points) end() uint64 {
+	if !p.hasNewest {
+		return 0
+	}
+	return p.newest + 1
+}
+
+// decoder reads series for one View: a chunk to reset onto sealed bytes, a
+// reused iterator, and the chunks it decoded, so that the many questions
+// detectors ask of one series in a round decode each of its chunks at most
+// once. Values live in a slab reused between Views, so steady-state reads
+// allocate nothing.
+type decoder struct {
+	chunk chunkenc.XORChunk
+	it    chunkenc.Iterator
+	memo  map[segment][]float64
+	slab  []float64
+	vals  []float64 // a range spanning several chunks, stitched
+	acc   []float64 // per-scrape combination over several series
+	any   []bool
+}
+
+// segment is a piece of one series decoded as a unit: a sealed chunk (k its
+// index), or the head chunk with the unencoded newest value (k = -1).
+type segment struct {
+	p *points
+	k int
+}
+
+// minSlab is the smallest slab: a few hundred chunks.
+const minSlab = 1 << 15
+
+// end forgets the View's values, keeping the memory for the next one.
+func (d *decoder) end() {
+	clear(d.memo)
+	d.slab = d.slab[:0]
+}
+
+// grow returns s resized to n, reallocating only when too small.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n, n+n/4)
+	}
+	return s[:n]
+}
+
+// bounds are the seqs [lo, hi) segment k of p covers.
+func (p *points) bounds(k int) (lo, hi uint64) {
+	if k >= 0 {
+		return p.sealed[k].first, p.sealedEnd(k)
+	}
+	if p.head != nil {
+		return p.headFirst, p.end()
+	}
+	return p.newest, p.end()
+}
+
+// segmentValues returns the decoded values of segment k, decoding it the
+// first time it is asked for in the View.
+func (d *decoder) segmentValues(p *points, k int) []float64 {
+	key := segment{p, k}
+	if vals, ok := d.memo[key]; ok {
+		return vals
+	}
+	if d.memo == nil {
+		d.memo = map[segment][]float64{}
+	}
+	lo, hi := p.bounds(k)
+	vals := d.fill(p, lo, hi)
+	d.memo[key] = vals
+	return vals
+}
+
+// values returns the series' values for the seqs [lo, hi), NaN where it
+// has no sample; the slice is shorter when the series ends before hi. It
+// is read-only, and valid until the next call.
+func (d *decoder) values(p *points, lo, hi uint64) []float64 {
+	hi = min(hi, p.end())
+	if hi <= lo {
+		return nil
+	}
+	var out []float64
+	stitched := false
+	for k := -1; k < len(p.sealed); k++ {
+		slo, shi := p.bounds(k)
+		if shi <= lo || slo >= hi {
+			continue
+		}
+		seg := d.segmentValues(p, k)
+		if slo <= lo && hi <= shi {
+			return seg[lo-slo : hi-slo] // inside one segment: no copy
+		}
+		if !stitched {
+			out = grow(d.vals, int(hi-lo))
+			d.vals = out
+			for i := range out {
+				out[i] = math.NaN()
+			}
+			stitched = true
+		}
+		from, to := max(lo, slo), min(hi, shi)
+		copy(out[from-lo:to-lo], seg[from-slo:to-slo])
+	}
+	if !stitched {
+		out = grow(d.vals, int(hi-lo))
+		d.vals = out
+		for i := range out {
+			out[i] = math.NaN()
+		}
+	}
+	return out
+}
+
+// fill decodes the seqs [lo, hi) into a new piece of the slab.
+func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
+	n := int(hi - lo)
+	if cap(d.slab)-len(d.slab) < n {
+		// Values handed out keep the old slab alive until the View ends.
+		d.slab = make([]float64, 0, max(minSlab, 2*cap(d.slab), n))
+	}
+	out := d.slab[len(d.slab) : len(d.slab)+n : len(d.slab)+n]
+	d.slab = d.slab[:len(d.slab)+n]
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	for i := range p.sealed {
+		c := &p.sealed[i]
+		if p.sealedEnd(i) <= lo || c.first >= hi {
+			continue
+		}
+		d.chunk.Reset(c.data)
+		d.read(&d.chunk, out, lo, hi)
+	}
+	if p.head != nil && p.headLast >= lo && p.headFirst < hi {
+		d.read(p.head, out, lo, hi)
+	}
+	if p.hasNewest && p.newest >= lo && p.newest < hi {
+		out[p.newest-lo] = p.newestVal
+	}
+	return out
+}
+
+func (d *decoder) read(c *chunkenc.XORChunk, out []float64, lo, hi uint64) {
+	d.it = c.Iterator(d.it)
+	for d.it.Next() == chunkenc.ValFloat {
+		t, v := d.it.At()
+		seq := uint64(t)
+		if seq >= hi {
+			return
+		}
+		if seq >= lo {
+			out[seq-lo] = v
+		}
+	}
+}
