@@ -132,12 +132,26 @@ func (l *Loopback) Replicas() int { return len(l.scale) }
 // MetricsPath is the path of replica i's exposition.
 func MetricsPath(i int) string { return "/replicas/" + strconv.Itoa(i) + "/metrics" }
 
+// ScrapeCounts is, per replica, how many /metrics requests came from
+// clients whose User-Agent starts with cfg.UserAgents[k].
+func (l *Loopback) ScrapeCounts(k int) []int64 {
+	out := make([]int64, len(l.counts[k]))
+	for i := range out {
+		out[i] = l.counts[k][i].Load()
+	}
+	return out
+}
+
 // ReplicasScraped is how many replicas have had their /metrics read at
 // least once by a client whose User-Agent starts with cfg.UserAgents[k].
-func (l *Loopback) ReplicasScraped(k int) int {
+func (l *Loopback) ReplicasScraped(k int) int { return ReplicasGrown(nil, l.ScrapeCounts(k)) }
+
+// ReplicasGrown is how many replicas' counts grew from before to after
+// (before nil: from zero).
+func ReplicasGrown(before, after []int64) int {
 	n := 0
-	for i := range l.counts[k] {
-		if l.counts[k][i].Load() > 0 {
+	for i, c := range after {
+		if before == nil && c > 0 || before != nil && c > before[i] {
 			n++
 		}
 	}
