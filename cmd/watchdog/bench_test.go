@@ -155,7 +155,7 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 		t.Fatalf("report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if r.Replicas != 12 || r.IntervalSeconds != 1 || r.WindowSeconds < 2 {
+	if r.Replicas != 12 || r.IntervalSeconds != 1 || r.WindowSeconds < 2 || r.HostCPUs < 1 {
 		t.Errorf("replicas %d, interval %vs, window %vs; want 12, 1s, at least 2s", r.Replicas, r.IntervalSeconds, r.WindowSeconds)
 	}
 	w := r.Watchdog
@@ -165,7 +165,7 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	if w.ReplicasScraped != 12 {
 		t.Errorf("watchdog scraped %d of 12 replicas in the window", w.ReplicasScraped)
 	}
-	if d := w.Daemon; d == nil || d.Scrapes < 12 || d.ScrapeP50Seconds <= 0 || d.ScrapeP99Seconds < d.ScrapeP50Seconds ||
+	if d := w.Daemon; d == nil || d.Scrapes < 12 || d.ScrapeP50.Seconds <= 0 || d.ScrapeP99.Seconds < d.ScrapeP50.Seconds ||
 		d.Rounds < 1 || d.RoundMeanSeconds <= 0 {
 		t.Errorf("daemon timings %+v: want at least 12 scrapes and a round, with non-zero times", d)
 	}

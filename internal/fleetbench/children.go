@@ -33,9 +33,13 @@ const stopGrace = 10 * time.Second
 type child struct {
 	name, addr, log string
 	cmd             *exec.Cmd
-	cancel          context.CancelFunc
-	done            chan struct{}
-	err             error // once done is closed
+	// client reads the child's /-/ready and /metrics: a few requests a
+	// minute, so a fresh connection each time, never one the child closed
+	// as idle meanwhile.
+	client *http.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // once done is closed
 }
 
 func (c *child) url(path string) string { return "http://" + c.addr + path }
@@ -60,7 +64,10 @@ func start(ctx context.Context, dir, name, addr, exe string, args ...string) (*c
 		cancel()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	c := &child{name: name, addr: addr, log: log, cmd: cmd, cancel: cancel, done: make(chan struct{})}
+	c := &child{
+		name: name, addr: addr, log: log, cmd: cmd, cancel: cancel, done: make(chan struct{}),
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second},
+	}
 	go func() {
 		c.err = cmd.Wait()
 		close(c.done)
@@ -104,7 +111,7 @@ func (c *child) waitReady(ctx context.Context, o Options) error {
 			return err
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/-/ready"), nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		if resp, err := c.client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
@@ -161,7 +168,7 @@ func sampleAll(ctx context.Context, o Options, children []*child) ([]usage, erro
 func (c *child) metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url("/metrics"), nil)
 	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s /metrics: %w", c.name, err)
 	}

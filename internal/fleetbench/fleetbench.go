@@ -13,8 +13,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
@@ -228,6 +231,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 				return Report{}, fmt.Errorf("prometheus /metrics: %w", err)
 			}
 			r.Prometheus = &m
+		}
+	}
+	r.HostCPUs = runtime.NumCPU()
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if load, err := fs.LoadAvg(); err == nil {
+			r.HostLoad1m = load.Load1
 		}
 	}
 	r.compare()

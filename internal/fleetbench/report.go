@@ -24,6 +24,11 @@ type Report struct {
 	// the duration asked for.
 	WindowSeconds float64 `json:"window_seconds"`
 	Incident      string  `json:"incident,omitempty"`
+	// HostCPUs and HostLoad1m (the 1-minute load average at the end) say
+	// how much else competed for the CPUs: on a busy machine both children
+	// are starved and their timings stretch.
+	HostCPUs   int     `json:"host_cpus"`
+	HostLoad1m float64 `json:"host_load_1m"`
 
 	Watchdog   Measurement  `json:"watchdog"`
 	Prometheus *Measurement `json:"prometheus,omitempty"`
@@ -53,12 +58,20 @@ type Measurement struct {
 // DaemonTimings come from the daemon's /metrics histograms over the window
 // (bucket interpolation, as histogram_quantile does).
 type DaemonTimings struct {
-	Scrapes          uint64  `json:"scrapes"`
-	ScrapeP50Seconds float64 `json:"scrape_p50_seconds"`
-	ScrapeP99Seconds float64 `json:"scrape_p99_seconds"`
-	Rounds           uint64  `json:"evaluation_rounds"`
-	RoundMeanSeconds float64 `json:"evaluation_round_mean_seconds"`
-	RoundP99Seconds  float64 `json:"evaluation_round_p99_seconds"`
+	Scrapes          uint64   `json:"scrapes"`
+	ScrapeP50        Quantile `json:"scrape_p50"`
+	ScrapeP99        Quantile `json:"scrape_p99"`
+	Rounds           uint64   `json:"evaluation_rounds"`
+	RoundMeanSeconds float64  `json:"evaluation_round_mean_seconds"`
+	RoundP99         Quantile `json:"evaluation_round_p99"`
+}
+
+// Quantile is an estimate from histogram buckets.
+type Quantile struct {
+	Seconds float64 `json:"seconds"`
+	// AtLeast: the quantile lies past the histogram's last finite bucket,
+	// whose bound is all Seconds can say.
+	AtLeast bool `json:"at_least,omitempty"`
 }
 
 // Ratios compare the daemon with Prometheus.
@@ -141,8 +154,8 @@ func daemonTimings(begin, end map[string]*dto.MetricFamily, window time.Duration
 		return DaemonTimings{}, 0, err
 	}
 	t := DaemonTimings{
-		Scrapes: scrapes.count, ScrapeP50Seconds: scrapes.quantile(0.5), ScrapeP99Seconds: scrapes.quantile(0.99),
-		Rounds: rounds.count, RoundP99Seconds: rounds.quantile(0.99),
+		Scrapes: scrapes.count, ScrapeP50: scrapes.quantile(0.5), ScrapeP99: scrapes.quantile(0.99),
+		Rounds: rounds.count, RoundP99: rounds.quantile(0.99),
 	}
 	if rounds.count > 0 {
 		t.RoundMeanSeconds = rounds.sum / float64(rounds.count)
@@ -203,24 +216,25 @@ func findHistogram(fams map[string]*dto.MetricFamily, name, label, value string)
 
 // quantile interpolates linearly within the bucket holding rank q·count,
 // as PromQL's histogram_quantile does; past the last finite bound it
-// answers that bound. Zero when the window holds no observation.
-func (w histogramWindow) quantile(q float64) float64 {
+// answers that bound, marked AtLeast. Zero when the window holds no
+// observation.
+func (w histogramWindow) quantile(q float64) Quantile {
 	if w.count == 0 || len(w.bounds) == 0 {
-		return 0
+		return Quantile{}
 	}
 	rank := q * float64(w.count)
 	i := sort.SearchFloat64s(w.cum, rank)
 	if i == len(w.bounds) {
-		return w.bounds[len(w.bounds)-1]
+		return Quantile{Seconds: w.bounds[len(w.bounds)-1], AtLeast: true}
 	}
 	lower, below := 0.0, 0.0
 	if i > 0 {
 		lower, below = w.bounds[i-1], w.cum[i-1]
 	}
 	if w.cum[i] == below {
-		return w.bounds[i]
+		return Quantile{Seconds: w.bounds[i]}
 	}
-	return lower + (w.bounds[i]-lower)*(rank-below)/(w.cum[i]-below)
+	return Quantile{Seconds: lower + (w.bounds[i]-lower)*(rank-below)/(w.cum[i]-below)}
 }
 
 // counterRate is the per-second growth of a counter family (all its series
@@ -280,6 +294,7 @@ func (r Report) Write(w io.Writer, format string) error {
 	if r.Incident != "" {
 		head += fmt.Sprintf(" (incident %s on one replica in eight)", r.Incident)
 	}
+	head += fmt.Sprintf("; host: %d CPUs, load average %.1f at the end", r.HostCPUs, r.HostLoad1m)
 	rows := r.rows()
 	if format == FormatMarkdown {
 		fmt.Fprintf(w, "%s:\n\n", head)
@@ -336,8 +351,8 @@ func (r Report) rows() [][]string {
 	add("replicas scraped in the window", scraped(wd), scraped, "")
 	if d := wd.Daemon; d != nil {
 		none := func(Measurement) string { return "" }
-		add("scrape latency p50 / p99, ms", fmt.Sprintf("%s / %s", ms(d.ScrapeP50Seconds), ms(d.ScrapeP99Seconds)), none, "")
-		add("evaluation round mean / p99, ms", fmt.Sprintf("%s / %s", ms(d.RoundMeanSeconds), ms(d.RoundP99Seconds)), none, "")
+		add("scrape latency p50 / p99, ms", fmt.Sprintf("%s / %s", msq(d.ScrapeP50), msq(d.ScrapeP99)), none, "")
+		add("evaluation round mean / p99, ms", fmt.Sprintf("%s / %s", ms(d.RoundMeanSeconds), msq(d.RoundP99)), none, "")
 		add("scrapes / evaluation rounds", fmt.Sprintf("%d / %d", d.Scrapes, d.Rounds), none, "")
 	}
 	return rows
@@ -345,6 +360,12 @@ func (r Report) rows() [][]string {
 
 func mib(b float64) string { return fmt.Sprintf("%.1f", b/(1<<20)) }
 func ms(s float64) string  { return fmt.Sprintf("%.2f", s*1000) }
+func msq(q Quantile) string {
+	if q.AtLeast {
+		return "≥" + ms(q.Seconds)
+	}
+	return ms(q.Seconds)
+}
 func secs(s float64) string {
 	return (time.Duration(s * float64(time.Second))).Round(time.Second).String()
 }

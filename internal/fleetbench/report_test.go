@@ -67,8 +67,8 @@ func TestDaemonTimingsOverTheWindow(t *testing.T) {
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
 	// p50: rank 50 of the window's 100, in the first bucket: 5 ms · 50/50.
 	// p99: rank 99, past the last finite bucket's 90: its bound, 10 ms.
-	if d.Scrapes != 100 || !near(d.ScrapeP50Seconds, 0.005) || !near(d.ScrapeP99Seconds, 0.01) {
-		t.Errorf("scrapes %d, p50 %v, p99 %v; want 100, 0.005, 0.01", d.Scrapes, d.ScrapeP50Seconds, d.ScrapeP99Seconds)
+	if d.Scrapes != 100 || !near(d.ScrapeP50.Seconds, 0.005) || d.ScrapeP50.AtLeast || d.ScrapeP99 != (Quantile{0.01, true}) {
+		t.Errorf("scrapes %d, p50 %+v, p99 %+v; want 100, 0.005, at least 0.01", d.Scrapes, d.ScrapeP50, d.ScrapeP99)
 	}
 	if d.Rounds != 4 || !near(d.RoundMeanSeconds, 0.05) {
 		t.Errorf("rounds %d, mean %v; want 4, 0.05", d.Rounds, d.RoundMeanSeconds)
@@ -87,12 +87,12 @@ func TestDaemonTimingsOverTheWindow(t *testing.T) {
 func TestQuantileInterpolatesWithinTheBucket(t *testing.T) {
 	w := histogramWindow{bounds: []float64{1, 2, 4}, cum: []float64{0, 10, 20}, count: 20}
 	for q, want := range map[float64]float64{0.25: 1.5, 0.5: 2, 0.75: 3, 1: 4} {
-		if got := w.quantile(q); got != want {
-			t.Errorf("q%v = %v, want %v", q, got, want)
+		if got := w.quantile(q); got != (Quantile{Seconds: want}) {
+			t.Errorf("q%v = %+v, want %v", q, got, want)
 		}
 	}
-	if got := (histogramWindow{bounds: []float64{1}, cum: []float64{0}}).quantile(0.5); got != 0 {
-		t.Errorf("empty window: q0.5 = %v, want 0", got)
+	if got := (histogramWindow{bounds: []float64{1}, cum: []float64{0}}).quantile(0.5); got != (Quantile{}) {
+		t.Errorf("empty window: q0.5 = %+v, want 0", got)
 	}
 }
 
@@ -115,13 +115,13 @@ func TestSlopeIsTheMemoryTrendPerMinute(t *testing.T) {
 }
 
 func TestReportFormats(t *testing.T) {
-	r := Report{Replicas: 1000, IntervalSeconds: 5, WarmupSeconds: 60, WindowSeconds: 120,
-		Watchdog: Measurement{CPUCores: 0.1, RSSBytes: 200 << 20, ReplicasScraped: 1000, Daemon: &DaemonTimings{Scrapes: 24000, ScrapeP50Seconds: 0.002}}}
+	r := Report{Replicas: 1000, IntervalSeconds: 5, WarmupSeconds: 60, WindowSeconds: 120, HostCPUs: 2, HostLoad1m: 1.25,
+		Watchdog: Measurement{CPUCores: 0.1, RSSBytes: 200 << 20, ReplicasScraped: 1000, Daemon: &DaemonTimings{Scrapes: 24000, ScrapeP50: Quantile{Seconds: 0.002}, RoundP99: Quantile{8.192, true}}}}
 	var text bytes.Buffer
 	if err := r.Write(&text, FormatText); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1000 loopback replicas at 5s, measured over 2m0s after a 1m0s warm-up", "CPU, cores (average)", "0.100", "200.0", "1000/1000", "2.00 / 0.00"} {
+	for _, want := range []string{"1000 loopback replicas at 5s, measured over 2m0s after a 1m0s warm-up; host: 2 CPUs, load average 1.2 at the end", "CPU, cores (average)", "0.100", "200.0", "1000/1000", "2.00 / 0.00", "0.00 / ≥8192.00"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
