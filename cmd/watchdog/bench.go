@@ -36,7 +36,7 @@ func benchCmd(ctx context.Context, args []string, _ map[string]string, dio daemo
 	warmup := fs.Duration("warmup", time.Minute, "how long to run before measuring (at least until every replica was scraped)")
 	interval := fs.Duration("interval", 5*time.Second, "scrape and evaluation interval of the daemon and of Prometheus")
 	prometheus := fs.String("prometheus", "", "a Prometheus executable to run on the same fleet for comparison, e.g. /usr/bin/prometheus")
-	incident := fs.String("incident", "", "put one replica in eight into this incident when the warm-up ends: "+
+	incident := fs.String("incident", "", "put one replica in eight into this incident, --warmup after the fleet starts: "+
 		sim.ClassPreemptStorm+", "+sim.ClassCacheCollapse+", "+sim.ClassRetryAvalanche+" or "+sim.ClassCrash)
 	output := fs.String("output", fleetbench.FormatText, "report format: text, markdown or json")
 	if err := parseFlags(fs, args[1:], dio, false); err != nil {

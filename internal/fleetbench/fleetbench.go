@@ -38,7 +38,7 @@ type Options struct {
 	Warmup   time.Duration
 	Interval time.Duration // scrape and evaluation interval of both children
 	// Incident is an incident class the fleet's sources put one replica in
-	// eight into when the warm-up ends ("": healthy throughout).
+	// eight into, Warmup after the fleet starts ("": healthy throughout).
 	Incident string
 	// Watchdog is the daemon's executable, run as `Watchdog run
 	// --config.file=<generated>`.
