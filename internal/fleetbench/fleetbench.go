@@ -116,6 +116,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	fleet, err := sim.NewLoopback(sim.LoopbackConfig{
 		Replicas: o.Replicas, Seed: 1, Now: o.Clock.Now,
 		Incident: o.Incident, IncidentAfter: o.Warmup,
+		// In the order of children below, so that the fleet's scrape
+		// counts k are child k's.
 		UserAgents: []string{scrape.DefaultUserAgent, prometheusUserAgent},
 	})
 	if err != nil {
