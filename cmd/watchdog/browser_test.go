@@ -17,7 +17,9 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
 // The real-browser tests are built with -tags browser (.ci/browser.sh
@@ -229,4 +231,72 @@ func TestWorkspaceInARealBrowser(t *testing.T) {
 	}
 	b.screenshot(t, shots, "replica-page.png")
 	b.checkClean(t, "replica page")
+}
+
+// TestSilenceFromTheWorkspaceInARealBrowser silences a pending preempt
+// storm from its incident page, in the browser, as on-call would during
+// planned work: when the incident fires nothing is sent, and when the
+// silence is expired from the silences page while it still fires, the
+// page goes out.
+func TestSilenceFromTheWorkspaceInARealBrowser(t *testing.T) {
+	b := newBrowser(t)
+	shots := screenshotDir(t)
+	const token = "workspace-test-token"
+	d := startLiveDaemon(t, stormAfter(20*time.Second), func(cfg *config.Config) {
+		// Pending long enough for a browser to fill a form.
+		cfg.Alerts.For = 45 * time.Second
+		cfg.API.TokenFile = filepath.Join(t.TempDir(), "api-token")
+		cfg.API.Token = token
+	})
+	rec := d.waitIncident(t, "pending", detect.PreemptStorm, "sim-0", 2*time.Minute)
+
+	b.run(t, "open the pending incident", chromedp.Navigate(d.URL+"/incidents/"+rec.ID),
+		chromedp.WaitVisible(chromedp.CSS(`a[href^="/silences/new?"]`)))
+	b.run(t, "open the silence form", chromedp.Click(chromedp.CSS(`a[href^="/silences/new?"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#token")))
+	for field, want := range map[string]string{"#m-replica": "sim-0", "#m-class": string(detect.PreemptStorm), "#m-severity": ""} {
+		if got := value(t, b, "field "+field, chromedp.Value(chromedp.CSS(field))); got != want {
+			t.Errorf("silence form %s = %q, want %q (prefilled from the incident)", field, got, want)
+		}
+	}
+	b.run(t, "create the silence",
+		chromedp.SendKeys(chromedp.CSS("#created_by"), "on-call"),
+		chromedp.SendKeys(chromedp.CSS("#comment"), "KV pool resize on sim-0"),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS(`button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[id^="silence-"]`)))
+	if loc := value(t, b, "location", chromedp.Location()); !strings.HasSuffix(loc, "/silences") {
+		t.Errorf("creating the silence went to %s, want /silences", loc)
+	}
+	if state := value(t, b, "silence state", chromedp.Text(chromedp.CSS(`tr[id^="silence-"] td`))); state != "active" {
+		t.Errorf("the new silence is %q, want active", state)
+	}
+	b.screenshot(t, shots, "silences-page.png")
+	b.checkClean(t, "silences page")
+
+	// It fires while silenced: tracked, shown as silenced, nothing sent.
+	fired := d.waitIncident(t, "firing", detect.PreemptStorm, "sim-0", 2*time.Minute)
+	if len(fired.SilencedBy) == 0 {
+		t.Errorf("incident %s fires without silenced_by", fired.ID)
+	}
+	eventually(t, time.Minute, `watchdog_notifications_silenced_total{kind="trigger"} counting the storm's held trigger`,
+		func() bool { return d.silencedTriggers(t) > 0 })
+	if sent := d.sentFor(fired.Fingerprint); len(sent) != 0 {
+		t.Fatalf("the silenced storm was sent: %v", sent)
+	}
+
+	// Expire it from the UI: the storm still fires, so the page goes out.
+	b.run(t, "expire the silence", chromedp.Navigate(d.URL+"/silences"),
+		chromedp.SendKeys(chromedp.CSS(`tr[id^="silence-"] input[name="token"]`), token),
+		chromedp.Click(chromedp.CSS(`tr[id^="silence-"] button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[id^="silence-"]`)))
+	if state := value(t, b, "silence state", chromedp.Text(chromedp.CSS(`tr[id^="silence-"] td`))); state != "expired" {
+		t.Errorf("the silence is %q after expiring it, want expired", state)
+	}
+	b.checkClean(t, "silences page after expiring")
+	eventually(t, time.Minute, "a notification of the storm, still firing, after its silence was expired",
+		func() bool { return len(d.sentFor(fired.Fingerprint)) > 0 })
+	if first := d.sentFor(fired.Fingerprint)[0]; first.ev.Kind != notify.KindTrigger {
+		t.Errorf("first notification after the silence is a %s, want a trigger", first.ev.Kind)
+	}
 }

@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/incident"
@@ -97,28 +102,90 @@ func startLiveDaemon(t *testing.T, scenario sim.Scenario, configure func(*config
 // within, and returns its record as the journal's API serves it.
 func (d *liveDaemon) waitFiring(t *testing.T, class detect.Class, replica string, within time.Duration) incident.Record {
 	t.Helper()
+	var rec incident.Record
+	eventually(t, within, fmt.Sprintf("a delivered %s incident on %s", class, replica), func() bool {
+		r, ok := d.findIncident(t, "firing", class, replica)
+		rec = r
+		return ok && len(r.Deliveries) > 0
+	})
+	return rec
+}
+
+// waitIncident follows the journal until an incident of class on replica
+// is in state (pending, firing, resolved), at most within.
+func (d *liveDaemon) waitIncident(t *testing.T, state string, class detect.Class, replica string, within time.Duration) incident.Record {
+	t.Helper()
+	var rec incident.Record
+	eventually(t, within, fmt.Sprintf("a %s %s incident on %s", state, class, replica), func() bool {
+		var ok bool
+		rec, ok = d.findIncident(t, state, class, replica)
+		return ok
+	})
+	return rec
+}
+
+func (d *liveDaemon) findIncident(t *testing.T, state string, class detect.Class, replica string) (incident.Record, bool) {
+	t.Helper()
+	var list struct {
+		Incidents []incident.Summary `json:"incidents"`
+	}
+	d.getJSON(t, "/api/v1/incidents?state="+state, &list)
+	for _, s := range list.Incidents {
+		if s.Class == class && s.Replica == replica {
+			return d.Incident(t, s.ID), true
+		}
+	}
+	return incident.Record{}, false
+}
+
+// sentFor is what the fake Slack and PagerDuty received for fingerprint.
+func (d *liveDaemon) sentFor(fingerprint string) []recorded {
+	return slices.DeleteFunc(d.Notifications.all(), func(r recorded) bool { return r.ev.Fingerprint != fingerprint })
+}
+
+// silencedTriggers reads watchdog_notifications_silenced_total{kind="trigger"}
+// from the daemon's own /metrics.
+func (d *liveDaemon) silencedTriggers(t *testing.T) float64 {
+	t.Helper()
+	resp, err := http.Get(d.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	for _, m := range families["watchdog_notifications_silenced_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "kind" && l.GetValue() == string(notify.KindTrigger) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// eventually polls cond once a second until it holds, failing the test
+// after within. The daemon runs on the real clock here (a browser needs
+// real sockets and real time), so waiting is polling.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if cond() {
+		return
+	}
 	deadline := time.Now().Add(within)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for range tick.C {
-		var list struct {
-			Incidents []incident.Summary `json:"incidents"`
-		}
-		d.getJSON(t, "/api/v1/incidents?state=firing", &list)
-		for _, s := range list.Incidents {
-			if s.Class != class || s.Replica != replica {
-				continue
-			}
-			rec := d.Incident(t, s.ID)
-			if len(rec.Deliveries) > 0 {
-				return rec
-			}
+		if cond() {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s fired on %s within %s", class, replica, within)
+			t.Fatalf("waited %s for %s", within, what)
 		}
 	}
-	panic("unreachable")
 }
 
 // Incident is the journal's record of id as its API serves it.

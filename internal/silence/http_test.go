@@ -170,6 +170,9 @@ func TestFormCreatesPrefilledSilenceAndExpiresIt(t *testing.T) {
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "form-action 'self'") {
+		t.Errorf("form page Content-Security-Policy %q: want no scripts and forms posting only to the daemon", csp)
+	}
 	for _, want := range []string{`<label for="m-replica">`, `id="m-replica" name="replica" value="sim-0"`, `value="preempt_storm"`, `type="password"`, `<label for="token">`} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("form lacks %s", want)

@@ -392,7 +392,8 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 	if rec.Model != "" {
 		q.Set("model", rec.Model)
 	}
-	q.Set("severity", rec.Severity)
+	// No severity: a silence of this incident must keep holding when it
+	// escalates from warning to critical (the form still offers one).
 	p.SilenceURL = "/silences/new?" + q.Encode()
 	if !rec.Open() {
 		p.PostmortemURL = "/incidents/" + url.PathEscape(rec.ID) + "/postmortem"
