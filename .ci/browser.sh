@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The workspace pages in a real browser: Debian's chromium driven by
 # chromedp loads the fleet, incident and replica pages of a daemon watching
-# a simulated fleet with a live incident (go test -tags browser).
+# a simulated fleet with a live incident, and silences a pending incident
+# from its page, then expires the silence (go test -tags browser).
 #
 #   bash .ci/browser.sh ARTIFACTS_DIR
 #

@@ -116,9 +116,16 @@ func (d *liveDaemon) waitFiring(t *testing.T, class detect.Class, replica string
 func (d *liveDaemon) waitIncident(t *testing.T, state string, class detect.Class, replica string, within time.Duration) incident.Record {
 	t.Helper()
 	var rec incident.Record
-	eventually(t, within, fmt.Sprintf("a %s %s incident on %s", state, class, replica), func() bool {
+	deadline := time.Now().Add(within)
+	what := fmt.Sprintf("a %s %s incident on %s", state, class, replica)
+	eventually(t, within, what, func() bool {
 		var ok bool
 		rec, ok = d.findIncident(t, state, class, replica)
+		if !ok && time.Now().Add(time.Second).After(deadline) {
+			var all any
+			d.getJSON(t, "/api/v1/incidents", &all)
+			t.Logf("waiting for %s; the journal holds: %v", what, all)
+		}
 		return ok
 	})
 	return rec

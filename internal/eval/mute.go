@@ -53,13 +53,18 @@ type muting struct {
 }
 
 // AlertLabels are the labels silences match an alert on: its target labels
-// (namespace, team, ...) and replica, model, class (the incident's cause)
-// and severity, which win over target labels of those names.
+// (namespace, team, ...) and replica, model, class (the incident's cause),
+// severity and incident (its ID), which win over target labels of those
+// names. The incident ID is the one label that stays fixed while the
+// incident escalates or is renamed after a newly identified cause, and
+// that the next incident of the same replica and class does not share:
+// silencing "this incident" from its page matches on it.
 func AlertLabels(a alert.Alert) map[string]string {
 	out := maps.Clone(a.Labels)
 	if out == nil {
 		out = map[string]string{}
 	}
+	out["incident"] = a.Incident
 	out["replica"] = a.Replica
 	out["model"] = a.Model
 	out["class"] = string(a.Class)

@@ -122,6 +122,40 @@ func TestSilencedAlertIsTrackedAndPagesWhenTheSilenceEnds(t *testing.T) {
 	}
 }
 
+// A silence of one incident (its ID, as the incident page's link creates)
+// mutes that incident to its end and not the next one of the same replica
+// and class.
+func TestSilenceOfAnIncidentMutesItAndNotTheNext(t *testing.T) {
+	l := newSilencedLoop(t, nil, m0)
+	if evs := l.Evaluate(m0); len(evs) != 1 || evs[0].Kind != notify.KindTrigger {
+		t.Fatalf("first round sent %v, want the trigger", kinds(evs))
+	}
+	first := l.Alerts()[0].Incident
+	id := l.silence(t, `incident="`+first+`"`, m0, m0.Add(2*time.Hour), m0)
+	if evs := l.Evaluate(m0.Add(time.Minute)); len(evs) != 0 || !slices.Equal(l.Alerts()[0].SilencedBy, []string{id}) {
+		t.Fatalf("silenced incident: sent %v, silenced by %v", kinds(evs), l.Alerts()[0].SilencedBy)
+	}
+	l.storm.on["r1"] = false
+	l.Evaluate(m0.Add(2 * time.Minute))
+	if evs := l.Evaluate(m0.Add(8 * time.Minute)); len(evs) != 1 || evs[0].Kind != notify.KindResolve {
+		t.Fatalf("the paged incident ended under its silence: sent %v, want its resolve", kinds(evs))
+	}
+	l.storm.on["r1"] = true
+	evs := l.Evaluate(m0.Add(10 * time.Minute))
+	var next alert.Alert
+	for _, a := range l.Alerts() {
+		if a.State == alert.StateFiring {
+			next = a
+		}
+	}
+	if next.Incident == "" || next.Incident == first {
+		t.Fatalf("no new incident after the first resolved: %+v", l.Alerts())
+	}
+	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || len(next.SilencedBy) != 0 {
+		t.Fatalf("the next incident on r1 sent %v, silenced by %v; want its trigger, not silenced", kinds(evs), next.SilencedBy)
+	}
+}
+
 func TestOverlappingSilencesMuteUntilTheLastEnds(t *testing.T) {
 	l := newSilencedLoop(t, nil, m0)
 	first := l.silence(t, `replica="r1"`, m0, m0.Add(time.Hour), m0)

@@ -12,8 +12,8 @@ import (
 )
 
 // formLabels are the labels the new-silence form offers, prefilled from
-// the query (/silences/new?replica=...&class=...).
-var formLabels = []string{"replica", "model", "class", "severity"}
+// the query (/silences/new?incident=...&replica=...).
+var formLabels = []string{"incident", "replica", "model", "class", "severity"}
 
 // formDurations are offered by the form.
 var formDurations = []string{"30m", "1h", "2h", "4h", "8h", "24h", "72h"}

@@ -386,14 +386,16 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 	markers := []marker{{"onset", rec.OpenedAt}, {"fired", rec.FiredAt}, {"resolved", rec.ResolvedAt}}
 	p.Plots = signalPlots(rec.Signals, from, to, markers)
 	p.ImpactPlots = signalPlots(rec.Impact, from, to, markers)
+	// The silence is of this incident: its ID holds while it escalates or
+	// is renamed after a newly found cause, and ends with it. Class and
+	// severity are left for on-call to add; either would let the page
+	// through on a rename or an escalation.
 	q := url.Values{}
+	q.Set("incident", rec.ID)
 	q.Set("replica", rec.Replica)
-	q.Set("class", string(rec.Class))
 	if rec.Model != "" {
 		q.Set("model", rec.Model)
 	}
-	// No severity: a silence of this incident must keep holding when it
-	// escalates from warning to critical (the form still offers one).
 	p.SilenceURL = "/silences/new?" + q.Encode()
 	if !rec.Open() {
 		p.PostmortemURL = "/incidents/" + url.PathEscape(rec.ID) + "/postmortem"

@@ -466,7 +466,7 @@ func TestIncidentPagePlotsEvidence(t *testing.T) {
 	}
 	for _, want := range []string{
 		"/incidents/resolved-1/postmortem",
-		"/silences/new?class=preempt_storm&model=Qwen%2FQwen3-8B&replica=sim-1",
+		"/silences/new?incident=resolved-1&model=Qwen%2FQwen3-8B&replica=sim-1",
 		"/runbooks/preempt_storm", "/replicas/sim-1",
 	} {
 		if !hrefs[want] {
