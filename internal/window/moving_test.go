@@ -2,20 +2,18 @@ package window
 
 import (
 	"bytes"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -87,25 +85,14 @@ func canonicalFamily(name string) string {
 	return name
 }
 
-// readFamilies approximates the families the detectors read: the metric
-// names declared as constants in pkg/series and pkg/detect's common.go.
+// readFamilies are the families the daemon keeps by default: what the
+// assessment with the default configuration reads (assess.Reads, the list
+// the scraper's keep filter is built from).
 func readFamilies(tb testing.TB) map[string]bool {
 	tb.Helper()
 	out := map[string]bool{}
-	fset := token.NewFileSet()
-	for _, path := range []string{"../../pkg/series/series.go", "../../pkg/detect/common.go"} {
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-				if s, err := strconv.Unquote(lit.Value); err == nil && strings.HasPrefix(s, "sglang:") {
-					out[canonicalFamily(s)] = true
-				}
-			}
-			return true
-		})
+	for _, f := range assess.Reads(detect.DefaultConfig()) {
+		out[f] = true
 	}
 	return out
 }
