@@ -213,6 +213,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	store, err := window.New(window.Options{
 		Retention:           cfg.Detectors.MaxLookback() + 2*cfg.Scrape.Interval,
 		MaxSeriesPerReplica: cfg.Scrape.MaxSeries,
+		MaxBytesPerReplica:  cfg.Scrape.MaxWindowBytes,
 		ScrapeInterval:      cfg.Scrape.Interval,
 	}, reg)
 	if err != nil {

@@ -78,12 +78,20 @@ type Config struct {
 	PodIP string `yaml:"-"`
 }
 
+// minWindowBytes is the smallest scrape.max_window_bytes: below it a
+// replica's window cannot hold the families the detectors read for the
+// minutes their ranges span.
+const minWindowBytes = 64 << 10
+
 // Scrape settings shared by every target.
 type Scrape struct {
 	Interval     time.Duration `yaml:"interval"`
 	Timeout      time.Duration `yaml:"timeout"` // 0: 80% of the interval
 	MaxBodyBytes int64         `yaml:"max_body_bytes"`
 	MaxSeries    int           `yaml:"max_series"`
+	// MaxWindowBytes bounds the memory of one replica's window (the store's
+	// own accounting of its chunks, label sets and indexes).
+	MaxWindowBytes int `yaml:"max_window_bytes"`
 	// HealthProbe asks every engine target's /health_generate to generate
 	// one token, so an engine that hangs while nobody calls it is seen.
 	HealthProbe HealthProbe `yaml:"health_probe"`
@@ -194,9 +202,10 @@ func Default() Config {
 		LogLevel:      "info",
 		LogFormat:     LogFormatJSON,
 		Scrape: Scrape{
-			Interval:     5 * time.Second,
-			MaxBodyBytes: 16 << 20,
-			MaxSeries:    20000,
+			Interval:       5 * time.Second,
+			MaxBodyBytes:   16 << 20,
+			MaxSeries:      20000,
+			MaxWindowBytes: 4 << 20,
 			HealthProbe: HealthProbe{
 				Enabled:       true,
 				Interval:      30 * time.Second,
@@ -458,6 +467,9 @@ func (c Config) Validate() error {
 	}
 	if c.Scrape.MaxSeries <= 0 {
 		add("scrape.max_series: must be positive")
+	}
+	if c.Scrape.MaxWindowBytes < minWindowBytes {
+		add("scrape.max_window_bytes: must be at least %d (64 KiB), got %d", minWindowBytes, c.Scrape.MaxWindowBytes)
 	}
 	if hp := c.Scrape.HealthProbe; hp.Enabled {
 		if hp.Interval <= 0 {

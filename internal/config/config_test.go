@@ -31,6 +31,7 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 		{"bad-slack-without-channel.yaml", []string{"notify.slack.channel"}},
 		{"bad-notify-max-retry-after.yaml", []string{"notify.max_retry_after"}},
 		{"bad-notify-queue.yaml", []string{"notify.max_pending", "notify.max_records", "notify.notice_retention", "notify.resolved_retention"}},
+		{"bad-window-bytes.yaml", []string{"scrape.max_window_bytes"}},
 		{"bad-incidents.yaml", []string{"incidents.retention", "incidents.max_incidents", "incidents.max_points_per_signal"}},
 	}
 	for _, c := range cases {
