@@ -224,18 +224,24 @@ func (v oracleView) seriesIncrease(s *oracleSeries, idx []int) (float64, []point
 		if len(pts) < 2 {
 			return 0, pts
 		}
-		inc := 0.0
+		// Between resets: the last value minus the first of each run
+		// without a drop (the sum of its steps).
+		inc, start := 0.0, pts[0].v
 		var drops []int
 		for k := 1; k < len(pts); k++ {
 			switch {
 			case pts[k].v >= pts[k-1].v:
-				inc += pts[k].v - pts[k-1].v
 			case o.restartedAt(pts[k].at):
+				inc += pts[k-1].v - start
 				inc += pts[k].v
+				start = pts[k].v
 			default:
+				inc += pts[k-1].v - start
+				start = pts[k].v
 				drops = append(drops, k)
 			}
 		}
+		inc += pts[len(pts)-1].v - start
 		if len(drops) > 0 {
 			steady := pts[len(pts)-1].at.Sub(pts[0].at).Nanoseconds()
 			steadyInc := 0.0

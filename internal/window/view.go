@@ -119,38 +119,103 @@ func (v view) Has(name string) bool {
 // then mostly the other sources' lifetime totals, not an increase, so the
 // step counts what the series grew per second over its steps without a
 // reset, for the step's duration, and at most the post-reset value.
+//
+// Between resets the increase is the last value minus the first of each
+// run without a drop (the sum of its steps, with one rounding), so a sealed
+// chunk that lies wholly inside the range and never drops is read from its
+// summary, undecoded.
 func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first, last uint64, n int) {
-	r := v.r
 	if end := rec.pts.end(); hi > end {
 		hi = end
 	}
-	vals := v.d.values(&rec.pts, lo, hi)
-	prev := 0.0
-	partial := 0 // drops without a restart
-	for seq := lo; seq < hi; seq++ {
-		x := vals[seq-lo]
-		if !finite(x) {
+	c := counterRuns{r: v.r}
+	p := &rec.pts
+	for k := 0; k < len(p.sealed); k++ {
+		ch := &p.sealed[k]
+		slo, shi := ch.first, p.sealedEnd(k)
+		if shi <= lo || slo >= hi {
 			continue
 		}
-		switch {
-		case n == 0:
-			first = seq
-		case x >= prev:
-			inc += x - prev
-		case r.restartedAt(seq):
-			inc += x
-		default:
-			partial++
+		if lo <= slo && shi <= hi && !ch.run.broken {
+			c.step(slo, v.d.firstValue(ch))
+			c.skipTo(slo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n)-1)
+			continue
 		}
-		prev, last = x, seq
-		n++
+		c.steps(v.d.segmentValues(p, k), slo, max(lo, slo), min(hi, shi))
 	}
-	if partial == 0 {
-		return inc, first, last, n
+	if slo, shi := p.bounds(-1); shi > lo && slo < hi && (p.head != nil || p.hasNewest) {
+		c.steps(v.d.segmentValues(p, -1), slo, max(lo, slo), min(hi, shi))
 	}
-	// Rare path: the time covered by the steps without a reset, then the
-	// estimate for each drop without a restart.
+	if c.partial == 0 {
+		return c.finish(), c.first, c.last, c.n
+	}
+	return v.counterIncreaseEstimated(rec, lo, hi)
+}
+
+// counterRuns accumulates counterIncrease's runs point by point.
+type counterRuns struct {
+	r                *replica
+	inc, start, prev float64
+	first, last      uint64
+	n, partial       int
+}
+
+func (c *counterRuns) step(seq uint64, x float64) {
+	switch {
+	case c.n == 0:
+		c.first, c.start = seq, x
+	case x >= c.prev:
+	case c.r.restartedAt(seq):
+		c.inc += c.prev - c.start
+		c.inc += x
+		c.start = x
+	default:
+		c.inc += c.prev - c.start
+		c.start = x
+		c.partial++
+	}
+	c.prev, c.last = x, seq
+	c.n++
+}
+
+// skipTo continues the current run to x at seq over n more points that
+// never drop.
+func (c *counterRuns) skipTo(seq uint64, x float64, n int) {
+	if n == 0 {
+		return
+	}
+	c.prev, c.last = x, seq
+	c.n += n
+}
+
+// steps feeds the finite values of seg (whose first value is at seq base)
+// for the seqs [lo, hi).
+func (c *counterRuns) steps(seg []float64, base, lo, hi uint64) {
+	for seq := lo; seq < hi && seq-base < uint64(len(seg)); seq++ {
+		if x := seg[seq-base]; finite(x) {
+			c.step(seq, x)
+		}
+	}
+}
+
+func (c *counterRuns) finish() float64 {
+	if c.n == 0 {
+		return 0
+	}
+	return c.inc + (c.prev - c.start)
+}
+
+// counterIncreaseEstimated is counterIncrease over a range with a drop
+// without a restart: the runs as there, then the estimate for each such
+// drop from the time covered by the steps without a reset.
+func (v view) counterIncreaseEstimated(rec *seriesRec, lo, hi uint64) (inc float64, first, last uint64, n int) {
+	r := v.r
+	vals := v.d.values(&rec.pts, lo, hi)
+	c := counterRuns{r: r}
+	c.steps(vals, lo, lo, hi)
+	inc, first, last, n = c.finish(), c.first, c.last, c.n
 	steady, steadyInc := r.timeAt(last)-r.timeAt(first), 0.0
+	var prev float64
 	var prevSeq uint64
 	started := false
 	for seq := first; seq <= last; seq++ {
