@@ -159,7 +159,16 @@ func (s *Store) Load(now time.Time) error {
 	var errs []error
 	for _, sil := range stored {
 		ms, err := parseMatchers(sil.Matchers)
-		if err != nil || sil.ID == "" {
+		switch {
+		case err != nil:
+		case sil.ID == "":
+			err = errors.New("no ID")
+		case len(ms) == 0 || matchesAll(ms, nil):
+			// Add refuses these; a document edited by hand or written
+			// by a broken version must not mute every page either.
+			err = errors.New("its matchers match every alert")
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("silences: stored silence %q dropped: %v", sil.ID, err))
 			continue
 		}
