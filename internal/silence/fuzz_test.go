@@ -13,7 +13,7 @@ import (
 type documentStore []byte
 
 func (d documentStore) Load(_ string, v any, _ time.Time) error { return json.Unmarshal(d, v) }
-func (documentStore) Save(string, any) error                     { return nil }
+func (documentStore) Save(string, any) error                    { return nil }
 
 // FuzzLoadDocument loads arbitrary bytes as the saved silences (a document
 // a hand edit or another version may have left). Nothing may panic, and

@@ -19,7 +19,7 @@ import (
 type documentStore []byte
 
 func (d documentStore) Load(_ string, v any, _ time.Time) error { return json.Unmarshal(d, v) }
-func (documentStore) Save(string, any) error                     { return nil }
+func (documentStore) Save(string, any) error                    { return nil }
 
 type noAlerts struct{}
 
