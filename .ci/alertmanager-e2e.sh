@@ -14,22 +14,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
+source .ci/lib.sh
 
 work=${1:?usage: $0 WORKDIR}
 mkdir -p "$work"
 
 if ! command -v prometheus-alertmanager >/dev/null || ! command -v amtool >/dev/null; then
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q
-	# Keep the package's postinst from starting a system Alertmanager on :9093.
-	policy=""
-	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod +x /usr/sbin/policy-rc.d
-		policy=/usr/sbin/policy-rc.d
-	fi
-	apt-get install -y -q --no-install-recommends prometheus-alertmanager
-	[[ -n $policy ]] && rm -f "$policy"
+	# Without starting a system Alertmanager on :9093.
+	apt_install_service prometheus-alertmanager
 fi
 prometheus-alertmanager --version 2>&1 | head -n 1
 
@@ -42,7 +34,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-. .ci/lib.sh
 logs=("$work/alertmanager.log")
 
 am_port=$(free_port) || fail "no free port"

@@ -66,17 +66,8 @@ echo "$targets fuzz targets ran ($((SECONDS - started))s)"
 started=$SECONDS
 echo "--- watchdog bench fleet: 100 replicas beside Prometheus"
 if ! command -v prometheus >/dev/null; then
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q
-	# Keep the package's postinst from starting a system Prometheus on :9090.
-	policy=""
-	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod +x /usr/sbin/policy-rc.d
-		policy=/usr/sbin/policy-rc.d
-	fi
-	apt-get install -y -q --no-install-recommends prometheus
-	[[ -n $policy ]] && rm -f "$policy"
+	# Without starting a system Prometheus on :9090.
+	apt_install_service prometheus
 fi
 go build -o "$work/watchdog" ./cmd/watchdog
 "$work/watchdog" bench fleet --replicas 100 --duration 30s --warmup 15s \

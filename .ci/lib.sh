@@ -38,3 +38,21 @@ free_port() {
 	done
 	return 1
 }
+
+# apt_install_service PACKAGE...: install Debian packages that ship a
+# system service without starting it (a policy-rc.d that refuses every
+# start while they install), so it does not take the port a test wants.
+apt_install_service() {
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	local policy=""
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		policy=/usr/sbin/policy-rc.d
+	fi
+	local rc=0
+	apt-get install -y -q --no-install-recommends "$@" || rc=$?
+	[[ -n $policy ]] && rm -f "$policy"
+	return "$rc"
+}
