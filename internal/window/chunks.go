@@ -1,6 +1,7 @@
 package window
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"unsafe"
@@ -20,8 +21,9 @@ const (
 	sealedBytes = int(unsafe.Sizeof(sealedChunk{}))
 )
 
-// sealedChunk is a full XOR chunk, its bytes trimmed to their length. Its
-// samples end before the next chunk's (or the unencoded value's) first seq.
+// sealedChunk is a full chunk, its bytes trimmed to their length: XOR, or
+// integer deltas when every value is an integer (run.ints). Its samples
+// end before the next chunk's (or the unencoded value's) first seq.
 type sealedChunk struct {
 	first uint64 // scrape seq of its first sample
 	data  []byte
@@ -40,6 +42,9 @@ type run struct {
 	lastOff uint16
 	n       uint8
 	broken  bool // a non-finite first value, a drop, or an offset past uint16: decode instead
+	// ints: the chunk's data is integer deltas (encodeInts), not XOR. It
+	// lives here, in the summary's padding, so it costs no byte.
+	ints bool
 }
 
 // add extends the summary by the value at off (non-finite values after
@@ -106,7 +111,11 @@ func (p *points) encode(seq uint64, v float64) int {
 	p.headLast = seq
 	p.headRun.add(seq-p.headFirst, v)
 	if p.head.NumSamples() >= samplesPerChunk {
-		data := slices.Clip(slices.Clone(p.head.Bytes()))
+		data, ints := encodeInts(p.head, p.headFirst)
+		if !ints {
+			data = slices.Clip(slices.Clone(p.head.Bytes()))
+		}
+		p.headRun.ints = ints
 		p.bytes -= cap(p.sealed) * sealedBytes
 		if len(p.sealed) == cap(p.sealed) {
 			// One spare entry, not doubling: the list reaches a steady
@@ -283,6 +292,10 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 		if p.sealedEnd(i) <= lo || c.first >= hi {
 			continue
 		}
+		if c.run.ints {
+			readInts(c.data, c.first, out, lo, hi)
+			continue
+		}
 		d.chunk.Reset(c.data)
 		d.read(&d.chunk, out, lo, hi)
 	}
@@ -297,6 +310,10 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 
 // firstValue is the first sample of a sealed chunk.
 func (d *decoder) firstValue(c *sealedChunk) float64 {
+	if c.run.ints {
+		u, _ := binary.Uvarint(c.data)
+		return float64(unzigzag(u >> 1))
+	}
 	d.chunk.Reset(c.data)
 	d.it = d.chunk.Iterator(d.it)
 	d.it.Next()
@@ -317,3 +334,70 @@ func (d *decoder) read(c *chunkenc.XORChunk, out []float64, lo, hi uint64) {
 		}
 	}
 }
+
+// Integer chunks. The counters SGLang exposes (requests, tokens, histogram
+// buckets) count whole things and grow by small steps between scrapes; XOR
+// encoding spends about 27 bits on such a step of a busy replica's latency
+// bucket, a varint of the difference about 13. A full head chunk whose
+// values are all integers (finite, |v| <= 2^53, not -0, so that the round
+// trip through int64 is exact) is sealed as one uvarint per sample:
+// zigzag(value - previous value) shifted left by one, its low bit set when
+// a uvarint of the seq gap follows (a scrape the series missed; without it
+// the gap is 1). The first sample's previous value is 0 and its seq the
+// chunk's first.
+
+// encodeInts returns head's samples as integer deltas, or false when a
+// value is not an integer.
+func encodeInts(head *chunkenc.XORChunk, first uint64) ([]byte, bool) {
+	out := make([]byte, 0, head.NumSamples()*2)
+	it := head.Iterator(nil)
+	prevSeq, prev := first-1, int64(0)
+	for it.Next() == chunkenc.ValFloat {
+		t, v := it.At()
+		if v != math.Trunc(v) || math.Abs(v) > 1<<53 || (v == 0 && math.Signbit(v)) {
+			return nil, false
+		}
+		x := int64(v)
+		gap := uint64(t) - prevSeq
+		u := zigzag(x-prev) << 1
+		if gap != 1 {
+			u |= 1
+		}
+		out = binary.AppendUvarint(out, u)
+		if gap != 1 {
+			out = binary.AppendUvarint(out, gap)
+		}
+		prevSeq, prev = uint64(t), x
+	}
+	return slices.Clip(out), true
+}
+
+// readInts decodes an integer chunk starting at seq first into out, which
+// holds the seqs [lo, hi).
+func readInts(data []byte, first uint64, out []float64, lo, hi uint64) {
+	seq, v := first-1, int64(0)
+	for len(data) > 0 {
+		u, n := binary.Uvarint(data)
+		data = data[n:]
+		gap := uint64(1)
+		if u&1 == 1 {
+			gap, n = binary.Uvarint(data)
+			data = data[n:]
+		}
+		seq += gap
+		v += unzigzag(u >> 1)
+		if seq >= hi {
+			return
+		}
+		if seq >= lo {
+			out[seq-lo] = float64(v)
+		}
+	}
+}
+
+// zigzag maps a signed difference to an unsigned one with small magnitudes
+// small: 0, -1, 1, -2 → 0, 1, 2, 3. |d| <= 2^54 here, so the shift left by
+// one more in encodeInts cannot overflow.
+func zigzag(d int64) uint64 { return uint64(d<<1) ^ uint64(d>>63) }
+
+func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
