@@ -349,7 +349,10 @@ func (d *decoder) read(c *chunkenc.XORChunk, out []float64, lo, hi uint64) {
 // encodeInts returns head's samples as integer deltas, or false when a
 // value is not an integer.
 func encodeInts(head *chunkenc.XORChunk, first uint64) ([]byte, bool) {
-	out := make([]byte, 0, head.NumSamples()*2)
+	// Built in scratch space and copied out at its length: the chunk is
+	// kept for an hour, and its accounting counts cap(data).
+	var scratch [512]byte
+	out := scratch[:0]
 	it := head.Iterator(nil)
 	prevSeq, prev := first-1, int64(0)
 	for it.Next() == chunkenc.ValFloat {
@@ -369,7 +372,7 @@ func encodeInts(head *chunkenc.XORChunk, first uint64) ([]byte, bool) {
 		}
 		prevSeq, prev = uint64(t), x
 	}
-	return slices.Clip(out), true
+	return slices.Clone(out), true
 }
 
 // readInts decodes an integer chunk starting at seq first into out, which
