@@ -182,6 +182,8 @@ type decoder struct {
 	vals  []float64 // a range spanning several chunks, stitched
 	acc   []float64 // per-scrape combination over several series
 	any   []bool
+	// buckets is Quantile's scratch: a round asks for a dozen quantiles.
+	buckets []bucket
 }
 
 // segment is a piece of one series decoded as a unit: a sealed chunk (k its

@@ -1,7 +1,9 @@
 package window
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -405,7 +407,8 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 	if hi-lo < 2 {
 		return 0, false
 	}
-	var buckets []bucket
+	buckets := v.d.buckets[:0]
+	defer func() { v.d.buckets = buckets[:0] }()
 	for _, rec := range v.selected(family+"_bucket", match) {
 		if !rec.hasLE {
 			continue
@@ -439,7 +442,7 @@ func bucketQuantile(q float64, buckets []bucket) (float64, bool) {
 	if len(buckets) < 2 {
 		return 0, false
 	}
-	sort.Slice(buckets, func(i, j int) bool { return buckets[i].upper < buckets[j].upper })
+	slices.SortFunc(buckets, func(a, b bucket) int { return cmp.Compare(a.upper, b.upper) })
 	if !math.IsInf(buckets[len(buckets)-1].upper, 1) {
 		return 0, false
 	}
