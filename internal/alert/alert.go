@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -209,11 +210,19 @@ func (l Links) alert(fp string) string {
 	return l.ExternalURL + "/api/v1/watchdog/alerts?fingerprint=" + fp
 }
 
+// IncidentPath is the workspace page of incident id, which every
+// notification links; PostmortemPath is its draft postmortem. The API, the
+// pages and the notifications all build their links here.
+func IncidentPath(id string) string { return "/incidents/" + url.PathEscape(id) }
+
+// PostmortemPath is the draft postmortem of incident id.
+func PostmortemPath(id string) string { return IncidentPath(id) + "/postmortem" }
+
 // incident is the incident's page in the workspace.
-func (l Links) incident(id string) string { return l.ExternalURL + "/incidents/" + id }
+func (l Links) incident(id string) string { return l.ExternalURL + IncidentPath(id) }
 
 // postmortem is the draft postmortem of a resolved incident.
-func (l Links) postmortem(id string) string { return l.incident(id) + "/postmortem" }
+func (l Links) postmortem(id string) string { return l.ExternalURL + PostmortemPath(id) }
 
 // incidentURL links the incident alert fp belongs to: its page, or the
 // alert API when the tracker no longer holds it.

@@ -47,7 +47,7 @@ func summarize(r Record) Summary {
 		Replicas: r.Replicas, State: r.State, Severity: r.Severity, OpenedAt: r.OpenedAt, FiredAt: r.FiredAt,
 		ResolvedAt: r.ResolvedAt, Headline: r.Headline, Chain: r.Chain, SilencedBy: r.SilencedBy}
 	if !r.Open() {
-		s.Postmortem = "/incidents/" + r.ID + "/postmortem"
+		s.Postmortem = alert.PostmortemPath(r.ID)
 	}
 	return s
 }

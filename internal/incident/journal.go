@@ -19,12 +19,6 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
-// ID names one incident; see alert.IncidentID, which the tracker stamps
-// on the alert when it opens.
-func ID(fingerprint string, openedAt time.Time) string {
-	return alert.IncidentID(fingerprint, openedAt)
-}
-
 // Document is the state document holding the journal.
 const Document = "incidents"
 

@@ -90,7 +90,7 @@ func TestJournalKeepsTheIncidentAfterTheTrackerForgetsItAndAcrossRestarts(t *tes
 		t.Fatalf("journal: %d incidents, want 1", len(got))
 	}
 	r := got[0]
-	if r.ID != ID(alert.Fingerprint("r1", detect.PreemptStorm), t0) || r.State != alert.StateResolved || r.Open() {
+	if r.ID != alert.IncidentID(alert.Fingerprint("r1", detect.PreemptStorm), t0) || r.State != alert.StateResolved || r.Open() {
 		t.Errorf("record %s state %s", r.ID, r.State)
 	}
 	if !r.FiredAt.Equal(t0.Add(30*time.Second)) || !r.ResolvedAt.Equal(t0.Add(150*time.Second)) {

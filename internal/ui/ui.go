@@ -176,9 +176,9 @@ func (h *Handler) span(w detect.Window, end time.Time) (time.Duration, time.Dura
 func incidentLink(a alert.Alert) string {
 	id := a.Incident
 	if id == "" {
-		id = incident.ID(a.Fingerprint, a.ActiveAt)
+		id = alert.IncidentID(a.Fingerprint, a.ActiveAt)
 	}
-	return "/incidents/" + url.PathEscape(id)
+	return alert.IncidentPath(id)
 }
 
 func replicaLink(name string) string { return "/replicas/" + url.PathEscape(name) }
@@ -398,7 +398,7 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 	}
 	p.SilenceURL = "/silences/new?" + q.Encode()
 	if !rec.Open() {
-		p.PostmortemURL = "/incidents/" + url.PathEscape(rec.ID) + "/postmortem"
+		p.PostmortemURL = alert.PostmortemPath(rec.ID)
 	}
 	for _, name := range rec.Replicas {
 		p.ReplicaLinks = append(p.ReplicaLinks, link{Name: name, URL: replicaLink(name)})

@@ -150,7 +150,7 @@ func runFleet() (fleetRun, error) {
 func journalFor(run fleetRun) fakeJournal {
 	var j fakeJournal
 	for _, a := range run.loop.Alerts() {
-		j.records = append(j.records, incident.Record{ID: incident.ID(a.Fingerprint, a.ActiveAt), Fingerprint: a.Fingerprint,
+		j.records = append(j.records, incident.Record{ID: alert.IncidentID(a.Fingerprint, a.ActiveAt), Fingerprint: a.Fingerprint,
 			Class: a.Class, Replica: a.Replica, Model: a.Model, Replicas: []string{a.Replica}, State: a.State, Severity: a.Severity,
 			OpenedAt: a.ActiveAt, FiredAt: a.FiredAt, Headline: a.Finding.Summary, Diagnosis: a.Finding.Diagnosis, Runbook: a.Finding.Runbook})
 	}
@@ -486,7 +486,7 @@ func TestOpenIncidentPageHasNoPostmortemLinkAndNoResolveMarker(t *testing.T) {
 			a = x
 		}
 	}
-	doc := get(t, srv, "/incidents/"+incident.ID(a.Fingerprint, a.ActiveAt), http.StatusOK)
+	doc := get(t, srv, "/incidents/"+alert.IncidentID(a.Fingerprint, a.ActiveAt), http.StatusOK)
 	for _, l := range find(doc, "a", "") {
 		if strings.HasSuffix(attr(l, "href"), "/postmortem") {
 			t.Errorf("open incident links to a postmortem")
@@ -571,7 +571,7 @@ func TestFleetIncidentGroupsItsReplicas(t *testing.T) {
 	if got := text(find(open[0], "span", "members")[0]); got != "replicas: sim-0, sim-1, sim-2" {
 		t.Errorf("fleet incident members %q", got)
 	}
-	if href := attr(find(open[0], "a", "")[0], "href"); href != "/incidents/"+incident.ID("fleetfp", run.loop.Round().At.Add(-time.Minute)) {
+	if href := attr(find(open[0], "a", "")[0], "href"); href != "/incidents/"+alert.IncidentID("fleetfp", run.loop.Round().At.Add(-time.Minute)) {
 		t.Errorf("fleet incident links to %s", href)
 	}
 	names := rowNames(doc)
