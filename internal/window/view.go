@@ -145,7 +145,7 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 		}
 		c.steps(v.d.segmentValues(p, k), slo, max(lo, slo), min(hi, shi))
 	}
-	if slo, shi := p.bounds(-1); shi > lo && slo < hi && (p.head != nil || p.hasNewest) {
+	if slo, shi := p.bounds(-1); shi > lo && slo < hi {
 		c.steps(v.d.segmentValues(p, -1), slo, max(lo, slo), min(hi, shi))
 	}
 	if c.partial == 0 {
@@ -408,7 +408,6 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 		return 0, false
 	}
 	buckets := v.d.buckets[:0]
-	defer func() { v.d.buckets = buckets[:0] }()
 	for _, rec := range v.selected(family+"_bucket", match) {
 		if !rec.hasLE {
 			continue
@@ -430,6 +429,7 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 			buckets = append(buckets, bucket{upper: rec.le, count: inc})
 		}
 	}
+	v.d.buckets = buckets[:0] // kept for the next call, grown
 	return bucketQuantile(q, buckets)
 }
 
