@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -290,14 +292,33 @@ func waitFor(ctx context.Context, o Options, children []*child, deadline <-chan 
 	}
 }
 
-// freePort returns a loopback address nothing listens on.
+// freePort returns a loopback address nothing listens on, for a child to
+// bind. It lies below the kernel's ephemeral range: a port from within it
+// (as ":0" gives) can be taken by one of the fleet's many outgoing scrape
+// connections between this check and the child's bind.
 func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	addr := ln.Addr().String()
-	return addr, ln.Close()
+	base := 10000
+	if low-base < 1000 {
+		base = 1024
+	}
+	span := max(low-base, 1000) // an odd range: some ports may then be ephemeral
+	for range 50 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(base+rand.IntN(span)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken
+		}
+		return addr, ln.Close()
+	}
+	return "", errors.New("no free loopback port below the ephemeral range after 50 tries")
 }
 
 func writeFile(dir, name string, b []byte) (string, error) {
