@@ -82,7 +82,7 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 
 	dio.alertsOut, dio.load = out, load
 	dio.started = func(addr string) {
-		fmt.Fprintf(out, "watchdog listening on http://%s  (try /api/v1/watchdog/alerts, /api/v1/targets, /runbooks/, /metrics)\n\n", addr)
+		fmt.Fprintf(out, "watchdog listening on http://%s  (open it for the workspace; also /api/v1/watchdog/alerts, /api/v1/incidents, /silences, /runbooks/, /metrics)\n\n", addr)
 	}
 	// Without Slack or PagerDuty credentials the demo prints what it would
 	// have sent to them, so the routing is visible too. An integration of
