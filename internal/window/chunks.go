@@ -14,11 +14,11 @@ import (
 // frees whole chunks, so a series holds at most one chunk past the window.
 const samplesPerChunk = 120
 
-// Accounting sizes: a head chunk with its appender (an unexported type of
-// six words), and one entry of the sealed list.
+// Accounting sizes: an XOR head chunk with its appender (an unexported
+// type of six words), and one entry of the sealed list.
 const (
-	headBytes   = int(unsafe.Sizeof(chunkenc.XORChunk{})) + 48
-	sealedBytes = int(unsafe.Sizeof(sealedChunk{}))
+	xorHeadBytes = int(unsafe.Sizeof(xorHead{})) + int(unsafe.Sizeof(chunkenc.XORChunk{})) + 48
+	sealedBytes  = int(unsafe.Sizeof(sealedChunk{}))
 )
 
 // sealedChunk is a full chunk, its bytes trimmed to their length: XOR, or
@@ -65,23 +65,37 @@ func (r *run) add(off uint64, v float64) {
 
 // points is one series' values, aligned with its replica's scrape sequence:
 // the value at seq k was recorded at the replica's k-th successful scrape.
-// Values are XOR-encoded with seq as the chunk timestamp (consecutive
-// scrapes give a delta-of-delta of 0, about one bit); real scrape times are
-// kept once per replica. A scrape the series missed has no sample and reads
-// as NaN. The newest value stays unencoded until the next scrape, so that a
-// duplicate sample in one scrape overwrites it and Last needs no decoding.
+// The head chunk is integer deltas (the encoding of a sealed integer chunk,
+// below) while every value in it is an integer, which is what counters are;
+// at the first other value it is re-encoded as an XOR chunk with seq as the
+// timestamp (consecutive scrapes give a delta-of-delta of 0, about one bit).
+// Real scrape times are kept once per replica. A scrape the series missed
+// has no sample and reads as NaN. The newest value stays unencoded until the
+// next scrape, so that a duplicate sample in one scrape overwrites it and
+// Last needs no decoding.
 type points struct {
 	sealed    []sealedChunk // oldest first
-	head      *chunkenc.XORChunk
-	app       chunkenc.Appender
-	headFirst uint64 // seq of the head chunk's first sample
-	headLast  uint64 // seq of the head chunk's last sample
-	newest    uint64 // seq of the unencoded newest value
+	headInts  []byte        // the head's samples while all are integers
+	headInt   int64         // the last of them
+	xor       *xorHead      // the head, once a value was not an integer
+	headN     uint16        // samples in the head; 0: no head
+	headFirst uint64        // seq of the head chunk's first sample
+	headLast  uint64        // seq of the head chunk's last sample
+	newest    uint64        // seq of the unencoded newest value
 	newestVal float64
 	hasNewest bool
 	headRun   run // the head chunk's summary, sealed with it
 	bytes     int // bytes held: sealed chunks and their list, the head chunk and its appender
 }
+
+// xorHead is a head chunk in Prometheus' XOR encoding and its appender.
+type xorHead struct {
+	chunk *chunkenc.XORChunk
+	app   chunkenc.Appender
+}
+
+// hasHead reports whether the series has a head chunk.
+func (p *points) hasHead() bool { return p.headN > 0 }
 
 // put records v at seq; seqs only grow. It returns the change in bytes held.
 func (p *points) put(seq uint64, v float64) (delta int) {
@@ -99,36 +113,79 @@ func (p *points) put(seq uint64, v float64) (delta int) {
 // encode appends one sample to the head chunk, sealing it when full.
 func (p *points) encode(seq uint64, v float64) int {
 	before := p.bytes
-	if p.head == nil {
-		p.head = chunkenc.NewXORChunk()
-		p.app, _ = p.head.Appender() // an empty XOR chunk always gives an appender
-		p.headFirst = seq
+	p.bytes -= p.headBytes()
+	if !p.hasHead() {
+		p.headFirst, p.headInts, p.headInt = seq, nil, 0
 		p.headRun = run{}
-	} else {
-		p.bytes -= headBytes + cap(p.head.Bytes())
 	}
-	p.app.Append(0, int64(seq), v)
+	switch {
+	case p.xor == nil && isInt(v):
+		p.headInts = appendInt(p.headInts, seq-p.headLast, !p.hasHead(), int64(v)-p.headInt)
+		p.headInt = int64(v)
+	default:
+		if p.xor == nil {
+			p.toXOR()
+		}
+		p.xor.app.Append(0, int64(seq), v)
+	}
+	p.headN++
 	p.headLast = seq
 	p.headRun.add(seq-p.headFirst, v)
-	if p.head.NumSamples() >= samplesPerChunk {
-		data, ints := encodeInts(p.head, p.headFirst)
-		if !ints {
-			data = slices.Clip(slices.Clone(p.head.Bytes()))
-		}
-		p.headRun.ints = ints
-		p.bytes -= cap(p.sealed) * sealedBytes
-		if len(p.sealed) == cap(p.sealed) {
-			// One spare entry, not doubling: the list reaches a steady
-			// length at which a chunk is dropped for every one sealed.
-			p.sealed = append(make([]sealedChunk, 0, len(p.sealed)+1), p.sealed...)
-		}
-		p.sealed = append(p.sealed, sealedChunk{first: p.headFirst, data: data, run: p.headRun})
-		p.bytes += cap(p.sealed)*sealedBytes + cap(data)
-		p.head, p.app = nil, nil
+	if p.headN >= samplesPerChunk {
+		p.seal()
 	} else {
-		p.bytes += headBytes + cap(p.head.Bytes())
+		p.bytes += p.headBytes()
 	}
 	return p.bytes - before
+}
+
+// seal moves the full head chunk to the sealed list, its bytes trimmed.
+func (p *points) seal() {
+	var data []byte
+	if p.xor == nil {
+		data = slices.Clone(p.headInts)
+		p.headRun.ints = true
+	} else {
+		data = slices.Clone(p.xor.chunk.Bytes())
+	}
+	data = slices.Clip(data)
+	p.bytes -= cap(p.sealed) * sealedBytes
+	if len(p.sealed) == cap(p.sealed) {
+		// One spare entry, not doubling: the list reaches a steady
+		// length at which a chunk is dropped for every one sealed.
+		p.sealed = append(make([]sealedChunk, 0, len(p.sealed)+1), p.sealed...)
+	}
+	p.sealed = append(p.sealed, sealedChunk{first: p.headFirst, data: data, run: p.headRun})
+	p.bytes += cap(p.sealed)*sealedBytes + cap(data)
+	p.headN, p.headInts, p.xor = 0, nil, nil
+}
+
+// toXOR re-encodes the integer head (possibly empty) as an XOR chunk.
+func (p *points) toXOR() {
+	c := chunkenc.NewXORChunk()
+	app, _ := c.Appender() // an empty XOR chunk always gives an appender
+	data, seq, v := p.headInts, p.headFirst-1, int64(0)
+	for len(data) > 0 {
+		var d int64
+		var gap uint64
+		data, gap, d = nextInt(data)
+		seq += gap
+		v += d
+		app.Append(0, int64(seq), float64(v))
+	}
+	p.xor, p.headInts = &xorHead{chunk: c, app: app}, nil
+}
+
+// headBytes is what the head chunk holds in the store's accounting.
+func (p *points) headBytes() int {
+	switch {
+	case !p.hasHead():
+		return 0
+	case p.xor != nil:
+		return xorHeadBytes + cap(p.xor.chunk.Bytes())
+	default:
+		return cap(p.headInts)
+	}
 }
 
 // sealedEnd is the seq before which sealed chunk k's samples all lie.
@@ -136,7 +193,7 @@ func (p *points) sealedEnd(k int) uint64 {
 	switch {
 	case k+1 < len(p.sealed):
 		return p.sealed[k+1].first
-	case p.head != nil:
+	case p.hasHead():
 		return p.headFirst
 	default:
 		return p.newest // a chunk is sealed while encoding the value before
@@ -215,7 +272,7 @@ func (p *points) bounds(k int) (lo, hi uint64) {
 	if k >= 0 {
 		return p.sealed[k].first, p.sealedEnd(k)
 	}
-	if p.head != nil {
+	if p.hasHead() {
 		return p.headFirst, p.end()
 	}
 	return p.newest, p.end()
@@ -301,8 +358,12 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 		d.chunk.Reset(c.data)
 		d.read(&d.chunk, out, lo, hi)
 	}
-	if p.head != nil && p.headLast >= lo && p.headFirst < hi {
-		d.read(p.head, out, lo, hi)
+	if p.hasHead() && p.headLast >= lo && p.headFirst < hi {
+		if p.xor == nil {
+			readInts(p.headInts, p.headFirst, out, lo, hi)
+		} else {
+			d.read(p.xor.chunk, out, lo, hi)
+		}
 	}
 	if p.hasNewest && p.newest >= lo && p.newest < hi {
 		out[p.newest-lo] = p.newestVal
@@ -348,33 +409,41 @@ func (d *decoder) read(c *chunkenc.XORChunk, out []float64, lo, hi uint64) {
 // the gap is 1). The first sample's previous value is 0 and its seq the
 // chunk's first.
 
-// encodeInts returns head's samples as integer deltas, or false when a
-// value is not an integer.
-func encodeInts(head *chunkenc.XORChunk, first uint64) ([]byte, bool) {
-	// Built in scratch space and copied out at its length: the chunk is
-	// kept for an hour, and its accounting counts cap(data).
-	var scratch [512]byte
-	out := scratch[:0]
-	it := head.Iterator(nil)
-	prevSeq, prev := first-1, int64(0)
-	for it.Next() == chunkenc.ValFloat {
-		t, v := it.At()
-		if v != math.Trunc(v) || math.Abs(v) > 1<<53 || (v == 0 && math.Signbit(v)) {
-			return nil, false
-		}
-		x := int64(v)
-		gap := uint64(t) - prevSeq
-		u := zigzag(x-prev) << 1
-		if gap != 1 {
-			u |= 1
-		}
-		out = binary.AppendUvarint(out, u)
-		if gap != 1 {
-			out = binary.AppendUvarint(out, gap)
-		}
-		prevSeq, prev = uint64(t), x
+// isInt reports whether v round-trips exactly through int64 as an integer
+// chunk stores it.
+func isInt(v float64) bool {
+	return v == math.Trunc(v) && math.Abs(v) <= 1<<53 && !(v == 0 && math.Signbit(v))
+}
+
+// appendInt appends one sample: its seq gap from the previous sample (the
+// first's is ignored: its seq is the chunk's first) and its difference from
+// the previous value.
+func appendInt(out []byte, gap uint64, first bool, d int64) []byte {
+	if first {
+		gap = 1
 	}
-	return slices.Clone(out), true
+	u := zigzag(d) << 1
+	if gap != 1 {
+		u |= 1
+	}
+	out = binary.AppendUvarint(out, u)
+	if gap != 1 {
+		out = binary.AppendUvarint(out, gap)
+	}
+	return out
+}
+
+// nextInt reads one sample of an integer chunk: its seq gap and value
+// difference, and the rest of the data.
+func nextInt(data []byte) (rest []byte, gap uint64, d int64) {
+	u, n := binary.Uvarint(data)
+	data = data[n:]
+	gap = 1
+	if u&1 == 1 {
+		gap, n = binary.Uvarint(data)
+		data = data[n:]
+	}
+	return data, gap, unzigzag(u >> 1)
 }
 
 // readInts decodes an integer chunk starting at seq first into out, which
@@ -382,15 +451,11 @@ func encodeInts(head *chunkenc.XORChunk, first uint64) ([]byte, bool) {
 func readInts(data []byte, first uint64, out []float64, lo, hi uint64) {
 	seq, v := first-1, int64(0)
 	for len(data) > 0 {
-		u, n := binary.Uvarint(data)
-		data = data[n:]
-		gap := uint64(1)
-		if u&1 == 1 {
-			gap, n = binary.Uvarint(data)
-			data = data[n:]
-		}
+		var gap uint64
+		var d int64
+		data, gap, d = nextInt(data)
 		seq += gap
-		v += unzigzag(u >> 1)
+		v += d
 		if seq >= hi {
 			return
 		}
@@ -402,7 +467,7 @@ func readInts(data []byte, first uint64, out []float64, lo, hi uint64) {
 
 // zigzag maps a signed difference to an unsigned one with small magnitudes
 // small: 0, -1, 1, -2 → 0, 1, 2, 3. |d| <= 2^54 here, so the shift left by
-// one more in encodeInts cannot overflow.
+// one more in appendInt cannot overflow.
 func zigzag(d int64) uint64 { return uint64(d<<1) ^ uint64(d>>63) }
 
 func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }

@@ -3,13 +3,12 @@ package window
 import (
 	"math"
 	"testing"
-
-	"github.com/prometheus/prometheus/tsdb/chunkenc"
 )
 
-// A chunk of integers is sealed as integer deltas and reads back exactly,
-// gaps (scrapes the series missed), drops and values at the edge of exact
-// float64 integers included; a chunk with any other value stays XOR.
+// A head chunk of integers is kept, and sealed, as integer deltas and reads
+// back exactly, gaps (scrapes the series missed), drops and values at the
+// edge of exact float64 integers included; at any other value the head is
+// re-encoded as XOR and reads back just as exactly.
 func TestIntegerChunksRoundTrip(t *testing.T) {
 	type sample struct {
 		seq uint64
@@ -22,61 +21,71 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 	}{
 		{"counter with gaps and a reset", []sample{{100, 0}, {101, 3}, {102, 3}, {105, 1e6}, {106, 2}, {400, 1 << 53}, {401, -(1 << 53)}}, true},
 		{"negative zero", []sample{{1, 1}, {2, math.Copysign(0, -1)}}, false},
-		{"a fraction", []sample{{1, 1}, {2, 1.5}}, false},
+		{"a fraction", []sample{{1, 1}, {2, 1.5}, {4, 7}}, false},
+		{"a fraction first", []sample{{1, 0.25}, {2, 1}}, false},
 		{"NaN", []sample{{1, 1}, {2, math.NaN()}}, false},
 		{"past 2^53", []sample{{1, 1 << 54}}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			head := chunkenc.NewXORChunk()
-			app, err := head.Appender()
-			if err != nil {
-				t.Fatal(err)
-			}
+			var p points
 			for _, s := range c.samples {
-				app.Append(0, int64(s.seq), s.v)
+				p.put(s.seq, s.v)
+			}
+			// The newest value stays unencoded: one more puts every case's
+			// samples in the head.
+			p.put(c.samples[len(c.samples)-1].seq+1, 0)
+			if ints := p.xor == nil; ints != c.ints {
+				t.Fatalf("head encoded as integers: %v, want %v", ints, c.ints)
 			}
 			first := c.samples[0].seq
-			data, ints := encodeInts(head, first)
-			if ints != c.ints {
-				t.Fatalf("encoded as integers: %v, want %v", ints, c.ints)
-			}
-			if !ints {
-				return
-			}
-			last := c.samples[len(c.samples)-1].seq
-			out := make([]float64, last-first+1)
-			for i := range out {
-				out[i] = math.NaN()
-			}
-			readInts(data, first, out, first, last+1)
 			want := map[uint64]float64{}
 			for _, s := range c.samples {
 				want[s.seq] = s.v
 			}
-			for i, got := range out {
-				seq := first + uint64(i)
-				if w, ok := want[seq]; ok {
-					if got != w {
-						t.Errorf("seq %d: %v, want %v", seq, got, w)
+			want[c.samples[len(c.samples)-1].seq+1] = 0
+			check := func(t *testing.T, what string, out []float64, lo uint64) {
+				t.Helper()
+				for i, got := range out {
+					seq := lo + uint64(i)
+					w, ok := want[seq]
+					switch {
+					case ok && math.IsNaN(w) && math.IsNaN(got):
+					case ok && (got != w || math.Signbit(got) != math.Signbit(w)):
+						t.Errorf("%s: seq %d: %v, want %v", what, seq, got, w)
+					case !ok && !math.IsNaN(got):
+						t.Errorf("%s: seq %d has no sample but reads %v", what, seq, got)
 					}
-				} else if !math.IsNaN(got) {
-					t.Errorf("seq %d has no sample but reads %v", seq, got)
 				}
 			}
+			last := c.samples[len(c.samples)-1].seq
 			var d decoder
+			check(t, "head", d.fill(&p, first, last+1), first)
+			// A range inside the chunk reads only its part.
+			check(t, "head part", d.fill(&p, first+1, first+3), first+1)
+
+			// Filled up, the head is sealed in the same encoding.
+			for i := range uint64(samplesPerChunk) {
+				p.put(last+2+i, float64(i))
+			}
+			if len(p.sealed) != 1 {
+				t.Fatalf("%d sealed chunks, want 1", len(p.sealed))
+			}
+			if p.sealed[0].run.ints != c.ints {
+				t.Fatalf("sealed as integers: %v, want %v", p.sealed[0].run.ints, c.ints)
+			}
+			check(t, "sealed", d.fill(&p, first, last+1), first)
+			if !c.ints {
+				return
+			}
+			data := p.sealed[0].data
 			if got := d.firstValue(&sealedChunk{first: first, data: data, run: run{ints: true}}); got != c.samples[0].v {
 				t.Errorf("first value %v, want %v", got, c.samples[0].v)
 			}
 			// A range inside the chunk reads only its part.
 			part := []float64{math.NaN(), math.NaN(), math.NaN()}
 			readInts(data, first, part, first+4, first+7)
-			for i, got := range part {
-				w, ok := want[first+4+uint64(i)]
-				if (!ok && !math.IsNaN(got)) || (ok && got != w) {
-					t.Errorf("seq %d read alone: %v, want %v (present %v)", first+4+uint64(i), got, w, ok)
-				}
-			}
+			check(t, "sealed part", part, first+4)
 		})
 	}
 }
