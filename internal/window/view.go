@@ -365,8 +365,47 @@ func (v view) Avg(sel detect.Selector, from, to time.Time) (float64, bool) {
 }
 
 func (v view) Max(sel detect.Selector, from, to time.Time) (float64, bool) {
+	if recs := v.selected(sel.Name, sel.Match); len(recs) == 1 {
+		lo, hi := v.seqRange(from, to)
+		return v.maxOf(recs[0], lo, hi)
+	}
 	m, ok := math.Inf(-1), false
 	v.eachScrape(sel, from, to, func(s float64) { m = math.Max(m, s); ok = true })
+	if !ok {
+		return 0, false
+	}
+	return m, true
+}
+
+// maxOf is Max of one series over the seqs [lo, hi). A sealed chunk that
+// lies wholly inside and never drops has its maximum in its summary (its
+// last finite value), so a counter's maximum over an hour, which detectors
+// ask to see that it reaches back that far, decodes only the edge chunks.
+func (v view) maxOf(rec *seriesRec, lo, hi uint64) (float64, bool) {
+	m, ok := math.Inf(-1), false
+	take := func(seg []float64, base, lo, hi uint64) {
+		for seq := lo; seq < hi && seq-base < uint64(len(seg)); seq++ {
+			if x := seg[seq-base]; finite(x) {
+				m, ok = math.Max(m, x), true
+			}
+		}
+	}
+	p := &rec.pts
+	for k := range p.sealed {
+		ch := &p.sealed[k]
+		slo, shi := ch.first, p.sealedEnd(k)
+		if shi <= lo || slo >= hi {
+			continue
+		}
+		if lo <= slo && shi <= hi && !ch.run.broken {
+			m, ok = math.Max(m, ch.run.lastVal), true
+			continue
+		}
+		take(v.d.segmentValues(p, k), slo, max(lo, slo), min(hi, shi))
+	}
+	if slo, shi := p.bounds(-1); shi > lo && slo < hi {
+		take(v.d.segmentValues(p, -1), slo, max(lo, slo), min(hi, shi))
+	}
 	if !ok {
 		return 0, false
 	}

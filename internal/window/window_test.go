@@ -641,3 +641,53 @@ func TestVanishedWorkerIsForgottenAfterRetention(t *testing.T) {
 		t.Errorf("replicas = %+v, want only gw/a", rs)
 	}
 }
+
+// Max of one series reads a sealed chunk that never drops from its summary
+// and decodes the rest: a counter whose highest value lies in a chunk in
+// the middle of the range (it reset later), one with NaN and +Inf points
+// (skipped), and a gauge that drops inside its chunks give the maximum a
+// scan of every point gives.
+func TestMaxOverWholeChunks(t *testing.T) {
+	const n = 5 * samplesPerChunk
+	values := map[string]func(i int) float64{
+		// Rising to 239, then reset and rising slowly: the maximum is the
+		// last value of the second chunk, which lies inside the range.
+		"reset_total": func(i int) float64 {
+			if i < 2*samplesPerChunk {
+				return float64(i)
+			}
+			return float64(i-2*samplesPerChunk) / 10
+		},
+		"spoiled_total": func(i int) float64 {
+			switch {
+			case i == 130:
+				return math.Inf(1)
+			case i%7 == 0:
+				return math.NaN()
+			}
+			return float64(i)
+		},
+		"saw": func(i int) float64 { return float64((i * 37) % 101) },
+	}
+	s := newTestStore(t, Options{})
+	for i := range n {
+		var row []series.Sample
+		for name, f := range values {
+			row = append(row, smp(name, f(i)))
+		}
+		mustAppend(t, s, okScrape("r", at(float64(5*i)), row...))
+	}
+	withView(t, s, "r", func(w detect.Window) {
+		for name, f := range values {
+			want := math.Inf(-1)
+			for i := 10; i < n; i++ {
+				if v := f(i); finite(v) {
+					want = math.Max(want, v)
+				}
+			}
+			if got, ok := w.Max(detect.Sel(name), at(5*10-1), at(5*n)); !ok || got != want {
+				t.Errorf("Max(%s) = %v, %v; want %v", name, got, ok, want)
+			}
+		}
+	})
+}
