@@ -72,6 +72,13 @@ func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool) (d
 		return ev, false
 	}
 	ev.mean = p.histMean(w, series.InterTokenLatency)
+	gMean, okMean := ev.mean.growth()
+	if !withBaseP99 && !(okMean && gMean >= c.ITLRatio) {
+		// Without the baseline's tail only the mean can show the rise:
+		// held's look-back scan stops here at most of its steps, before
+		// the costlier questions below.
+		return ev, false
+	}
 	if withBaseP99 {
 		ev.p99 = p.quantile(w, 0.99, series.InterTokenLatency)
 	} else {
@@ -80,13 +87,12 @@ func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool) (d
 	if !ev.p99.nowOK || ev.p99.now < c.MinITLSeconds || (withBaseP99 && !ev.p99.baseOK) {
 		return ev, false
 	}
-	if !p.baselineReady(w, c.BaselineCoverage, itlCount, p.baselineTraffic(c.BaselineCoverage, c.MinTokens)) {
-		return ev, false // a baseline that saw only a warm-up or a trickle is no reference
-	}
 	g99, ok99 := ev.p99.growth()
-	gMean, okMean := ev.mean.growth()
 	if !((ok99 && g99 >= c.ITLRatio) || (okMean && gMean >= c.ITLRatio)) {
 		return ev, false
+	}
+	if !p.baselineReady(w, c.BaselineCoverage, itlCount, p.baselineTraffic(c.BaselineCoverage, c.MinTokens)) {
+		return ev, false // a baseline that saw only a warm-up or a trickle is no reference
 	}
 	ev.growth = g99
 	if okMean {
