@@ -14,7 +14,10 @@
 package assess
 
 import (
+	"runtime"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
@@ -22,7 +25,7 @@ import (
 )
 
 // Windows is what an assessment reads: the window store, or diagnose's
-// private one.
+// private one. View is called for several replicas at once.
 type Windows interface {
 	Replicas() []detect.Replica
 	View(replica string, fn func(w detect.Window)) bool
@@ -38,6 +41,11 @@ type Config struct {
 	// ArrivalEndpoints selects inference traffic among the HTTP in-flight
 	// series ("|"-separated endpoint values); "" takes the default.
 	ArrivalEndpoints string
+	// Workers is how many replicas are assessed at once (0: GOMAXPROCS).
+	// A replica's assessment reads only its own window, so a round over
+	// many replicas spreads over the cores; the result does not depend
+	// on it.
+	Workers int
 }
 
 // Assessor runs the detectors and the correlation over windows.
@@ -50,6 +58,9 @@ type Assessor struct {
 func New(detectors []detect.Detector, cfg Config) *Assessor {
 	if cfg.ArrivalEndpoints == "" {
 		cfg.ArrivalEndpoints = detect.DefaultInferenceEndpoints
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
 	return &Assessor{cfg: cfg, detectors: detectors}
 }
@@ -99,13 +110,32 @@ func (r Round) Replica(name string) (Replica, bool) {
 func (a *Assessor) Assess(ws Windows, now time.Time) Round {
 	reps := ws.Replicas()
 	sort.Slice(reps, func(i, j int) bool { return reps[i].Name < reps[j].Name })
+	states := make([]Replica, len(reps))
+	held := make([]bool, len(reps))
+	assess := func(i int) {
+		held[i] = ws.View(reps[i].Name, func(w detect.Window) { states[i] = a.replica(w, now) })
+	}
+	if workers := min(a.cfg.Workers, len(reps)); workers <= 1 {
+		for i := range reps {
+			assess(i)
+		}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < len(reps); i = int(next.Add(1) - 1) {
+					assess(i)
+				}
+			})
+		}
+		wg.Wait()
+	}
 	round := Round{At: now, Replicas: make([]Replica, 0, len(reps))}
 	var all []detect.Finding
-	for _, r := range reps {
-		var st Replica
-		ok := ws.View(r.Name, func(w detect.Window) { st = a.replica(w, now) })
-		if !ok {
-			continue
+	for i, st := range states {
+		if !held[i] {
+			continue // removed since Replicas listed it
 		}
 		round.Replicas = append(round.Replicas, st)
 		all = append(all, st.Findings...)

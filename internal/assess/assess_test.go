@@ -1,10 +1,14 @@
 package assess
 
 import (
+	"bytes"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -113,5 +117,60 @@ func TestAssessWindowIsTheSameDecisionForOneReplica(t *testing.T) {
 	got := one.Replicas[0]
 	if got.Triage != want.Triage || *got.Snapshot.KVUsage != *want.Snapshot.KVUsage || len(got.Findings) != len(want.Findings) {
 		t.Errorf("one window: %+v\nfleet: %+v", got, want)
+	}
+}
+
+// A round over many replicas, assessed by several workers at once, is the
+// round one worker gives: the same replicas in the same order, the same
+// findings, triage and snapshots, the same incidents. The fleet is the
+// simulator's in a preempt storm, so that the real detectors find things
+// (and, under -race, share nothing).
+func TestAssessInParallelIsTheSameRound(t *testing.T) {
+	cfg := detect.DefaultConfig()
+	ds, err := detect.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := sim.IncidentScenario(sim.ClassPreemptStorm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 10 * time.Second
+	fleet := sim.NewFleet(sim.FleetConfig{Replicas: 12, Seed: 3, Start: t0, Scenario: sc, Warmup: 5 * time.Minute})
+	store := newStore(t, cfg, interval)
+	dec := scrape.NewDecoder()
+	one := New(ds, Config{Triage: cfg.Triage, Correlation: correlate.DefaultConfig(), Workers: 1})
+	many := New(ds, Config{Triage: cfg.Triage, Correlation: correlate.DefaultConfig(), Workers: 5})
+	var buf bytes.Buffer
+	findings := 0
+	for el := time.Duration(0); el <= sim.IncidentBaseline+6*time.Minute; el += interval {
+		now := t0.Add(el)
+		fleet.Advance(now)
+		for i, name := range fleet.Replicas() {
+			buf.Reset()
+			scr := series.Scrape{Target: name, Kind: scrape.KindEngine, At: now}
+			if err := fleet.WriteMetrics(&buf, i); err != nil {
+				scr.Reason, scr.Error = series.FailureRefused, err.Error()
+			} else if scr.Groups, err = dec.Decode(buf.Bytes(), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Append(scr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if el%(5*time.Minute) != 0 && el < sim.IncidentBaseline {
+			continue
+		}
+		want, got := one.Assess(store, now), many.Assess(store, now)
+		if len(got.Replicas) != 12 {
+			t.Fatalf("%s: %d replicas assessed, want 12", el, len(got.Replicas))
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: five workers' round differs from one's:\n%+v\n%+v", el, got, want)
+		}
+		findings += len(got.Findings())
+	}
+	if findings == 0 {
+		t.Fatal("no finding in a preempt storm: the comparison compared nothing")
 	}
 }
