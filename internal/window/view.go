@@ -143,7 +143,12 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 			c.skipTo(slo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n)-1)
 			continue
 		}
-		c.steps(v.d.segmentValues(p, k), slo, max(lo, slo), min(hi, shi))
+		seg := v.d.segmentValues(p, k)
+		if !ch.run.broken {
+			c.run(seg, slo, max(lo, slo), min(hi, shi))
+			continue
+		}
+		c.steps(seg, slo, max(lo, slo), min(hi, shi))
 	}
 	if slo, shi := p.bounds(-1); shi > lo && slo < hi {
 		c.steps(v.d.segmentValues(p, -1), slo, max(lo, slo), min(hi, shi))
@@ -198,6 +203,28 @@ func (c *counterRuns) steps(seg []float64, base, lo, hi uint64) {
 			c.step(seq, x)
 		}
 	}
+}
+
+// run feeds the seqs [lo, hi) of seg (whose first value is at seq base),
+// a piece of a chunk that never drops: its first finite value is a step,
+// the rest continue the run to its last finite value.
+func (c *counterRuns) run(seg []float64, base, lo, hi uint64) {
+	hi = min(hi, base+uint64(len(seg)))
+	n, first, last := 0, hi, hi
+	for seq := lo; seq < hi; seq++ {
+		if finite(seg[seq-base]) {
+			if n == 0 {
+				first = seq
+			}
+			last = seq
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	c.step(first, seg[first-base])
+	c.skipTo(last, seg[last-base], n-1)
 }
 
 func (c *counterRuns) finish() float64 {
