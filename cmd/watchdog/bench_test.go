@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
 
@@ -95,7 +96,7 @@ func prometheusStandIn(ctx context.Context, args []string) error {
 	}
 	reg := prometheus.NewRegistry()
 	appended := prometheus.NewCounter(prometheus.CounterOpts{Name: "prometheus_tsdb_head_samples_appended_total"})
-	reg.MustRegister(appended)
+	reg.MustRegister(appended, collectors.NewGoCollector()) // Prometheus is a Go program too
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
@@ -162,19 +163,22 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	if w.CPUCores <= 0 || w.CPUCores > 2 || w.RSSBytes < 1<<20 || w.SamplesPerSecond <= 0 {
 		t.Errorf("watchdog: %.3f cores, %d B RSS, %.0f samples/s: want sane, non-zero numbers", w.CPUCores, w.RSSBytes, w.SamplesPerSecond)
 	}
+	if w.HeapInuseBytes == 0 || w.HeapInuseBytes > w.RSSBytes {
+		t.Errorf("watchdog Go heap in use %d B of %d B RSS", w.HeapInuseBytes, w.RSSBytes)
+	}
 	if w.ReplicasScraped != 12 {
 		t.Errorf("watchdog scraped %d of 12 replicas in the window", w.ReplicasScraped)
 	}
 	if d := w.Daemon; d == nil || d.Scrapes < 12 || d.ScrapeP50.Seconds <= 0 || d.ScrapeP99.Seconds < d.ScrapeP50.Seconds ||
-		d.Rounds < 1 || d.RoundMeanSeconds <= 0 {
+		d.Rounds < 1 || d.RoundMeanSeconds <= 0 || d.WindowBytes <= 0 {
 		t.Errorf("daemon timings %+v: want at least 12 scrapes and a round, with non-zero times", d)
 	}
 	p := r.Prometheus
 	if p == nil {
 		t.Fatal("no Prometheus measurement")
 	}
-	if p.CPUCores <= 0 || p.RSSBytes < 1<<20 || p.SamplesPerSecond <= 0 || p.ReplicasScraped != 12 {
-		t.Errorf("prometheus: %.3f cores, %d B RSS, %.0f samples/s, %d of 12 replicas scraped", p.CPUCores, p.RSSBytes, p.SamplesPerSecond, p.ReplicasScraped)
+	if p.CPUCores <= 0 || p.RSSBytes < 1<<20 || p.HeapInuseBytes == 0 || p.SamplesPerSecond <= 0 || p.ReplicasScraped != 12 {
+		t.Errorf("prometheus: %.3f cores, %d B RSS, %d B heap, %.0f samples/s, %d of 12 replicas scraped", p.CPUCores, p.RSSBytes, p.HeapInuseBytes, p.SamplesPerSecond, p.ReplicasScraped)
 	}
 	if r.Ratios == nil || r.Ratios.CPU != w.CPUCores/p.CPUCores || r.Ratios.RSS != float64(w.RSSBytes)/float64(p.RSSBytes) {
 		t.Errorf("ratios %+v do not compare %v/%v cores, %v/%v bytes", r.Ratios, w.CPUCores, p.CPUCores, w.RSSBytes, p.RSSBytes)
@@ -188,7 +192,8 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| what | watchdog | prometheus | watchdog ÷ prometheus |", "| CPU, cores (average) |",
-		"| RSS per replica, KiB |", "| replicas scraped in the window | 12/12 | 12/12 |", "| scrape latency p50 / p99, ms |"} {
+		"| RSS per replica, KiB |", "| replicas scraped in the window | 12/12 | 12/12 |", "| scrape latency p50 / p99, ms |",
+		"| Go heap in use, MiB (end) |", "| windows per replica, KiB (accounted, end) |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown report lacks %q:\n%s", want, md.String())
 		}

@@ -222,6 +222,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return Report{}, fmt.Errorf("%s: %w", children[k].name, err)
 		}
 		m.ReplicasScraped = sim.ReplicasGrown(scrapesBefore[k], fleet.ScrapeCounts(k))
+		heap, err := gaugeSum(end[k].metrics, heapInuseMetric)
+		if err != nil {
+			return Report{}, fmt.Errorf("%s /metrics: %w", children[k].name, err)
+		}
+		m.HeapInuseBytes = uint64(heap)
 		switch children[k] {
 		case wd:
 			d, samples, err := daemonTimings(begin[k].metrics, end[k].metrics, window)

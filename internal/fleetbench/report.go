@@ -41,6 +41,10 @@ type Report struct {
 type Measurement struct {
 	CPUCores float64 `json:"cpu_cores"` // average over the window
 	RSSBytes uint64  `json:"rss_bytes"` // at the end
+	// HeapInuseBytes is the Go heap in use at the end
+	// (go_memstats_heap_inuse_bytes; both are Go programs): RSS less the
+	// garbage collector's headroom and the runtime's own.
+	HeapInuseBytes uint64 `json:"heap_inuse_bytes"`
 	// RSSGrowthBytesPerMinute is the least-squares slope of the samples.
 	RSSGrowthBytesPerMinute float64 `json:"rss_growth_bytes_per_minute"`
 	MillicoresPerReplica    float64 `json:"millicores_per_replica"`
@@ -64,6 +68,9 @@ type DaemonTimings struct {
 	Rounds           uint64   `json:"evaluation_rounds"`
 	RoundMeanSeconds float64  `json:"evaluation_round_mean_seconds"`
 	RoundP99         Quantile `json:"evaluation_round_p99"`
+	// WindowBytes is the windows' memory at the end by the store's own
+	// accounting (watchdog_window_bytes summed over the targets).
+	WindowBytes float64 `json:"window_bytes"`
 }
 
 // Quantile is an estimate from histogram buckets.
@@ -138,6 +145,8 @@ const (
 	scrapeDurationMetric = "watchdog_scrape_duration_seconds"
 	roundDurationMetric  = "watchdog_evaluation_duration_seconds"
 	samplesMetric        = "watchdog_samples_ingested_total"
+	windowBytesMetric    = "watchdog_window_bytes"
+	heapInuseMetric      = "go_memstats_heap_inuse_bytes"
 )
 
 func daemonTimings(begin, end map[string]*dto.MetricFamily, window time.Duration) (DaemonTimings, float64, error) {
@@ -153,9 +162,13 @@ func daemonTimings(begin, end map[string]*dto.MetricFamily, window time.Duration
 	if err != nil {
 		return DaemonTimings{}, 0, err
 	}
+	windowBytes, err := gaugeSum(end, windowBytesMetric)
+	if err != nil {
+		return DaemonTimings{}, 0, err
+	}
 	t := DaemonTimings{
 		Scrapes: scrapes.count, ScrapeP50: scrapes.quantile(0.5), ScrapeP99: scrapes.quantile(0.99),
-		Rounds: rounds.count, RoundP99: rounds.quantile(0.99),
+		Rounds: rounds.count, RoundP99: rounds.quantile(0.99), WindowBytes: windowBytes,
 	}
 	if rounds.count > 0 {
 		t.RoundMeanSeconds = rounds.sum / float64(rounds.count)
@@ -235,6 +248,19 @@ func (w histogramWindow) quantile(q float64) Quantile {
 		return Quantile{Seconds: w.bounds[i]}
 	}
 	return Quantile{Seconds: lower + (w.bounds[i]-lower)*(rank-below)/(w.cum[i]-below)}
+}
+
+// gaugeSum is a gauge family's value summed over its series.
+func gaugeSum(fams map[string]*dto.MetricFamily, name string) (float64, error) {
+	f, ok := fams[name]
+	if !ok {
+		return 0, fmt.Errorf("no gauge %s", name)
+	}
+	total := 0.0
+	for _, m := range f.GetMetric() {
+		total += m.GetGauge().GetValue()
+	}
+	return total, nil
 }
 
 // counterRate is the per-second growth of a counter family (all its series
@@ -339,6 +365,8 @@ func (r Report) rows() [][]string {
 	rss := func(m Measurement) string { return mib(float64(m.RSSBytes)) }
 	add("CPU, cores (average)", cores(wd), cores, ratio(func(x Ratios) float64 { return x.CPU }))
 	add("RSS, MiB (end)", rss(wd), rss, ratio(func(x Ratios) float64 { return x.RSS }))
+	heap := func(m Measurement) string { return mib(float64(m.HeapInuseBytes)) }
+	add("Go heap in use, MiB (end)", heap(wd), heap, "")
 	growth := func(m Measurement) string { return mib(m.RSSGrowthBytesPerMinute) }
 	add("RSS growth, MiB/min", growth(wd), growth, "")
 	perCPU := func(m Measurement) string { return fmt.Sprintf("%.3f", m.MillicoresPerReplica) }
@@ -354,6 +382,7 @@ func (r Report) rows() [][]string {
 		add("scrape latency p50 / p99, ms", fmt.Sprintf("%s / %s", msq(d.ScrapeP50), msq(d.ScrapeP99)), none, "")
 		add("evaluation round mean / p99, ms", fmt.Sprintf("%s / %s", ms(d.RoundMeanSeconds), msq(d.RoundP99)), none, "")
 		add("scrapes / evaluation rounds", fmt.Sprintf("%d / %d", d.Scrapes, d.Rounds), none, "")
+		add("windows per replica, KiB (accounted, end)", fmt.Sprintf("%.1f", d.WindowBytes/float64(r.Replicas)/1024), none, "")
 	}
 	return rows
 }

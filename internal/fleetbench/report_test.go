@@ -57,6 +57,9 @@ watchdog_evaluation_duration_seconds_sum 0.25
 watchdog_evaluation_duration_seconds_count 5
 # TYPE watchdog_samples_ingested_total counter
 watchdog_samples_ingested_total 7000
+# TYPE watchdog_window_bytes gauge
+watchdog_window_bytes{target="a"} 1000
+watchdog_window_bytes{target="b"} 3000
 `
 
 func TestDaemonTimingsOverTheWindow(t *testing.T) {
@@ -75,6 +78,9 @@ func TestDaemonTimingsOverTheWindow(t *testing.T) {
 	}
 	if samples != 3000 {
 		t.Errorf("samples/s %v, want 3000", samples)
+	}
+	if d.WindowBytes != 4000 {
+		t.Errorf("window bytes %v, want the targets' 4000 at the end", d.WindowBytes)
 	}
 
 	// A daemon that lost a metric the report reads is an error, naming it.
