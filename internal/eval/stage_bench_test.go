@@ -3,6 +3,7 @@ package eval
 import (
 	"errors"
 	"io"
+	"strconv"
 	"testing"
 	"time"
 
@@ -173,4 +174,43 @@ func BenchmarkStageRound(b *testing.B) {
 	for b.Loop() {
 		loop.Evaluate(f.at)
 	}
+}
+
+// BenchmarkStageRoundFleet is one evaluation round over 100 replicas, each
+// holding the full window of BenchmarkStageRound, assessed on every core:
+// what a round costs per replica in a fleet (ns/replica), the figure that
+// scales to a round over 10,000 replicas.
+func BenchmarkStageRoundFleet(b *testing.B) {
+	const replicas = 100
+	cfg := detect.DefaultConfig()
+	store, err := window.New(window.Options{Retention: time.Hour + 5*time.Minute, ScrapeInterval: 5 * time.Second}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dec := scrape.NewKeepingDecoder(assess.Reads(cfg))
+	body := benchBody(b)
+	at := time.Unix(1_800_000_000, 0)
+	for range 800 {
+		at = at.Add(5 * time.Second)
+		groups, err := dec.Decode(body, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for r := range replicas {
+			if err := store.Append(series.Scrape{Target: "r" + strconv.Itoa(r), Kind: "engine", At: at, Groups: groups}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	ds, err := detect.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: cfg.Triage, Correlation: correlate.DefaultConfig()}),
+		Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}), Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		loop.Evaluate(at)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/replicas, "ns/replica")
 }
