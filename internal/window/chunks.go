@@ -77,6 +77,7 @@ type points struct {
 	sealed    []sealedChunk // oldest first
 	headInts  []byte        // the head's samples while all are integers
 	headInt   int64         // the last of them
+	headStep  int64         // its step from the one before (0 after the first)
 	xor       *xorHead      // the head, once a value was not an integer
 	headN     uint16        // samples in the head; 0: no head
 	headFirst uint64        // seq of the head chunk's first sample
@@ -115,13 +116,18 @@ func (p *points) encode(seq uint64, v float64) int {
 	before := p.bytes
 	p.bytes -= p.headBytes()
 	if !p.hasHead() {
-		p.headFirst, p.headInts, p.headInt = seq, nil, 0
+		p.headFirst, p.headInts, p.headInt, p.headStep = seq, nil, 0, 0
 		p.headRun = run{}
 	}
 	switch {
 	case p.xor == nil && isInt(v):
-		p.headInts = appendInt(p.headInts, seq-p.headLast, !p.hasHead(), int64(v)-p.headInt)
-		p.headInt = int64(v)
+		first := !p.hasHead()
+		step := int64(v) - p.headInt
+		p.headInts = appendInt(p.headInts, seq-p.headLast, first, step-p.headStep)
+		p.headInt, p.headStep = int64(v), step
+		if first {
+			p.headStep = 0
+		}
 	default:
 		if p.xor == nil {
 			p.toXOR()
@@ -164,14 +170,9 @@ func (p *points) seal() {
 func (p *points) toXOR() {
 	c := chunkenc.NewXORChunk()
 	app, _ := c.Appender() // an empty XOR chunk always gives an appender
-	data, seq, v := p.headInts, p.headFirst-1, int64(0)
-	for len(data) > 0 {
-		var d int64
-		var gap uint64
-		data, gap, d = nextInt(data)
-		seq += gap
-		v += d
-		app.Append(0, int64(seq), float64(v))
+	ints := intReader{data: p.headInts, seq: p.headFirst - 1}
+	for ints.next() {
+		app.Append(0, int64(ints.seq), float64(ints.v))
 	}
 	p.xor, p.headInts = &xorHead{chunk: c, app: app}, nil
 }
@@ -399,15 +400,20 @@ func (d *decoder) read(c *chunkenc.XORChunk, out []float64, lo, hi uint64) {
 }
 
 // Integer chunks. The counters SGLang exposes (requests, tokens, histogram
-// buckets) count whole things and grow by small steps between scrapes; XOR
-// encoding spends about 27 bits on such a step of a busy replica's latency
-// bucket, a varint of the difference about 13. A full head chunk whose
-// values are all integers (finite, |v| <= 2^53, not -0, so that the round
-// trip through int64 is exact) is sealed as one uvarint per sample:
-// zigzag(value - previous value) shifted left by one, its low bit set when
-// a uvarint of the seq gap follows (a scrape the series missed; without it
-// the gap is 1). The first sample's previous value is 0 and its seq the
-// chunk's first.
+// buckets) count whole things and grow between scrapes by steps that change
+// little from one scrape to the next; XOR encoding spends about 27 bits on
+// such a step of a busy replica's latency bucket, a varint of the step
+// about 13 and a varint of the step's change about 9 (measured over the
+// moving fixture: 1.60 bytes per point for steps, 1.17 for their changes).
+// A full head chunk whose values are all integers (finite, |v| <= 2^53, not
+// -0, so that the round trip through int64 is exact) is sealed as one
+// uvarint per sample: zigzag(step - previous step) shifted left by one, its
+// low bit set when a uvarint of the seq gap follows (a scrape the series
+// missed; without it the gap is 1). A step is the value minus the previous
+// value; the first sample's is its value (the previous value is 0), and the
+// step before the first and before the second is 0, so that a counter's
+// level is not taken for its rate. The first sample's seq is the chunk's
+// first.
 
 // isInt reports whether v round-trips exactly through int64 as an integer
 // chunk stores it.
@@ -416,13 +422,13 @@ func isInt(v float64) bool {
 }
 
 // appendInt appends one sample: its seq gap from the previous sample (the
-// first's is ignored: its seq is the chunk's first) and its difference from
-// the previous value.
-func appendInt(out []byte, gap uint64, first bool, d int64) []byte {
+// first's is ignored: its seq is the chunk's first) and the change of its
+// step from the previous step.
+func appendInt(out []byte, gap uint64, first bool, dd int64) []byte {
 	if first {
 		gap = 1
 	}
-	u := zigzag(d) << 1
+	u := zigzag(dd) << 1
 	if gap != 1 {
 		u |= 1
 	}
@@ -433,41 +439,54 @@ func appendInt(out []byte, gap uint64, first bool, d int64) []byte {
 	return out
 }
 
-// nextInt reads one sample of an integer chunk: its seq gap and value
-// difference, and the rest of the data.
-func nextInt(data []byte) (rest []byte, gap uint64, d int64) {
-	u, n := binary.Uvarint(data)
-	data = data[n:]
-	gap = 1
-	if u&1 == 1 {
-		gap, n = binary.Uvarint(data)
-		data = data[n:]
+// intReader walks an integer chunk's samples: after next reports true,
+// seq and v are the sample's.
+type intReader struct {
+	data  []byte
+	seq   uint64 // the chunk's first seq - 1 before the first sample
+	v     int64
+	step  int64
+	begun bool
+}
+
+func (r *intReader) next() bool {
+	if len(r.data) == 0 {
+		return false
 	}
-	return data, gap, unzigzag(u >> 1)
+	u, n := binary.Uvarint(r.data)
+	r.data = r.data[n:]
+	gap := uint64(1)
+	if u&1 == 1 {
+		gap, n = binary.Uvarint(r.data)
+		r.data = r.data[n:]
+	}
+	r.seq += gap
+	r.step += unzigzag(u >> 1)
+	r.v += r.step
+	if !r.begun {
+		r.begun, r.step = true, 0
+	}
+	return true
 }
 
 // readInts decodes an integer chunk starting at seq first into out, which
 // holds the seqs [lo, hi).
 func readInts(data []byte, first uint64, out []float64, lo, hi uint64) {
-	seq, v := first-1, int64(0)
-	for len(data) > 0 {
-		var gap uint64
-		var d int64
-		data, gap, d = nextInt(data)
-		seq += gap
-		v += d
-		if seq >= hi {
+	r := intReader{data: data, seq: first - 1}
+	for r.next() {
+		if r.seq >= hi {
 			return
 		}
-		if seq >= lo {
-			out[seq-lo] = float64(v)
+		if r.seq >= lo {
+			out[r.seq-lo] = float64(r.v)
 		}
 	}
 }
 
 // zigzag maps a signed difference to an unsigned one with small magnitudes
-// small: 0, -1, 1, -2 → 0, 1, 2, 3. |d| <= 2^54 here, so the shift left by
-// one more in appendInt cannot overflow.
+// small: 0, -1, 1, -2 → 0, 1, 2, 3. A step between integers of at most
+// 2^53 is at most 2^54, the change of a step at most 2^55, so neither this
+// shift nor the one more in appendInt can overflow.
 func zigzag(d int64) uint64 { return uint64(d<<1) ^ uint64(d>>63) }
 
 func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }

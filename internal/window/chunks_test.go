@@ -89,3 +89,28 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// A counter that grows at a steady rate, as a busy replica's request and
+// bucket counters nearly do, costs about one byte per point however large
+// its level and step: what is stored is how much the step changed.
+func TestIntegerChunkOfASteadyCounterIsAByteAPoint(t *testing.T) {
+	var p points
+	for i := range uint64(samplesPerChunk + 1) {
+		p.put(1+i, 1e9+float64(i)*2500+float64(i%2)) // steps of 2500 and 2502 in turn
+	}
+	if len(p.sealed) != 1 || !p.sealed[0].run.ints {
+		t.Fatalf("want one sealed integer chunk, got %d", len(p.sealed))
+	}
+	// The first sample is the level (5 bytes), the second the first step
+	// (2 bytes); every later one a change of step of ±2 (1 byte).
+	if n, most := len(p.sealed[0].data), 5+2+(samplesPerChunk-2); n > most {
+		t.Errorf("a steady counter's chunk takes %d bytes for %d points, want <= %d", n, samplesPerChunk, most)
+	}
+	var d decoder
+	out := d.fill(&p, 1, 1+samplesPerChunk)
+	for i, v := range out {
+		if want := 1e9 + float64(i)*2500 + float64(i%2); v != want {
+			t.Fatalf("seq %d reads %v, want %v", 1+i, v, want)
+		}
+	}
+}
