@@ -170,9 +170,20 @@ func (p *points) seal() {
 func (p *points) toXOR() {
 	c := chunkenc.NewXORChunk()
 	app, _ := c.Appender() // an empty XOR chunk always gives an appender
-	ints := intReader{data: p.headInts, seq: p.headFirst - 1}
-	for ints.next() {
-		app.Append(0, int64(ints.seq), float64(ints.v))
+	data := p.headInts
+	if len(data) > 0 {
+		data, _, v := nextInt(data) // the first sample: its value
+		seq, step := p.headFirst, int64(0)
+		app.Append(0, int64(seq), float64(v))
+		for len(data) > 0 {
+			var gap uint64
+			var dd int64
+			data, gap, dd = nextInt(data)
+			seq += gap
+			step += dd
+			v += step
+			app.Append(0, int64(seq), float64(v))
+		}
 	}
 	p.xor, p.headInts = &xorHead{chunk: c, app: app}, nil
 }
@@ -439,47 +450,51 @@ func appendInt(out []byte, gap uint64, first bool, dd int64) []byte {
 	return out
 }
 
-// intReader walks an integer chunk's samples: after next reports true,
-// seq and v are the sample's.
-type intReader struct {
-	data  []byte
-	seq   uint64 // the chunk's first seq - 1 before the first sample
-	v     int64
-	step  int64
-	begun bool
-}
-
-func (r *intReader) next() bool {
-	if len(r.data) == 0 {
-		return false
+// nextInt reads one sample of an integer chunk: its seq gap and the change
+// of its step, and the rest of the data. Most samples are one byte, read
+// without a call.
+func nextInt(data []byte) (rest []byte, gap uint64, dd int64) {
+	var u uint64
+	if data[0] < 0x80 {
+		u, data = uint64(data[0]), data[1:]
+	} else {
+		var n int
+		u, n = binary.Uvarint(data)
+		data = data[n:]
 	}
-	u, n := binary.Uvarint(r.data)
-	r.data = r.data[n:]
-	gap := uint64(1)
+	gap = 1
 	if u&1 == 1 {
-		gap, n = binary.Uvarint(r.data)
-		r.data = r.data[n:]
+		var n int
+		gap, n = binary.Uvarint(data)
+		data = data[n:]
 	}
-	r.seq += gap
-	r.step += unzigzag(u >> 1)
-	r.v += r.step
-	if !r.begun {
-		r.begun, r.step = true, 0
-	}
-	return true
+	return data, gap, unzigzag(u >> 1)
 }
 
 // readInts decodes an integer chunk starting at seq first into out, which
 // holds the seqs [lo, hi).
 func readInts(data []byte, first uint64, out []float64, lo, hi uint64) {
-	r := intReader{data: data, seq: first - 1}
-	for r.next() {
-		if r.seq >= hi {
+	if len(data) == 0 || first >= hi {
+		return
+	}
+	data, _, v := nextInt(data) // the first sample: its value, at seq first
+	seq, step := first, int64(0)
+	for {
+		if seq >= lo {
+			out[seq-lo] = float64(v)
+		}
+		if len(data) == 0 {
 			return
 		}
-		if r.seq >= lo {
-			out[r.seq-lo] = float64(r.v)
+		var gap uint64
+		var dd int64
+		data, gap, dd = nextInt(data)
+		seq += gap
+		if seq >= hi {
+			return
 		}
+		step += dd
+		v += step
 	}
 }
 
