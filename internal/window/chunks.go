@@ -124,9 +124,9 @@ func (p *points) encode(seq uint64, v float64) int {
 		first := !p.hasHead()
 		step := int64(v) - p.headInt
 		p.headInts = appendInt(p.headInts, seq-p.headLast, first, step-p.headStep)
-		p.headInt, p.headStep = int64(v), step
-		if first {
-			p.headStep = 0
+		p.headInt = int64(v)
+		if !first {
+			p.headStep = step
 		}
 	default:
 		if p.xor == nil {
@@ -472,7 +472,9 @@ func nextInt(data []byte) (rest []byte, gap uint64, dd int64) {
 }
 
 // readInts decodes an integer chunk starting at seq first into out, which
-// holds the seqs [lo, hi).
+// holds the seqs [lo, hi). It is the hot path of a View, so its loop is
+// written out rather than shared with toXOR through an iterator, which
+// made snapshot queries ≈20% slower (BenchmarkStageView).
 func readInts(data []byte, first uint64, out []float64, lo, hi uint64) {
 	if len(data) == 0 || first >= hi {
 		return
