@@ -45,6 +45,8 @@ type run struct {
 	// ints: the chunk's data is integer deltas (encodeInts), not XOR. It
 	// lives here, in the summary's padding, so it costs no byte.
 	ints bool
+	// thinned: the chunk was rewritten by points.thin; also padding.
+	thinned bool
 }
 
 // add extends the summary by the value at off (non-finite values after
@@ -228,6 +230,99 @@ func (p *points) dropBefore(seq uint64) int {
 	p.sealed = slices.Delete(p.sealed, 0, k)
 	p.bytes -= freed
 	return -freed
+}
+
+// thinBefore thins the sealed chunks whose samples all lie before seq
+// (see thin), oldest first, and returns the change in bytes held. buf is
+// scratch for the decoded values, returned grown.
+func (p *points) thinBefore(seq, slot uint64, buf []float64) (delta int, _ []float64) {
+	for k := range p.sealed {
+		if p.sealed[k].run.thinned {
+			continue
+		}
+		if p.sealedEnd(k) > seq {
+			break
+		}
+		var d int
+		d, buf = p.thin(k, slot, buf)
+		delta += d
+	}
+	return delta, buf
+}
+
+// thin rewrites sealed chunk k with only the samples a counter's increase
+// over a range needs at a resolution of slot seqs, so that a histogram
+// bucket read an hour back costs about one sample a minute, not one a
+// scrape. It keeps, in the chunk's seqs [first, end):
+//   - the first sample (the chunk starts where it started, and its summary
+//     still reads its first value);
+//   - the first and the last finite sample;
+//   - the first finite sample of every slot (seq/slot);
+//   - both finite samples around every drop between consecutive finite
+//     samples, so that a reset is seen at the scrape it happened at, with
+//     the value before it.
+//
+// Between two kept samples the counter never drops, so an increase from
+// one kept sample to another is what it was before the chunk was thinned;
+// a range edge inside the chunk moves to the next kept sample. Non-finite
+// samples other than the first are dropped (increases skip them). Thinning
+// a thinned chunk keeps it as it is.
+func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64) {
+	c := &p.sealed[k]
+	first, end := c.first, p.sealedEnd(k)
+	buf = grow(buf, int(end-first))
+	for i := range buf {
+		buf[i] = math.NaN()
+	}
+	if c.run.ints {
+		readInts(c.data, first, buf, first, end)
+	} else {
+		var xc chunkenc.XORChunk
+		xc.Reset(c.data)
+		var d decoder
+		d.read(&xc, buf, first, end)
+	}
+	lastFinite := -1
+	for i := len(buf) - 1; i >= 0; i-- {
+		if finite(buf[i]) {
+			lastFinite = i
+			break
+		}
+	}
+	var tp points
+	prev, prevAt, slotSeen := math.NaN(), -1, uint64(math.MaxUint64)
+	for i, v := range buf {
+		seq := first + uint64(i)
+		if !finite(v) {
+			if i == 0 {
+				tp.encode(seq, v)
+			}
+			continue
+		}
+		keep := i == 0 || prevAt < 0 || i == lastFinite || seq/slot != slotSeen || v < prev
+		if !keep {
+			// The next finite sample: keep this one when it drops after it.
+			for j := i + 1; j <= lastFinite; j++ {
+				if finite(buf[j]) {
+					keep = buf[j] < v
+					break
+				}
+			}
+		}
+		if keep {
+			tp.encode(seq, v)
+		}
+		slotSeen, prev, prevAt = seq/slot, v, i
+	}
+	if tp.hasHead() {
+		tp.seal()
+	}
+	thinned := tp.sealed[len(tp.sealed)-1]
+	thinned.run.thinned = true
+	delta = cap(thinned.data) - cap(c.data)
+	*c = thinned
+	p.bytes += delta
+	return delta, buf
 }
 
 // end is one past the seq of the newest sample (0 when empty).

@@ -97,6 +97,59 @@ func (s *oracleSeries) at(idx int) (float64, bool) {
 	return s.vals[idx], true
 }
 
+// thinLike drops the bucket points the store thinned: for each chunk the
+// store marked thinned, the oracle's own points of that chunk's scrapes
+// that the thinning rule does not keep (Options.BucketFullResolution). The
+// rule is stated here again over the oracle's plain slices; only which
+// scrapes a chunk spans comes from the store.
+func (o *oracle) thinLike(s *Store, replica string) {
+	r := s.replicas[replica]
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	slot := int(s.opts.bucketSlot())
+	for _, recs := range r.families {
+		for _, rec := range recs {
+			os := o.byKey[series.Sample{Name: rec.name, Labels: rec.labels}.Key()]
+			for k := range rec.pts.sealed {
+				if rec.pts.sealed[k].run.thinned {
+					os.thin(int(rec.pts.sealed[k].first), int(rec.pts.sealedEnd(k)), slot)
+				}
+			}
+		}
+	}
+}
+
+// thin keeps, of the points in the scrapes [first, end): the first; the
+// first and last finite one; the first finite one of each slot of scrapes;
+// and the finite ones on both sides of a drop between consecutive finite
+// points. It forgets the rest.
+func (s *oracleSeries) thin(first, end, slot int) {
+	var fin []int
+	for i := first; i < end; i++ {
+		if v, ok := s.at(i); ok && finite(v) {
+			fin = append(fin, i)
+		}
+	}
+	keep := map[int]bool{first: true}
+	for n, i := range fin {
+		v := s.vals[i]
+		switch {
+		case n == 0 || n == len(fin)-1:
+		case i/slot != fin[n-1]/slot:
+		case v < s.vals[fin[n-1]]:
+		case s.vals[fin[n+1]] < v:
+		default:
+			continue
+		}
+		keep[i] = true
+	}
+	for i := first; i < end && i < len(s.has); i++ {
+		if !keep[i] {
+			s.has[i] = false
+		}
+	}
+}
+
 // first is the index of the oldest scrape still inside the retention.
 func (o *oracle) first() int {
 	n := len(o.times)

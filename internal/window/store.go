@@ -59,9 +59,10 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultScrapeInterval      = 5 * time.Second
-	DefaultMaxSeriesPerReplica = 20000
-	DefaultMaxBytesPerReplica  = 4 << 20
+	DefaultScrapeInterval       = 5 * time.Second
+	DefaultMaxSeriesPerReplica  = 20000
+	DefaultMaxBytesPerReplica   = 4 << 20
+	DefaultBucketFullResolution = 15 * time.Minute
 )
 
 // Errors wrapped by Append.
@@ -100,6 +101,23 @@ type Options struct {
 	// full current SGLang exposition (477 series) costs at the default
 	// retention of 65 minutes at 5 s.
 	MaxBytesPerReplica int
+	// BucketFullResolution is how long histogram buckets (counter _bucket
+	// series with an "le") keep every scrape. Older bucket points are
+	// thinned to the first of every minute's worth of scrapes at
+	// ScrapeInterval, plus both sides of every drop (points.thin): a
+	// bucket is only read for quantiles, and a quantile over an hour-long
+	// baseline then starts up to a minute after the baseline's start
+	// instead of at its first scrape, while the window spends on buckets
+	// about a tenth of what it did. Default 15m, longer than any
+	// detector's current range; negative: never thin. With a scrape
+	// interval of 30 s or more there is nothing to thin.
+	BucketFullResolution time.Duration
+}
+
+// bucketSlot is how many scrapes at the options' interval make a minute:
+// the resolution buckets are thinned to. 1 (nothing to thin) from 30 s on.
+func (o Options) bucketSlot() uint64 {
+	return uint64(max(1, (time.Minute+o.ScrapeInterval/2)/o.ScrapeInterval))
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -117,6 +135,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxBytesPerReplica == 0 {
 		o.MaxBytesPerReplica = DefaultMaxBytesPerReplica
+	}
+	if o.BucketFullResolution == 0 {
+		o.BucketFullResolution = DefaultBucketFullResolution
 	}
 	if o.MaxPointsPerSeries == 0 {
 		n := int(math.Ceil(float64(o.Retention) / float64(o.ScrapeInterval)))
@@ -226,6 +247,8 @@ type replica struct {
 	// bytes is the window's memory in the store's accounting: the series'
 	// encoded points and records and the interned strings.
 	bytes int
+	// thinBuf is points.thin's scratch.
+	thinBuf []float64
 }
 
 // Accounting sizes: a series record with its two map slots, a label, and
@@ -252,6 +275,7 @@ type seriesRec struct {
 	le          float64 // parsed "le" of a _bucket series
 	hasLE       bool
 	counterLike bool // name ends _total/_count/_sum/_bucket (and is no gt/le gauge-histogram)
+	thinned     bool // a histogram bucket: its old chunks are thinned (Options.BucketFullResolution)
 	startTime   bool // a process start timestamp
 }
 
@@ -501,6 +525,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	r.bytes += 8 * len(r.times.buf)
 	r.dropOlderThan(at - int64(opts.Retention))
 	oldest := r.times.first
+	thinBefore, slot := r.thinBoundary(at, opts)
 
 	// Restart detection, folded into the ingest loop: a restart resets most
 	// counters at once, or changes the process start time.
@@ -514,6 +539,11 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		switch {
 		case rec != nil:
 			r.bytes += rec.pts.dropBefore(oldest)
+			if rec.thinned && thinBefore > 0 {
+				var d int
+				d, r.thinBuf = rec.pts.thinBefore(thinBefore, slot, r.thinBuf)
+				r.bytes += d
+			}
 			// Known series keep recording up to the budget, new ones are
 			// admitted up to half of it: the rest is headroom for the
 			// chunks of the series held, so that a target flooding new
@@ -569,6 +599,20 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	rej.seriesLimit += overLimit
 	rej.memoryBudget += overBudget
 	return ingested, errors.Join(errs...)
+}
+
+// thinBoundary is the seq before which bucket chunks are thinned after a
+// scrape at (unix nanos), the first scrape within BucketFullResolution of
+// it, and the slot they are thinned to; 0 when nothing is thinned.
+func (r *replica) thinBoundary(at int64, opts *Options) (seq, slot uint64) {
+	slot = opts.bucketSlot()
+	if opts.BucketFullResolution < 0 || slot < 2 {
+		return 0, slot
+	}
+	cut := at - int64(opts.BucketFullResolution)
+	ts := &r.times
+	i := sort.Search(ts.n, func(i int) bool { x, _ := ts.at(ts.first + uint64(i)); return x >= cut })
+	return ts.first + uint64(i), slot
 }
 
 // dropOlderThan forgets scrapes and restarts before cut (unix nanos).
@@ -712,6 +756,7 @@ func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
 	if strings.HasSuffix(smp.Name, "_bucket") {
 		rec.le, rec.hasLE = parseLE(rec.labels.Get("le"))
 	}
+	rec.thinned = rec.hasLE && rec.counterLike
 	r.series[h] = rec
 	r.families[rec.name] = append(r.families[rec.name], rec)
 	r.nSeries++
