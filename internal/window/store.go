@@ -107,10 +107,11 @@ type Options struct {
 	// ScrapeInterval, plus both sides of every drop (points.thin): a
 	// bucket is only read for quantiles, and a quantile over an hour-long
 	// baseline then starts up to a minute after the baseline's start
-	// instead of at its first scrape, while the window spends on buckets
-	// about a tenth of what it did. Default 15m, longer than any
-	// detector's current range; negative: never thin. With a scrape
-	// interval of 30 s or more there is nothing to thin.
+	// instead of at its first scrape, while old buckets keep about a
+	// tenth of their points. Default 15m, longer than the current range of
+	// every detector that reads a quantile (5m at most by default);
+	// negative: never thin. With a scrape interval of 30 s or more there
+	// is nothing to thin.
 	BucketFullResolution time.Duration
 }
 
@@ -275,7 +276,7 @@ type seriesRec struct {
 	le          float64 // parsed "le" of a _bucket series
 	hasLE       bool
 	counterLike bool // name ends _total/_count/_sum/_bucket (and is no gt/le gauge-histogram)
-	thinned     bool // a histogram bucket: its old chunks are thinned (Options.BucketFullResolution)
+	thins       bool // a histogram bucket: its old chunks are thinned (Options.BucketFullResolution)
 	startTime   bool // a process start timestamp
 }
 
@@ -539,7 +540,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		switch {
 		case rec != nil:
 			r.bytes += rec.pts.dropBefore(oldest)
-			if rec.thinned && thinBefore > 0 {
+			if rec.thins && thinBefore > 0 {
 				var d int
 				d, r.thinBuf = rec.pts.thinBefore(thinBefore, slot, r.thinBuf)
 				r.bytes += d
@@ -756,7 +757,7 @@ func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
 	if strings.HasSuffix(smp.Name, "_bucket") {
 		rec.le, rec.hasLE = parseLE(rec.labels.Get("le"))
 	}
-	rec.thinned = rec.hasLE && rec.counterLike
+	rec.thins = rec.hasLE && rec.counterLike
 	r.series[h] = rec
 	r.families[rec.name] = append(r.families[rec.name], rec)
 	r.nSeries++
