@@ -274,14 +274,8 @@ func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64
 	for i := range buf {
 		buf[i] = math.NaN()
 	}
-	if c.run.ints {
-		readInts(c.data, first, buf, first, end)
-	} else {
-		var xc chunkenc.XORChunk
-		xc.Reset(c.data)
-		var d decoder
-		d.read(&xc, buf, first, end)
-	}
+	var d decoder
+	d.readSealed(c, buf, first, end)
 	lastFinite := -1
 	for i := len(buf) - 1; i >= 0; i-- {
 		if finite(buf[i]) {
@@ -290,7 +284,9 @@ func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64
 		}
 	}
 	var tp points
-	prev, prevAt, slotSeen := math.NaN(), -1, uint64(math.MaxUint64)
+	// No slot is MaxUint64, so the first finite sample opens a slot; v <
+	// prev is false while prev is NaN.
+	prev, slotSeen := math.NaN(), uint64(math.MaxUint64)
 	for i, v := range buf {
 		seq := first + uint64(i)
 		if !finite(v) {
@@ -299,7 +295,7 @@ func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64
 			}
 			continue
 		}
-		keep := i == 0 || prevAt < 0 || i == lastFinite || seq/slot != slotSeen || v < prev
+		keep := i == lastFinite || seq/slot != slotSeen || v < prev
 		if !keep {
 			// The next finite sample: keep this one when it drops after it.
 			for j := i + 1; j <= lastFinite; j++ {
@@ -312,7 +308,7 @@ func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64
 		if keep {
 			tp.encode(seq, v)
 		}
-		slotSeen, prev, prevAt = seq/slot, v, i
+		slotSeen, prev = seq/slot, v
 	}
 	if tp.hasHead() {
 		tp.seal()
@@ -458,12 +454,7 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 		if p.sealedEnd(i) <= lo || c.first >= hi {
 			continue
 		}
-		if c.run.ints {
-			readInts(c.data, c.first, out, lo, hi)
-			continue
-		}
-		d.chunk.Reset(c.data)
-		d.read(&d.chunk, out, lo, hi)
+		d.readSealed(c, out, lo, hi)
 	}
 	if p.hasHead() && p.headLast >= lo && p.headFirst < hi {
 		if p.xor == nil {
@@ -476,6 +467,16 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 		out[p.newest-lo] = p.newestVal
 	}
 	return out
+}
+
+// readSealed decodes sealed chunk c into out, which holds the seqs [lo, hi).
+func (d *decoder) readSealed(c *sealedChunk, out []float64, lo, hi uint64) {
+	if c.run.ints {
+		readInts(c.data, c.first, out, lo, hi)
+		return
+	}
+	d.chunk.Reset(c.data)
+	d.read(&d.chunk, out, lo, hi)
 }
 
 // firstValue is the first sample of a sealed chunk.
