@@ -84,8 +84,8 @@ type scaling uint8
 
 const (
 	unscaled    scaling = iota // gauges: as the source has them
-	scaledFloat                // counters, histogram sums
-	scaledCount                // histogram buckets and counts: rounded, as observation counts are whole
+	scaledFloat                // histogram sums and counters of seconds
+	scaledCount                // counters of things (requests, tokens), histogram buckets and counts: rounded, as counts are whole
 )
 
 // NewLoopback builds the fleet, simulating its sources' warm-up, and renders
@@ -278,6 +278,8 @@ func newTemplate(expo []byte) (*template, error) {
 		sc := unscaled
 		switch name, _, _ := bytes.Cut(line[:sp], []byte("{")); {
 		case kind == "histogram" && (bytes.HasSuffix(name, []byte("_bucket")) || bytes.HasSuffix(name, []byte("_count"))):
+			sc = scaledCount
+		case kind == "counter" && !bytes.HasSuffix(name, []byte("_seconds_total")):
 			sc = scaledCount
 		case kind == "histogram" || kind == "counter":
 			sc = scaledFloat

@@ -93,6 +93,13 @@ func TestLoopbackServesEveryReplicaWithMovingNumbers(t *testing.T) {
 				t.Errorf("replica %d: %s did not grow over 30 s: %v -> %v", i, c, before[i].v(c), after.v(c))
 			}
 		}
+		// Counters of things stay whole at every scale, as SGLang's are;
+		// the watchdog stores whole values more compactly than fractions.
+		for _, c := range []string{"sglang:num_requests_total", "sglang:generation_tokens_total", "sglang:prompt_tokens_total"} {
+			if v := after.v(c); v != math.Trunc(v) {
+				t.Errorf("replica %d: %s = %v, want a whole number", i, c, v)
+			}
+		}
 		if after.v("sglang:num_used_tokens") != before[i].v("sglang:num_used_tokens") {
 			gaugesMoved = true
 		}
