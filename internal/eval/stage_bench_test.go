@@ -3,10 +3,13 @@ package eval
 import (
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 	"go.uber.org/zap"
@@ -15,6 +18,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -213,4 +217,74 @@ func BenchmarkStageRoundFleet(b *testing.B) {
 		loop.Evaluate(at)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/replicas, "ns/replica")
+}
+
+// BenchmarkStageRoundFleetMoving is BenchmarkStageRoundFleet on windows
+// whose values move as the loopback fleet's do (watchdog bench fleet):
+// counters grow at their own rates and gauges vary, so chunks hold what a
+// serving replica's hold, not the constant values of one capture. Eight
+// replicas are rendered and decoded, one per simulated source; each is
+// appended to twelve targets, 96 in all.
+func BenchmarkStageRoundFleetMoving(b *testing.B) {
+	const sources, copies = 8, 12
+	cfg := detect.DefaultConfig()
+	opts := window.Options{Retention: cfg.MaxLookback() + 2*window.DefaultScrapeInterval, ScrapeInterval: window.DefaultScrapeInterval}
+	reg := prometheus.NewRegistry()
+	store, err := window.New(opts, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := time.Unix(1_800_000_000, 0)
+	fleet, err := sim.NewLoopback(sim.LoopbackConfig{Replicas: sources, Seed: 1, Now: func() time.Time { return at }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := fleet.Handler()
+	dec := scrape.NewKeepingDecoder(assess.Reads(cfg))
+	for range int(opts.Retention/opts.ScrapeInterval) + 1 {
+		at = at.Add(opts.ScrapeInterval)
+		for i := range sources {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, sim.MetricsPath(i), nil))
+			groups, err := dec.Decode(rec.Body.Bytes(), 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for k := range copies {
+				target := "r" + strconv.Itoa(k*sources+i)
+				if err := store.Append(series.Scrape{Target: target, Kind: "engine", At: at, Groups: groups}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	ds, err := detect.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: cfg.Triage, Correlation: correlate.DefaultConfig()}),
+		Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}), Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		loop.Evaluate(at)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(sources*copies), "ns/replica")
+	b.ReportMetric(gaugeSum(b, reg, "watchdog_window_bytes")/(sources*copies), "window-B/replica")
+}
+
+// gaugeSum is the sum of the gauge family name's series in reg.
+func gaugeSum(b *testing.B, reg prometheus.Gatherer, name string) float64 {
+	families, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range families {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }

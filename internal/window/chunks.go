@@ -479,18 +479,23 @@ func (d *decoder) readSealed(c *sealedChunk, out []float64, lo, hi uint64) {
 	d.read(&d.chunk, out, lo, hi)
 }
 
-// firstValue is the first sample of a sealed chunk.
-func (d *decoder) firstValue(c *sealedChunk) float64 {
+// firstValue is the first sample of a sealed chunk, read in place: a
+// baseline steps over every chunk inside its range by its first value and
+// summary. An XOR chunk (Prometheus' format, tsdb/docs/format/chunks.md)
+// starts with its two-byte sample count, the first timestamp as a varint
+// and the first value's 64 bits, byte-aligned, so no iterator is started
+// for it.
+func firstValue(c *sealedChunk) float64 {
 	if c.run.ints {
 		u, _ := binary.Uvarint(c.data)
 		return float64(unzigzag(u >> 1))
 	}
-	d.chunk.Reset(c.data)
-	d.it = d.chunk.Iterator(d.it)
-	d.it.Next()
-	_, v := d.it.At()
-	return v
+	_, n := binary.Varint(c.data[xorHeaderBytes:])
+	return math.Float64frombits(binary.BigEndian.Uint64(c.data[xorHeaderBytes+n:]))
 }
+
+// xorHeaderBytes is an XOR chunk's sample count.
+const xorHeaderBytes = 2
 
 func (d *decoder) read(c *chunkenc.XORChunk, out []float64, lo, hi uint64) {
 	d.it = c.Iterator(d.it)

@@ -23,6 +23,8 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 		{"negative zero", []sample{{1, 1}, {2, math.Copysign(0, -1)}}, false},
 		{"a fraction", []sample{{1, 1}, {2, 1.5}, {4, 7}}, false},
 		{"a fraction first", []sample{{1, 0.25}, {2, 1}}, false},
+		{"a fraction first, far into the scrapes", []sample{{1 << 40, -0.5}, {1<<40 + 1, 1}}, false},
+		{"NaN first", []sample{{7, math.NaN()}, {8, 1}}, false},
 		{"NaN", []sample{{1, 1}, {2, math.NaN()}}, false},
 		{"past 2^53", []sample{{1, 1 << 54}}, false},
 	}
@@ -75,13 +77,14 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 				t.Fatalf("sealed as integers: %v, want %v", p.sealed[0].run.ints, c.ints)
 			}
 			check(t, "sealed", d.fill(&p, first, last+1), first)
+			got, w := firstValue(&p.sealed[0]), c.samples[0].v
+			if got != w && !(math.IsNaN(got) && math.IsNaN(w)) || math.Signbit(got) != math.Signbit(w) {
+				t.Errorf("first value %v, want %v", got, w)
+			}
 			if !c.ints {
 				return
 			}
 			data := p.sealed[0].data
-			if got := d.firstValue(&sealedChunk{first: first, data: data, run: run{ints: true}}); got != c.samples[0].v {
-				t.Errorf("first value %v, want %v", got, c.samples[0].v)
-			}
 			// A range inside the chunk reads only its part.
 			part := []float64{math.NaN(), math.NaN(), math.NaN()}
 			readInts(data, first, part, first+4, first+7)

@@ -139,7 +139,7 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 			continue
 		}
 		if lo <= slo && shi <= hi && !ch.run.broken {
-			c.step(slo, v.d.firstValue(ch))
+			c.step(slo, firstValue(ch))
 			c.skipTo(slo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n)-1)
 			continue
 		}
