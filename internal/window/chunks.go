@@ -2,6 +2,7 @@ package window
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"slices"
 	"unsafe"
@@ -24,11 +25,31 @@ const (
 // sealedChunk is a full chunk, its bytes trimmed to their length: XOR, or
 // integer deltas when every value is an integer (run.ints). Its samples
 // end before the next chunk's (or the unencoded value's) first seq.
+//
+// A replica holds thousands of entries (an hour of a bucket series is
+// seven), so an entry is 32 bytes, not 48: the bytes are held by a
+// pointer to the first, and their length lives in the summary's padding
+// (run.size), where a slice would spend 16 bytes more on a length and a
+// capacity.
 type sealedChunk struct {
 	first uint64 // scrape seq of its first sample
-	data  []byte
+	data  *byte  // run.size bytes
 	run   run
 }
+
+// newSealedChunk holds data, which must not be empty, nor change after. A
+// chunk's bytes are far below 64 KiB: at most about 20 bytes for each of
+// its samplesPerChunk samples.
+func newSealedChunk(first uint64, data []byte, r run) sealedChunk {
+	if len(data) == 0 || len(data) > math.MaxUint16 {
+		panic(fmt.Sprintf("window: a sealed chunk of %d bytes", len(data)))
+	}
+	r.size = uint16(len(data))
+	return sealedChunk{first: first, data: unsafe.SliceData(data), run: r}
+}
+
+// bytes are the chunk's encoded samples. Read only.
+func (c *sealedChunk) bytes() []byte { return unsafe.Slice(c.data, c.run.size) }
 
 // run summarises a chunk for counter increases when its values run
 // without a drop: its first value is finite (the chunk's first sample,
@@ -47,6 +68,9 @@ type run struct {
 	ints bool
 	// thinned: the chunk was rewritten by points.thin; also padding.
 	thinned bool
+	// size is the length of a sealed chunk's bytes (sealedChunk.data),
+	// in the last two bytes of padding.
+	size uint16
 }
 
 // add extends the summary by the value at off (non-finite values after
@@ -81,14 +105,15 @@ type points struct {
 	headInt   int64         // the last of them
 	headStep  int64         // its step from the one before (0 after the first)
 	xor       *xorHead      // the head, once a value was not an integer
-	headN     uint16        // samples in the head; 0: no head
 	headFirst uint64        // seq of the head chunk's first sample
 	headLast  uint64        // seq of the head chunk's last sample
 	newest    uint64        // seq of the unencoded newest value
 	newestVal float64
-	hasNewest bool
 	headRun   run // the head chunk's summary, sealed with it
 	bytes     int // bytes held: sealed chunks and their list, the head chunk and its appender
+	// Side by side, so that they share one word of padding.
+	headN     uint16 // samples in the head; 0: no head
+	hasNewest bool
 }
 
 // xorHead is a head chunk in Prometheus' XOR encoding and its appender.
@@ -163,8 +188,8 @@ func (p *points) seal() {
 		// length at which a chunk is dropped for every one sealed.
 		p.sealed = append(make([]sealedChunk, 0, len(p.sealed)+1), p.sealed...)
 	}
-	p.sealed = append(p.sealed, sealedChunk{first: p.headFirst, data: data, run: p.headRun})
-	p.bytes += cap(p.sealed)*sealedBytes + cap(data)
+	p.sealed = append(p.sealed, newSealedChunk(p.headFirst, data, p.headRun))
+	p.bytes += cap(p.sealed)*sealedBytes + len(data)
 	p.headN, p.headInts, p.xor = 0, nil, nil
 }
 
@@ -220,7 +245,7 @@ func (p *points) dropBefore(seq uint64) int {
 	k := 0
 	freed := 0
 	for k < len(p.sealed) && p.sealedEnd(k) <= seq {
-		freed += cap(p.sealed[k].data)
+		freed += int(p.sealed[k].run.size)
 		k++
 	}
 	if k == 0 {
@@ -315,7 +340,7 @@ func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64
 	}
 	thinned := tp.sealed[len(tp.sealed)-1]
 	thinned.run.thinned = true
-	delta = cap(thinned.data) - cap(c.data)
+	delta = int(thinned.run.size) - int(c.run.size)
 	*c = thinned
 	p.bytes += delta
 	return delta, buf
@@ -472,10 +497,10 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 // readSealed decodes sealed chunk c into out, which holds the seqs [lo, hi).
 func (d *decoder) readSealed(c *sealedChunk, out []float64, lo, hi uint64) {
 	if c.run.ints {
-		readInts(c.data, c.first, out, lo, hi)
+		readInts(c.bytes(), c.first, out, lo, hi)
 		return
 	}
-	d.chunk.Reset(c.data)
+	d.chunk.Reset(c.bytes())
 	d.read(&d.chunk, out, lo, hi)
 }
 
@@ -486,12 +511,13 @@ func (d *decoder) readSealed(c *sealedChunk, out []float64, lo, hi uint64) {
 // and the first value's 64 bits, byte-aligned, so no iterator is started
 // for it.
 func firstValue(c *sealedChunk) float64 {
+	data := c.bytes()
 	if c.run.ints {
-		u, _ := binary.Uvarint(c.data)
+		u, _ := binary.Uvarint(data)
 		return float64(unzigzag(u >> 1))
 	}
-	_, n := binary.Varint(c.data[xorHeaderBytes:])
-	return math.Float64frombits(binary.BigEndian.Uint64(c.data[xorHeaderBytes+n:]))
+	_, n := binary.Varint(data[xorHeaderBytes:])
+	return math.Float64frombits(binary.BigEndian.Uint64(data[xorHeaderBytes+n:]))
 }
 
 // xorHeaderBytes is an XOR chunk's sample count.

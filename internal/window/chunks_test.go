@@ -84,7 +84,7 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 			if !c.ints {
 				return
 			}
-			data := p.sealed[0].data
+			data := p.sealed[0].bytes()
 			// A range inside the chunk reads only its part.
 			part := []float64{math.NaN(), math.NaN(), math.NaN()}
 			readInts(data, first, part, first+4, first+7)
@@ -106,7 +106,7 @@ func TestIntegerChunkOfASteadyCounterIsAByteAPoint(t *testing.T) {
 	}
 	// The first sample is the level (5 bytes), the second the first step
 	// (2 bytes); every later one a change of step of ±2 (1 byte).
-	if n, most := len(p.sealed[0].data), 5+2+(samplesPerChunk-2); n > most {
+	if n, most := len(p.sealed[0].bytes()), 5+2+(samplesPerChunk-2); n > most {
 		t.Errorf("a steady counter's chunk takes %d bytes for %d points, want <= %d", n, samplesPerChunk, most)
 	}
 	var d decoder

@@ -269,11 +269,10 @@ type seriesRec struct {
 	next   *seriesRec // next series with the same hash
 	pts    points
 
-	// For restart detection: the newest finite value seen.
-	last    float64
-	hasLast bool
+	last float64 // for restart detection: the newest finite value seen, if hasLast
+	le   float64 // parsed "le" of a _bucket series, if hasLE
 
-	le          float64 // parsed "le" of a _bucket series
+	hasLast     bool
 	hasLE       bool
 	counterLike bool // name ends _total/_count/_sum/_bucket (and is no gt/le gauge-histogram)
 	thins       bool // a histogram bucket: its old chunks are thinned (Options.BucketFullResolution)
