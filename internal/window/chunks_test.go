@@ -27,6 +27,30 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 		{"NaN first", []sample{{7, math.NaN()}, {8, 1}}, false},
 		{"NaN", []sample{{1, 1}, {2, math.NaN()}}, false},
 		{"past 2^53", []sample{{1, 1 << 54}}, false},
+		// Runs of samples that keep their step: a bucket nothing falls
+		// into, one filling at a steady rate, runs at a gap of 3 and of
+		// 300 (missed scrapes), runs one short of minZeroRun, and a run
+		// broken by a change of step and resumed.
+		{"runs that keep their step", func() []sample {
+			var out []sample
+			seq, v, step := uint64(10), 5.0, 0.0
+			add := func(n int, gap uint64, s float64) {
+				for range n {
+					seq, step = seq+gap, s
+					v += step
+					out = append(out, sample{seq, v})
+				}
+			}
+			add(30, 1, 0)
+			add(minZeroRun-1, 1, 3)
+			add(1, 1, 4)
+			add(12, 3, 4)
+			add(minZeroRun, 300, 4)
+			add(minZeroRun-2, 1, 7)
+			add(1, 1, 6)
+			add(20, 1, 6)
+			return out
+		}(), true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -115,5 +139,36 @@ func TestIntegerChunkOfASteadyCounterIsAByteAPoint(t *testing.T) {
 		if want := 1e9 + float64(i)*2500 + float64(i%2); v != want {
 			t.Fatalf("seq %d reads %v, want %v", 1+i, v, want)
 		}
+	}
+}
+
+// A bucket that nothing falls into, and one whose observations arrive at a
+// steady rate, keep their step from scrape to scrape: a chunk of them is a
+// few bytes, a run token, not a byte per point.
+func TestIntegerChunkOfRunsIsAFewBytes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		step float64
+	}{{"nothing falls into it", 0}, {"a steady rate", 40}} {
+		t.Run(c.name, func(t *testing.T) {
+			var p points
+			for i := range uint64(samplesPerChunk + 1) {
+				p.put(1+i, 7e6+float64(i)*c.step)
+			}
+			if len(p.sealed) != 1 || !p.sealed[0].run.ints {
+				t.Fatalf("want one sealed integer chunk, got %d", len(p.sealed))
+			}
+			// The level (4 bytes), the first step (1-2 bytes), then one
+			// run token of the other 118 points (4 bytes).
+			if n := len(p.sealed[0].bytes()); n > 10 {
+				t.Errorf("%d bytes for %d points, want <= 10", n, samplesPerChunk)
+			}
+			var d decoder
+			for i, v := range d.fill(&p, 1, 1+samplesPerChunk) {
+				if want := 7e6 + float64(i)*c.step; v != want {
+					t.Fatalf("seq %d reads %v, want %v", 1+i, v, want)
+				}
+			}
+		})
 	}
 }
