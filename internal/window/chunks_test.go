@@ -8,7 +8,8 @@ import (
 // A head chunk of integers is kept, and sealed, as integer deltas and reads
 // back exactly, gaps (scrapes the series missed), drops and values at the
 // edge of exact float64 integers included; at any other value the head is
-// re-encoded as XOR and reads back just as exactly.
+// re-encoded as XOR and reads back just as exactly. A full head of short
+// decimals is sealed as integers times 10^k, and of other floats as XOR.
 func TestIntegerChunksRoundTrip(t *testing.T) {
 	type sample struct {
 		seq uint64
@@ -17,16 +18,22 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 	cases := []struct {
 		name    string
 		samples []sample
-		ints    bool
+		ints    bool     // the head
+		sealed  encoding // the full chunk
 	}{
-		{"counter with gaps and a reset", []sample{{100, 0}, {101, 3}, {102, 3}, {105, 1e6}, {106, 2}, {400, 1 << 53}, {401, -(1 << 53)}}, true},
-		{"negative zero", []sample{{1, 1}, {2, math.Copysign(0, -1)}}, false},
-		{"a fraction", []sample{{1, 1}, {2, 1.5}, {4, 7}}, false},
-		{"a fraction first", []sample{{1, 0.25}, {2, 1}}, false},
-		{"a fraction first, far into the scrapes", []sample{{1 << 40, -0.5}, {1<<40 + 1, 1}}, false},
-		{"NaN first", []sample{{7, math.NaN()}, {8, 1}}, false},
-		{"NaN", []sample{{1, 1}, {2, math.NaN()}}, false},
-		{"past 2^53", []sample{{1, 1 << 54}}, false},
+		{"counter with gaps and a reset", []sample{{100, 0}, {101, 3}, {102, 3}, {105, 1e6}, {106, 2}, {400, 1 << 53}, {401, -(1 << 53)}}, true, encInts},
+		{"negative zero", []sample{{1, 1}, {2, math.Copysign(0, -1)}}, false, encXOR},
+		{"a fraction", []sample{{1, 1}, {2, 1.5}, {4, 7}}, false, encInts + 1},
+		{"a fraction first", []sample{{1, 0.25}, {2, 1}}, false, encInts + 2},
+		{"a fraction first, far into the scrapes", []sample{{1 << 40, -0.5}, {1<<40 + 1, 1}}, false, encInts + 1},
+		{"SGLang's rounded gauges", []sample{{1, 0.41}, {2, 1184.52}, {3, 0.4213}, {5, -3.07}, {6, 0.1}, {7, 0.3}}, false, encInts + 4},
+		{"six decimals", []sample{{1, 0.123456}, {2, 99999.000001}}, false, encInts + 6},
+		{"seven decimals", []sample{{1, 0.1234567}}, false, encXOR},
+		{"a ratio at full precision", []sample{{1, 0.41}, {2, 0.7356547327121138}}, false, encXOR},
+		{"a decimal past 2^53 at its scale", []sample{{1, 0.5}, {2, 1 << 52}}, false, encXOR},
+		{"NaN first", []sample{{7, math.NaN()}, {8, 1}}, false, encXOR},
+		{"NaN", []sample{{1, 1}, {2, math.NaN()}}, false, encXOR},
+		{"past 2^53", []sample{{1, 1 << 54}}, false, encXOR},
 		// Runs of samples that keep their step: a bucket nothing falls
 		// into, one filling at a steady rate, runs at a gap of 3 and of
 		// 300 (missed scrapes), runs one short of minZeroRun, and a run
@@ -50,7 +57,7 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 			add(1, 1, 6)
 			add(20, 1, 6)
 			return out
-		}(), true},
+		}(), true, encInts},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -90,29 +97,30 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 			// A range inside the chunk reads only its part.
 			check(t, "head part", d.fill(&p, first+1, first+3), first+1)
 
-			// Filled up, the head is sealed in the same encoding.
+			// Filled up, the head is sealed.
 			for i := range uint64(samplesPerChunk) {
 				p.put(last+2+i, float64(i))
 			}
 			if len(p.sealed) != 1 {
 				t.Fatalf("%d sealed chunks, want 1", len(p.sealed))
 			}
-			if p.sealed[0].run.ints != c.ints {
-				t.Fatalf("sealed as integers: %v, want %v", p.sealed[0].run.ints, c.ints)
+			if enc := p.sealed[0].run.enc; enc != c.sealed {
+				t.Fatalf("sealed in encoding %d, want %d", enc, c.sealed)
 			}
 			check(t, "sealed", d.fill(&p, first, last+1), first)
 			got, w := firstValue(&p.sealed[0]), c.samples[0].v
 			if got != w && !(math.IsNaN(got) && math.IsNaN(w)) || math.Signbit(got) != math.Signbit(w) {
 				t.Errorf("first value %v, want %v", got, w)
 			}
-			if !c.ints {
-				return
+			// A range inside the chunk reads only its part (within the
+			// case's samples: the filler's are not in want).
+			hi := min(first+4, last+2)
+			part := make([]float64, hi-(first+1))
+			for i := range part {
+				part[i] = math.NaN()
 			}
-			data := p.sealed[0].bytes()
-			// A range inside the chunk reads only its part.
-			part := []float64{math.NaN(), math.NaN(), math.NaN()}
-			readInts(data, first, part, first+4, first+7)
-			check(t, "sealed part", part, first+4)
+			d.readSealed(&p.sealed[0], part, first+1, hi)
+			check(t, "sealed part", part, first+1)
 		})
 	}
 }
@@ -125,7 +133,7 @@ func TestIntegerChunkOfASteadyCounterIsAByteAPoint(t *testing.T) {
 	for i := range uint64(samplesPerChunk + 1) {
 		p.put(1+i, 1e9+float64(i)*2500+float64(i%2)) // steps of 2500 and 2502 in turn
 	}
-	if len(p.sealed) != 1 || !p.sealed[0].run.ints {
+	if len(p.sealed) != 1 || !p.sealed[0].run.enc.ints() {
 		t.Fatalf("want one sealed integer chunk, got %d", len(p.sealed))
 	}
 	// The first sample is the level (5 bytes), the second the first step
@@ -155,7 +163,7 @@ func TestIntegerChunkOfRunsIsAFewBytes(t *testing.T) {
 			for i := range uint64(samplesPerChunk + 1) {
 				p.put(1+i, 7e6+float64(i)*c.step)
 			}
-			if len(p.sealed) != 1 || !p.sealed[0].run.ints {
+			if len(p.sealed) != 1 || !p.sealed[0].run.enc.ints() {
 				t.Fatalf("want one sealed integer chunk, got %d", len(p.sealed))
 			}
 			// The level (4 bytes), the first step (1-2 bytes), then one
