@@ -265,8 +265,7 @@ const (
 type seriesRec struct {
 	name   string
 	labels series.Labels
-	hash   uint64
-	next   *seriesRec // next series with the same hash
+	next   *seriesRec // next series with the same hash (the series map's key)
 	pts    points
 
 	last float64 // for restart detection: the newest finite value seen, if hasLast
@@ -740,7 +739,6 @@ func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
 	rec := &seriesRec{
 		name:   smp.Name,
 		labels: labels,
-		hash:   h,
 		next:   r.series[h],
 	}
 	isGaugeHistogram := false
