@@ -345,19 +345,32 @@ func (p *points) dropBefore(seq uint64) int {
 // (see thin), oldest first, and returns the change in bytes held. buf is
 // scratch for the decoded values, returned grown.
 func (p *points) thinBefore(seq, slot uint64, buf []float64) (delta int, _ []float64) {
-	for k := range p.sealed {
+	for k := 0; k < len(p.sealed); {
 		if p.sealed[k].run.thinned {
+			k++
 			continue
 		}
 		if p.sealedEnd(k) > seq {
 			break
 		}
+		n := len(p.sealed)
 		var d int
 		d, buf = p.thin(k, slot, buf)
 		delta += d
+		if len(p.sealed) == n {
+			k++ // not merged into the chunk before: the next one is at k+1
+		}
 	}
 	return delta, buf
 }
+
+// maxThinnedSpan is the most scrapes a thinned chunk spans: thin merges a
+// chunk into the thinned one before it up to three chunks' worth (half
+// an hour at 5 s), so that an hour of a bucket holds two or three thinned
+// chunks of a few dozen points, not six of a dozen, whose 32-byte entries
+// cost more than their points. Retention frees a chunk
+// whole, so a thinned chunk outlives the window by up to this span.
+const maxThinnedSpan = 3 * samplesPerChunk
 
 // thin rewrites sealed chunk k with only the samples a counter's increase
 // over a range needs at a resolution of slot seqs, so that a histogram
@@ -376,15 +389,52 @@ func (p *points) thinBefore(seq, slot uint64, buf []float64) (delta int, _ []flo
 // a range edge inside the chunk moves to the next kept sample. Non-finite
 // samples other than the first are dropped (increases skip them). Thinning
 // a thinned chunk keeps it as it is.
+//
+// When the chunk before k is thinned and the two span at most
+// maxThinnedSpan scrapes, they are thinned as one chunk, over the thinned
+// points of the first and all points of the second, when what is kept
+// fits a chunk. Thinning is idempotent and thinning a span keeps what
+// thinning its thinned start and the rest would, so the result is the
+// rule's over the two chunks' seqs: what it keeps at the seam (the first
+// sample of k, the last finite one of the chunk before) only where the
+// rule asks for it.
 func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64) {
-	c := &p.sealed[k]
-	first, end := c.first, p.sealedEnd(k)
+	from := k
+	if k > 0 && p.sealed[k-1].run.thinned && p.sealedEnd(k)-p.sealed[k-1].first <= maxThinnedSpan {
+		from = k - 1
+	}
+	for {
+		var merged sealedChunk
+		var ok bool
+		merged, buf, ok = p.thinned(from, k, slot, buf)
+		if !ok { // more than a chunk of points kept over two: thin k alone
+			from = k
+			continue
+		}
+		for i := from; i <= k; i++ {
+			delta -= int(p.sealed[i].run.size)
+		}
+		delta += int(merged.run.size)
+		p.sealed[from] = merged
+		p.sealed = slices.Delete(p.sealed, from+1, k+1)
+		p.bytes += delta
+		return delta, buf
+	}
+}
+
+// thinned is sealed chunks from through k thinned as one (see thin); ok
+// is false when what is kept is more than a chunk holds, which cannot
+// happen to one chunk.
+func (p *points) thinned(from, k int, slot uint64, buf []float64) (_ sealedChunk, _ []float64, ok bool) {
+	first, end := p.sealed[from].first, p.sealedEnd(k)
 	buf = grow(buf, int(end-first))
 	for i := range buf {
 		buf[i] = math.NaN()
 	}
 	var d decoder
-	d.readSealed(c, buf, first, end)
+	for i := from; i <= k; i++ {
+		d.readSealed(&p.sealed[i], buf, first, end)
+	}
 	lastFinite := -1
 	for i := len(buf) - 1; i >= 0; i-- {
 		if finite(buf[i]) {
@@ -422,12 +472,12 @@ func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64
 	if tp.hasHead() {
 		tp.seal()
 	}
-	thinned := tp.sealed[len(tp.sealed)-1]
-	thinned.run.thinned = true
-	delta = int(thinned.run.size) - int(c.run.size)
-	*c = thinned
-	p.bytes += delta
-	return delta, buf
+	if len(tp.sealed) > 1 {
+		return sealedChunk{}, buf, false
+	}
+	c := tp.sealed[0]
+	c.run.thinned = true
+	return c, buf, true
 }
 
 // end is one past the seq of the newest sample (0 when empty).

@@ -92,3 +92,55 @@ func TestThinnedBucketsKeepBaselineQuantiles(t *testing.T) {
 	}
 	t.Logf("%d quantiles compared, baselines at most %.1f%% from the whole range's; window %d bytes thinned, %d not (%.0f%%)", compared, 100*worst, tb, kb, 100*float64(tb)/float64(kb))
 }
+
+// Thinned chunks are merged up to maxThinnedSpan scrapes, so an hour of a
+// bucket is a few thinned chunks, not one per sealed chunk; a counter that
+// keeps a point at every scrape (it drops at every other one) is not
+// merged into a chunk it would overflow, and loses nothing.
+func TestThinnedChunksMerge(t *testing.T) {
+	const slot, scrapes = 12, 12 * samplesPerChunk
+	for _, c := range []struct {
+		name  string
+		value func(seq uint64) float64
+		// most thinned chunks wanted at the end
+		most int
+	}{
+		{"a steady bucket", func(seq uint64) float64 { return float64(seq * 7) }, (scrapes+maxThinnedSpan-1)/maxThinnedSpan + 1},
+		{"a sawtooth", func(seq uint64) float64 { return float64(seq % 2) }, scrapes / samplesPerChunk},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var p points
+			var buf []float64
+			for seq := range uint64(scrapes + 1) {
+				p.put(seq, c.value(seq))
+				if seq > 3*samplesPerChunk/2 {
+					_, buf = p.thinBefore(seq-3*samplesPerChunk/2, slot, buf)
+				}
+			}
+			thinned := 0
+			for k, ch := range p.sealed {
+				if !ch.run.thinned {
+					continue
+				}
+				thinned++
+				if span := p.sealedEnd(k) - ch.first; span > maxThinnedSpan {
+					t.Errorf("thinned chunk %d spans %d scrapes, more than %d", k, span, maxThinnedSpan)
+				}
+			}
+			if thinned == 0 || thinned > c.most {
+				t.Errorf("%d thinned chunks, want 1 to %d", thinned, c.most)
+			}
+			var d decoder
+			vals := d.values(&p, 0, scrapes+1)
+			for seq, v := range vals {
+				want := c.value(uint64(seq))
+				switch {
+				case finite(v) && v != want:
+					t.Fatalf("seq %d reads %v, want %v", seq, v, want)
+				case !finite(v) && (seq%slot == 0 || c.name == "a sawtooth"):
+					t.Fatalf("seq %d, the first of its slot or beside a drop, was dropped", seq)
+				}
+			}
+		})
+	}
+}

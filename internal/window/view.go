@@ -143,6 +143,12 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 			c.skipTo(slo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n)-1)
 			continue
 		}
+		if ch.run.thinned && ch.run.enc.ints() {
+			// A few dozen points over up to maxThinnedSpan scrapes:
+			// stepped through in place, not laid out scrape by scrape.
+			c.intSteps(ch, max(lo, slo), min(hi, shi))
+			continue
+		}
 		seg := v.d.segmentValues(p, k)
 		if !ch.run.broken {
 			c.run(seg, slo, max(lo, slo), min(hi, shi))
@@ -201,6 +207,34 @@ func (c *counterRuns) steps(seg []float64, base, lo, hi uint64) {
 	for seq := lo; seq < hi && seq-base < uint64(len(seg)); seq++ {
 		if x := seg[seq-base]; finite(x) {
 			c.step(seq, x)
+		}
+	}
+}
+
+// intSteps feeds the samples of integer chunk ch in the seqs [lo, hi), as
+// steps does from decoded values.
+func (c *counterRuns) intSteps(ch *sealedChunk, lo, hi uint64) {
+	data := ch.bytes()
+	scale := ch.run.enc.scale()
+	data, _, v, _ := nextInt(data)
+	seq, step := ch.first, int64(0)
+	if seq >= lo && seq < hi {
+		c.step(seq, float64(v)/scale)
+	}
+	for len(data) > 0 {
+		var gap, n uint64
+		var dd int64
+		data, gap, dd, n = nextInt(data)
+		step += dd
+		for ; n > 0; n-- {
+			seq += gap
+			if seq >= hi {
+				return
+			}
+			v += step
+			if seq >= lo {
+				c.step(seq, float64(v)/scale)
+			}
 		}
 	}
 }
