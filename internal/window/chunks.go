@@ -368,8 +368,8 @@ func (p *points) thinBefore(seq, slot uint64, buf []float64) (delta int, _ []flo
 // chunk into the thinned one before it up to three chunks' worth (half
 // an hour at 5 s), so that an hour of a bucket holds two or three thinned
 // chunks of a few dozen points, not six of a dozen, whose 32-byte entries
-// cost more than their points. Retention frees a chunk
-// whole, so a thinned chunk outlives the window by up to this span.
+// cost more than their points. Retention frees a chunk whole, so a
+// thinned chunk outlives the window by up to this span.
 const maxThinnedSpan = 3 * samplesPerChunk
 
 // thin rewrites sealed chunk k with only the samples a counter's increase
