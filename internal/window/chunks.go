@@ -92,8 +92,9 @@ func (e encoding) ints() bool { return e >= encInts }
 func (e encoding) scale() float64 { return pow10[e-encInts] }
 
 // maxDecimals is the most decimals a chunk of floats is stored as integers
-// for. SGLang rounds most of its float gauges to two or four (token_usage
-// 0.41, gen_throughput 1184.52, new_token_ratio 0.4213).
+// for. The current SGLang release exposes several float gauges rounded to
+// two or four places (token_usage 0.41, gen_throughput 1184.52,
+// new_token_ratio 0.4213 in sglang-current-full.prom).
 const maxDecimals = 6
 
 var pow10 = [maxDecimals + 1]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6}
@@ -251,8 +252,8 @@ func (p *points) seal() {
 
 // decimalHead returns the XOR head re-encoded as the integer deltas of its
 // values times 10^k when they are all short decimals (decimalScale), or
-// nil. A float gauge SGLang rounds to two decimals then costs about what a
-// counter does, not the ≈4.8 bytes a point of XOR.
+// nil. A float gauge rounded to two places then costs about what a counter
+// does, not the ≈4.8 bytes a point of XOR.
 func (p *points) decimalHead() (data []byte, k int) {
 	var seqs []uint64
 	var vals []float64
