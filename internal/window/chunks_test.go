@@ -25,6 +25,8 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 		{"negative zero", []sample{{1, 1}, {2, math.Copysign(0, -1)}}, false, encXOR},
 		{"a fraction", []sample{{1, 1}, {2, 1.5}, {4, 7}}, false, encInts + 1},
 		{"a fraction first", []sample{{1, 0.25}, {2, 1}}, false, encInts + 2},
+		// The integer head, a run token in it, re-encoded as XOR.
+		{"a run, then a fraction", []sample{{1, 3}, {2, 5}, {3, 7}, {4, 9}, {5, 11}, {6, 13}, {7, 15}, {9, 19}, {10, 19.5}}, false, encInts + 1},
 		{"a fraction first, far into the scrapes", []sample{{1 << 40, -0.5}, {1<<40 + 1, 1}}, false, encInts + 1},
 		{"SGLang's rounded gauges", []sample{{1, 0.41}, {2, 1184.52}, {3, 0.4213}, {5, -3.07}, {6, 0.1}, {7, 0.3}}, false, encInts + 4},
 		{"six decimals", []sample{{1, 0.123456}, {2, 99999.000001}}, false, encInts + 6},

@@ -214,27 +214,11 @@ func (c *counterRuns) steps(seg []float64, base, lo, hi uint64) {
 // intSteps feeds the samples of integer chunk ch in the seqs [lo, hi), as
 // steps does from decoded values.
 func (c *counterRuns) intSteps(ch *sealedChunk, lo, hi uint64) {
-	data := ch.bytes()
 	scale := ch.run.enc.scale()
-	data, _, v, _ := nextInt(data)
-	seq, step := ch.first, int64(0)
-	if seq >= lo && seq < hi {
-		c.step(seq, float64(v)/scale)
-	}
-	for len(data) > 0 {
-		var gap, n uint64
-		var dd int64
-		data, gap, dd, n = nextInt(data)
-		step += dd
-		for ; n > 0; n-- {
-			seq += gap
-			if seq >= hi {
-				return
-			}
-			v += step
-			if seq >= lo {
-				c.step(seq, float64(v)/scale)
-			}
+	it := intSamples{data: ch.bytes(), seq: ch.first}
+	for seq, v, ok := it.next(); ok && seq < hi; seq, v, ok = it.next() {
+		if seq >= lo {
+			c.step(seq, float64(v)/scale)
 		}
 	}
 }
