@@ -206,17 +206,7 @@ func BenchmarkStageRoundFleet(b *testing.B) {
 			}
 		}
 	}
-	ds, err := detect.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: cfg.Triage, Correlation: correlate.DefaultConfig()}),
-		Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}), Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
-	b.ReportAllocs()
-	for b.Loop() {
-		loop.Evaluate(at)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/replicas, "ns/replica")
+	benchFleetRound(b, cfg, store, at, replicas)
 }
 
 // BenchmarkStageRoundFleetMoving is BenchmarkStageRoundFleet on windows
@@ -258,6 +248,13 @@ func BenchmarkStageRoundFleetMoving(b *testing.B) {
 			}
 		}
 	}
+	benchFleetRound(b, cfg, store, at, sources*copies)
+	b.ReportMetric(gaugeSum(b, reg, "watchdog_window_bytes")/(sources*copies), "window-B/replica")
+}
+
+// benchFleetRound times evaluation rounds at `at` over the replicas held
+// by store, on every core, and reports the time per replica.
+func benchFleetRound(b *testing.B, cfg detect.Config, store *window.Store, at time.Time, replicas int) {
 	ds, err := detect.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -268,8 +265,7 @@ func BenchmarkStageRoundFleetMoving(b *testing.B) {
 	for b.Loop() {
 		loop.Evaluate(at)
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(sources*copies), "ns/replica")
-	b.ReportMetric(gaugeSum(b, reg, "watchdog_window_bytes")/(sources*copies), "window-B/replica")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(replicas), "ns/replica")
 }
 
 // gaugeSum is the sum of the gauge family name's series in reg.
