@@ -24,7 +24,8 @@ const fuzzMaxSeries = 1000
 // FuzzParse feeds arbitrary bodies, seeded with every captured release,
 // through the daemon's parse path: textparse, the keep filter and
 // normalization. Nothing may panic; a body textparse accepts must split
-// into exactly the labels textparse itself builds; the filtered parse must
+// into exactly the labels textparse itself builds, and parse the same again
+// from the parser's cache of splits; the filtered parse must
 // be the unfiltered one minus the dropped families; normalization must
 // produce no more series than samples (bounded output) and fail only with
 // the series limit.
@@ -40,7 +41,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("{\"sglang:num_running_reqs\",\"a.b\"=\"x\\\"y\\\\z\\n\"} 1 123\n"))
 	f.Add([]byte("sglang_num_running_reqs { model_name = \"m\" , } NaN\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		all, err := NewParser().Parse(nil, body)
+		p := NewParser()
+		all, err := p.Parse(nil, body)
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("an error without a message")
@@ -48,6 +50,14 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		checkAgainstTextparse(t, body, all)
+		// The same body again: every series comes from the split cache.
+		first := renderRaw(all)
+		if all, err = p.Parse(nil, body); err != nil {
+			t.Fatalf("a second parse failed where the first did not: %v", err)
+		}
+		if again := renderRaw(all); !slices.Equal(again, first) {
+			t.Fatalf("second parse, from the cache:\n%v\nfirst:\n%v", again, first)
+		}
 
 		keep := newKeepSet(fuzzKeep).filter()
 		kept, err := newTextParser(newKeepSet(fuzzKeep).filter()).Parse(nil, body)

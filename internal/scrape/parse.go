@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,8 +28,9 @@ type RawSample struct {
 
 // Parser turns one exposition body into raw samples, appending them to dst.
 // It is the only place that knows the wire format. The returned samples, and
-// their Labels, may alias the parser's buffers and are valid only until the
-// next call; a Parser is not safe for concurrent use.
+// their Labels, may alias the parser's buffers and caches: they are
+// read-only, and valid only until the next call; a Parser is not safe for
+// concurrent use.
 type Parser interface {
 	Parse(dst []RawSample, body []byte) ([]RawSample, error)
 }
@@ -43,6 +45,13 @@ func NewParser() Parser { return newTextParser(nil) }
 // cleared rather than grown.
 const maxInterned = 16384
 
+// maxSplits bounds the per-parser cache of split series. A fleet of
+// replicas of a few models exposes a few thousand distinct series texts
+// (each replica's own are its pid-labelled gauges); past the bound new
+// texts are split every time instead of cached, until the next Parse
+// clears the cache.
+const maxSplits = 16384
+
 // textParser is the Parser over Prometheus' model/textparse, the text-format
 // lexer Prometheus itself scrapes with. textparse validates each line; this
 // type then takes the name from the series bytes and asks keep before any
@@ -51,10 +60,16 @@ const maxInterned = 16384
 // textparse's Labels, which copies the line and builds a labels.Labels per
 // sample) and interned, so a steady-state scrape allocates almost nothing.
 // FuzzParse checks the split against textparse's own Labels.
+//
+// A replica sends the same series texts every scrape, and the replicas of
+// one model mostly the same ones, so the split of a series is cached under
+// its text, as Prometheus' scrape cache keys series by theirs: a series
+// seen before costs the lexing and one map lookup.
 type textParser struct {
 	keep    *keepFilter // nil keeps every family
 	symbols *labels.SymbolTable
 	strs    map[string]string
+	splits  map[string]split  // series text (name and label part) -> its split
 	bounds  map[string]string // exposed le/quantile text -> canonical
 	labels  []series.Label    // arena the returned RawSample.Labels point into
 	scratch []byte            // unescaped label value
@@ -62,8 +77,19 @@ type textParser struct {
 	ftype   model.MetricType
 }
 
+// split is what a series text parses to under one TYPE line (a
+// histogram's le or a summary's quantile is rendered canonically, a
+// gauge's is kept as written). A dropped series caches only drop.
+type split struct {
+	family string // the TYPE line's family, interned
+	ftype  model.MetricType
+	drop   bool
+	name   string
+	labels []series.Label // owned by the cache, never appended to
+}
+
 func newTextParser(keep *keepFilter) *textParser {
-	return &textParser{keep: keep, symbols: labels.NewSymbolTable(), strs: make(map[string]string, 512), bounds: make(map[string]string, 64)}
+	return &textParser{keep: keep, symbols: labels.NewSymbolTable(), strs: make(map[string]string, 512), splits: make(map[string]split, 512), bounds: make(map[string]string, 64)}
 }
 
 // Parse implements Parser.
@@ -73,6 +99,9 @@ func (p *textParser) Parse(dst []RawSample, body []byte) ([]RawSample, error) {
 	}
 	if len(p.bounds) > maxInterned {
 		clear(p.bounds)
+	}
+	if len(p.splits) >= maxSplits {
+		clear(p.splits)
 	}
 	p.labels = p.labels[:0]
 	p.family, p.ftype = p.family[:0], model.MetricTypeUnknown
@@ -105,6 +134,12 @@ func (p *textParser) Parse(dst []RawSample, body []byte) ([]RawSample, error) {
 
 func (p *textParser) appendSeries(dst []RawSample, tp textparse.Parser) ([]RawSample, error) {
 	raw, _, v := tp.Series()
+	if c, ok := p.splits[string(raw)]; ok && c.ftype == p.ftype && c.family == string(p.family) {
+		if c.drop {
+			return dst, nil
+		}
+		return append(dst, RawSample{Name: c.name, Labels: c.labels, Value: v}), nil
+	}
 	name, rest := splitName(raw)
 	if name == nil {
 		// The name is quoted inside the braces ({"a.b",x="y"}): rare
@@ -114,6 +149,7 @@ func (p *textParser) appendSeries(dst []RawSample, tp textparse.Parser) ([]RawSa
 		name = []byte(ls.Get(labels.MetricName))
 	}
 	if p.keep != nil && !p.keep.keeps(name) {
+		p.cache(raw, split{drop: true})
 		return dst, nil
 	}
 	bound := p.boundLabel(name)
@@ -121,7 +157,19 @@ func (p *textParser) appendSeries(dst []RawSample, tp textparse.Parser) ([]RawSa
 	if err := p.splitLabels(rest, bound); err != nil {
 		return dst, fmt.Errorf("%w while parsing %q", err, raw)
 	}
-	return append(dst, RawSample{Name: p.intern(name), Labels: p.labels[start:len(p.labels):len(p.labels)], Value: v}), nil
+	s := RawSample{Name: p.intern(name), Labels: p.labels[start:len(p.labels):len(p.labels)], Value: v}
+	p.cache(raw, split{name: s.Name, labels: slices.Clip(slices.Clone(s.Labels))})
+	return append(dst, s), nil
+}
+
+// cache keeps the split of the series text raw under the current TYPE
+// line, while the cache has room.
+func (p *textParser) cache(raw []byte, c split) {
+	if len(p.splits) >= maxSplits {
+		return
+	}
+	c.family, c.ftype = p.intern(p.family), p.ftype
+	p.splits[string(raw)] = c
 }
 
 // failedLine is the line number of the entry after the first entries ones:

@@ -1,6 +1,7 @@
 package scrape
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -160,5 +161,60 @@ func TestTextparseReuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		diffLines(t, "reparse", renderRaw(raw), want)
+	}
+}
+
+// A series text is cached with the TYPE line it was split under: the same
+// text is a gauge's (le kept as written) in one body and a histogram's
+// bucket (le rendered canonically) in the next, and a parser that saw
+// both, in any order, splits each body as a fresh parser does.
+func TestTextparseCachedSplitFollowsTypeLine(t *testing.T) {
+	gauge := []byte("# TYPE h gauge\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"1e0\",x=\"y\"} 2\n")
+	histogram := []byte("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"1e0\",x=\"y\"} 2\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 2\n")
+	untyped := []byte("h_bucket{le=\"1\"} 1\nh_bucket{le=\"1e0\",x=\"y\"} 2\n")
+	fresh := func(body []byte) []string {
+		raw, err := NewParser().Parse(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return renderRaw(raw)
+	}
+	if slices.Equal(fresh(gauge), fresh(histogram)[:2]) {
+		t.Fatalf("the gauge and the histogram split alike, so this test shows nothing: %v", fresh(gauge))
+	}
+	p := NewParser()
+	for i, body := range [][]byte{gauge, histogram, untyped, gauge, histogram, histogram, untyped} {
+		raw, err := p.Parse(nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		diffLines(t, fmt.Sprintf("parse %d", i), renderRaw(raw), fresh(body))
+	}
+}
+
+// A kept sample's split is cached, a dropped one's too: a filtered parser
+// gives the same samples on every scrape, and a warmed one allocates
+// nothing per sample.
+func TestTextparseCachedSplitsAllocateNothing(t *testing.T) {
+	body, err := fixture.SGLang(fixture.CurrentFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newTextParser(newKeepSet(fuzzKeep).filter())
+	first, err := p.Parse(nil, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := renderRaw(first)
+	raw := make([]RawSample, 0, len(first))
+	allocs := testing.AllocsPerRun(5, func() {
+		if raw, err = p.Parse(raw[:0], body); err != nil {
+			t.Fatal(err)
+		}
+	})
+	diffLines(t, "cached parse", renderRaw(raw), want)
+	// textparse's parser itself is a few allocations per body.
+	if allocs > 10 {
+		t.Errorf("a warmed parse of %d lines allocates %.0f times, want a handful", bytes.Count(body, []byte("\n")), allocs)
 	}
 }
