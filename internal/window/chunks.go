@@ -484,7 +484,7 @@ func (p *points) end() uint64 {
 type decoder struct {
 	chunk chunkenc.XORChunk
 	it    chunkenc.Iterator
-	memo  map[segment][]float64
+	memo  map[segment]decoded
 	slab  []float64
 	vals  []float64 // a range spanning several chunks, stitched
 	acc   []float64 // per-scrape combination over several series
@@ -498,6 +498,15 @@ type decoder struct {
 type segment struct {
 	p *points
 	k int
+}
+
+// decoded is a segment's values. rising marks values that are all finite
+// (a point at every seq) and never drop, as a counter's are between
+// restarts: a counter's increase over any piece of them is its last value
+// minus its first (counterRuns.rising), with no step to look at.
+type decoded struct {
+	vals   []float64
+	rising bool
 }
 
 // minSlab is the smallest slab: a few hundred chunks.
@@ -530,18 +539,27 @@ func (p *points) bounds(k int) (lo, hi uint64) {
 
 // segmentValues returns the decoded values of segment k, decoding it the
 // first time it is asked for in the View.
-func (d *decoder) segmentValues(p *points, k int) []float64 {
+func (d *decoder) segmentValues(p *points, k int) []float64 { return d.segment(p, k).vals }
+
+// segment is segmentValues with whether the values are rising.
+func (d *decoder) segment(p *points, k int) decoded {
 	key := segment{p, k}
-	if vals, ok := d.memo[key]; ok {
-		return vals
+	if seg, ok := d.memo[key]; ok {
+		return seg
 	}
 	if d.memo == nil {
-		d.memo = map[segment][]float64{}
+		d.memo = map[segment]decoded{}
 	}
 	lo, hi := p.bounds(k)
-	vals := d.fill(p, lo, hi)
-	d.memo[key] = vals
-	return vals
+	seg := decoded{vals: d.fill(p, lo, hi), rising: true}
+	for i, x := range seg.vals {
+		if !finite(x) || (i > 0 && x < seg.vals[i-1]) {
+			seg.rising = false
+			break
+		}
+	}
+	d.memo[key] = seg
+	return seg
 }
 
 // values returns the series' values for the seqs [lo, hi), NaN where it

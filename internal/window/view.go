@@ -149,15 +149,22 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 			c.intSteps(ch, max(lo, slo), min(hi, shi))
 			continue
 		}
-		seg := v.d.segmentValues(p, k)
-		if !ch.run.broken {
-			c.run(seg, slo, max(lo, slo), min(hi, shi))
-			continue
+		seg := v.d.segment(p, k)
+		switch {
+		case seg.rising:
+			c.rising(seg.vals, slo, max(lo, slo), min(hi, shi))
+		case !ch.run.broken:
+			c.run(seg.vals, slo, max(lo, slo), min(hi, shi))
+		default:
+			c.steps(seg.vals, slo, max(lo, slo), min(hi, shi))
 		}
-		c.steps(seg, slo, max(lo, slo), min(hi, shi))
 	}
 	if slo, shi := p.bounds(-1); shi > lo && slo < hi {
-		c.steps(v.d.segmentValues(p, -1), slo, max(lo, slo), min(hi, shi))
+		if seg := v.d.segment(p, -1); seg.rising {
+			c.rising(seg.vals, slo, max(lo, slo), min(hi, shi))
+		} else {
+			c.steps(seg.vals, slo, max(lo, slo), min(hi, shi))
+		}
 	}
 	if c.partial == 0 {
 		return c.finish(), c.first, c.last, c.n
@@ -243,6 +250,18 @@ func (c *counterRuns) run(seg []float64, base, lo, hi uint64) {
 	}
 	c.step(first, seg[first-base])
 	c.skipTo(last, seg[last-base], n-1)
+}
+
+// rising feeds the seqs [lo, hi) of seg (whose first value is at seq
+// base), values that are all finite and never drop (decoded.rising): as
+// steps would, in constant time.
+func (c *counterRuns) rising(seg []float64, base, lo, hi uint64) {
+	hi = min(hi, base+uint64(len(seg)))
+	if hi <= lo {
+		return
+	}
+	c.step(lo, seg[lo-base])
+	c.skipTo(hi-1, seg[hi-1-base], int(hi-lo)-1)
 }
 
 func (c *counterRuns) finish() float64 {
