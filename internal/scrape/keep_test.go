@@ -2,7 +2,9 @@ package scrape
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -110,4 +112,58 @@ func countSamples(gs []series.Group) int {
 		n += len(g.Samples)
 	}
 	return n
+}
+
+// A keeping parser hands textparse only the lines it has to read: the
+// samples of kept families, TYPE lines and anything it cannot name. So a
+// broken line of a family no detector reads, or a broken help text, no
+// longer fails the scrape; a broken kept line still does, at its line of
+// the body; a page that is no exposition at all still fails to parse, so
+// the scrape still reports it as not metrics.
+func TestKeepingParserReadsOnlyKeptLines(t *testing.T) {
+	good := "# HELP sglang:num_running_reqs running\n# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"m\"} 3\n"
+	for _, tc := range []struct {
+		name, body string
+		want       []string // rendered samples, or
+		err        string   // the error's prefix
+	}{
+		{name: "broken dropped sample", body: "sglang:func_latency_seconds_bucket{le=\"1\" 2\n" + good,
+			want: []string{`sglang:num_running_reqs{model_name="m"} 3`}},
+		{name: "broken help text", body: "# HELP sglang:num_running_reqs \"unterminated\n# HELP 3bad x\n" + good,
+			want: []string{`sglang:num_running_reqs{model_name="m"} 3`}},
+		{name: "broken kept sample", body: good + "sglang:func_latency_seconds 1\nsglang:num_running_reqs{model_name=\"m\" 3\n", err: "line 5:"},
+		{name: "kept value not a number", body: "sglang:func_latency_seconds 1\n\n" + good + "sglang:num_running_reqs two\n", err: "line 6:"},
+		{name: "HTML page", body: "<!doctype html>\n<html><body>Sign in</body></html>\n", err: "line 1:"},
+		{name: "quoted name is read", body: "{\"sglang:num_running_reqs\",model_name=\"m\"} 4\n",
+			want: []string{`sglang:num_running_reqs{model_name="m"} 4`}},
+		{name: "no trailing newline", body: "sglang:func_latency_seconds 1\nsglang:num_running_reqs 5",
+			want: []string{`sglang:num_running_reqs{} 5`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewParser().Parse(nil, []byte(tc.body)); strings.HasPrefix(tc.name, "broken") && err == nil {
+				t.Fatal("the parser keeping every family accepts this body, so the case shows nothing")
+			}
+			raw, err := newTextParser(newKeepSet(fuzzKeep).filter()).Parse(nil, []byte(tc.body))
+			if tc.err != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one starting %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, rs := range raw {
+				var ls []string
+				for _, l := range rs.Labels {
+					ls = append(ls, l.Name+"="+strconv.Quote(l.Value))
+				}
+				got = append(got, fmt.Sprintf("%s{%s} %v", rs.Name, strings.Join(ls, ","), rs.Value))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("samples %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

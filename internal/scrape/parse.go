@@ -75,6 +75,7 @@ type textParser struct {
 	scratch []byte            // unescaped label value
 	family  []byte            // the family of the last TYPE line
 	ftype   model.MetricType
+	kept    []byte // the lines of the body textparse reads (keptLines)
 }
 
 // split is what a series text parses to under one TYPE line (a
@@ -103,13 +104,71 @@ func (p *textParser) Parse(dst []RawSample, body []byte) ([]RawSample, error) {
 	if len(p.splits) >= maxSplits {
 		clear(p.splits)
 	}
-	p.labels = p.labels[:0]
-	p.family, p.ftype = p.family[:0], model.MetricTypeUnknown
 	if i := bytes.IndexByte(body, 0); i >= 0 {
 		// textparse's lexer reads a NUL as the end of input and would
 		// return a silently truncated scrape; the text format has none.
 		return dst, fmt.Errorf("line %d: NUL byte in the exposition", bytes.Count(body[:i], []byte{'\n'})+1)
 	}
+	if p.keep != nil {
+		p.kept = p.keptLines(p.kept[:0], body)
+		out, err := p.parse(dst, p.kept)
+		if err == nil {
+			return out, nil
+		}
+		// The error is read again from the whole body, so that its line
+		// number is the body's.
+	}
+	return p.parse(dst, body)
+}
+
+// keptLines appends to out the lines of body textparse has to read: all
+// but the HELP lines and the samples whose name is a valid metric name
+// that keep drops. Lexing is most of a parse, and a replica's dropped
+// families and help texts are about half of its bytes. A line whose name
+// is not plainly valid (quoted, blank-led, an HTML tag) is kept for
+// textparse to judge.
+func (p *textParser) keptLines(out, body []byte) []byte {
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i+1], body[i+1:]
+		} else {
+			body = nil
+		}
+		if bytes.HasPrefix(line, helpPrefix) {
+			continue
+		}
+		if n := metricNameLen(line); n > 0 && n < len(line) && isNameEnd(line[n]) && !p.keep.keeps(line[:n]) {
+			continue
+		}
+		out = append(out, line...)
+	}
+	return out
+}
+
+var helpPrefix = []byte("# HELP ")
+
+// metricNameLen is the length of the metric name the line starts with
+// ([a-zA-Z_:][a-zA-Z0-9_:]*), 0 if it starts with none.
+func metricNameLen(line []byte) int {
+	for i, c := range line {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_', c == ':':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return i
+		}
+	}
+	return len(line)
+}
+
+// isNameEnd reports whether c may follow a sample's metric name.
+func isNameEnd(c byte) bool { return c == '{' || c == ' ' || c == '\t' }
+
+// parse runs textparse over body.
+func (p *textParser) parse(dst []RawSample, body []byte) ([]RawSample, error) {
+	p.labels = p.labels[:0]
+	p.family, p.ftype = p.family[:0], model.MetricTypeUnknown
 	tp := textparse.NewPromParser(body, p.symbols, false)
 	for entries := 0; ; entries++ {
 		entry, err := tp.Next()
