@@ -208,6 +208,10 @@ func compareWindows(t *testing.T, scrapeNo int, now time.Time, got detect.Window
 				g, gok = got.Max(sel, sp.from, sp.to)
 				w, wok = want.Max(sel, sp.from, sp.to)
 				check("Max("+name+")", g, w, gok, wok)
+				if gp, wp := got.(detect.PointFinder).Present(sel, sp.from, sp.to), want.Present(sel, sp.from, sp.to); gp != wp {
+					t.Errorf("scrape %d: Present(%s) = %v; oracle %v", scrapeNo, name, gp, wp)
+				}
+				n++
 				g, gok = got.Min(sel, sp.from, sp.to)
 				w, wok = want.Min(sel, sp.from, sp.to)
 				check("Min("+name+")", g, w, gok, wok)

@@ -386,6 +386,12 @@ func (v oracleView) Min(sel detect.Selector, from, to time.Time) (float64, bool)
 	return m, true
 }
 
+// Present is what Max's ok says.
+func (v oracleView) Present(sel detect.Selector, from, to time.Time) bool {
+	_, ok := v.Max(sel, from, to)
+	return ok
+}
+
 func (v oracleView) CountAbove(sel detect.Selector, threshold float64, from, to time.Time) (above, scrapes int) {
 	for _, x := range v.perScrape(sel, from, to) {
 		scrapes++

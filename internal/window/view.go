@@ -22,6 +22,7 @@ type view struct {
 var (
 	_ detect.Window        = view{}
 	_ detect.ScrapeCounter = view{}
+	_ detect.PointFinder   = view{}
 )
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
@@ -445,6 +446,55 @@ func (v view) Max(sel detect.Selector, from, to time.Time) (float64, bool) {
 // lies wholly inside and never drops has its maximum in its summary (its
 // last finite value), so a counter's maximum over an hour, which detectors
 // ask to see that it reaches back that far, decodes only the edge chunks.
+// Present implements detect.PointFinder. A sealed chunk that starts
+// inside the range with a finite value answers without being decoded.
+func (v view) Present(sel detect.Selector, from, to time.Time) bool {
+	lo, hi := v.seqRange(from, to)
+	if hi <= lo {
+		return false
+	}
+	for _, rec := range v.selected(sel.Name, sel.Match) {
+		if v.hasFinite(rec, lo, hi) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasFinite reports whether the series has a finite value in the seqs
+// [lo, hi).
+func (v view) hasFinite(rec *seriesRec, lo, hi uint64) bool {
+	p := &rec.pts
+	for k := range p.sealed {
+		ch := &p.sealed[k]
+		slo, shi := ch.first, p.sealedEnd(k)
+		if shi <= lo || slo >= hi {
+			continue
+		}
+		if slo >= lo && finite(firstValue(ch)) {
+			return true
+		}
+		if anyFinite(v.d.segmentValues(p, k), slo, max(lo, slo), min(hi, shi)) {
+			return true
+		}
+	}
+	if slo, shi := p.bounds(-1); shi > lo && slo < hi {
+		return anyFinite(v.d.segmentValues(p, -1), slo, max(lo, slo), min(hi, shi))
+	}
+	return false
+}
+
+// anyFinite reports whether seg (whose first value is at seq base) has a
+// finite value in the seqs [lo, hi).
+func anyFinite(seg []float64, base, lo, hi uint64) bool {
+	for seq := lo; seq < hi && seq-base < uint64(len(seg)); seq++ {
+		if finite(seg[seq-base]) {
+			return true
+		}
+	}
+	return false
+}
+
 func (v view) maxOf(rec *seriesRec, lo, hi uint64) (float64, bool) {
 	m, ok := math.Inf(-1), false
 	take := func(seg []float64, base, lo, hi uint64) {

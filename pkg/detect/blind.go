@@ -77,7 +77,7 @@ func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
 	// starting server is not mistaken for a missing family.
 	seasoned := false
 	for _, name := range append([]string{series.HTTPRequestsTotal}, schedulerFamilies...) {
-		if _, ok := w.Max(Sel(name), from, now.Add(-c.Grace)); ok {
+		if hasPoints(w, Sel(name), from, now.Add(-c.Grace)) {
 			seasoned = true
 			break
 		}

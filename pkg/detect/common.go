@@ -74,10 +74,10 @@ func (p periods) baselineReady(w Window, cov BaselineCoverage, sel Selector, min
 		return false
 	}
 	mid := p.rangeStart.Add(-time.Duration(cov.MinSpanShare * float64(span)))
-	if _, ok := w.Max(sel, p.baseStart, mid); !ok {
+	if !hasPoints(w, sel, p.baseStart, mid) {
 		return false // the window does not reach back that far: a warm-up
 	}
-	if _, ok := w.Max(sel, mid, p.rangeStart); !ok {
+	if !hasPoints(w, sel, mid, p.rangeStart) {
 		return false
 	}
 	if minTraffic <= 0 {
@@ -370,15 +370,22 @@ func (m measure) growth() (float64, bool) {
 // needs the range to be observed, not just its last two scrapes.
 func covers(w Window, sel Selector, from, to time.Time) bool {
 	q := to.Sub(from) / 4
-	_, head := w.Max(sel, from, from.Add(q))
-	_, tail := w.Max(sel, to.Add(-q), to)
-	return head && tail
+	return hasPoints(w, sel, from, from.Add(q)) && hasPoints(w, sel, to.Add(-q), to)
 }
 
 // present reports whether any series of the family had a finite value in
 // (from, to].
 func present(w Window, family string, from, to time.Time) bool {
-	_, ok := w.Max(Sel(family), from, to)
+	return hasPoints(w, Sel(family), from, to)
+}
+
+// hasPoints reports whether any selected series had a finite value in
+// (from, to]: the window's PointFinder, or Max's ok.
+func hasPoints(w Window, sel Selector, from, to time.Time) bool {
+	if pf, ok := w.(PointFinder); ok {
+		return pf.Present(sel, from, to)
+	}
+	_, ok := w.Max(sel, from, to)
 	return ok
 }
 

@@ -230,6 +230,15 @@ type ScrapeCounter interface {
 	CountAbove(sel Selector, threshold float64, from, to time.Time) (above, scrapes int)
 }
 
+// PointFinder is an optional extension of Window. Present reports whether
+// any selected series had a finite value in the range: what Max's ok
+// reports, without the maximum, which costs a decode of every point of a
+// range whose series are summed. Baselines ask it of their halves every
+// round; a Window without it is asked Max instead.
+type PointFinder interface {
+	Present(sel Selector, from, to time.Time) bool
+}
+
 // Evidence is one number a finding rests on, with the baseline it is
 // compared against.
 type Evidence struct {
