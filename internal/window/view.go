@@ -442,10 +442,6 @@ func (v view) Max(sel detect.Selector, from, to time.Time) (float64, bool) {
 	return m, true
 }
 
-// maxOf is Max of one series over the seqs [lo, hi). A sealed chunk that
-// lies wholly inside and never drops has its maximum in its summary (its
-// last finite value), so a counter's maximum over an hour, which detectors
-// ask to see that it reaches back that far, decodes only the edge chunks.
 // Present implements detect.PointFinder. A sealed chunk that starts
 // inside the range with a finite value answers without being decoded.
 func (v view) Present(sel detect.Selector, from, to time.Time) bool {
@@ -495,6 +491,10 @@ func anyFinite(seg []float64, base, lo, hi uint64) bool {
 	return false
 }
 
+// maxOf is Max of one series over the seqs [lo, hi). A sealed chunk that
+// lies wholly inside and never drops has its maximum in its summary (its
+// last finite value), so a counter's maximum over an hour decodes only the
+// edge chunks.
 func (v view) maxOf(rec *seriesRec, lo, hi uint64) (float64, bool) {
 	m, ok := math.Inf(-1), false
 	take := func(seg []float64, base, lo, hi uint64) {
