@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,7 +107,10 @@ func newRecorder(t *testing.T) *recorder {
 	return &recorder{t: t, scrapes: make(chan series.Scrape, 4096)}
 }
 
+// Append keeps a deep copy of s: the scraper reuses its groups, samples
+// and labels once Append returns.
 func (r *recorder) Append(s series.Scrape) error {
+	s.Groups = cloneGroups(s.Groups)
 	select {
 	case r.scrapes <- s:
 	default:
@@ -127,4 +131,20 @@ func (r *recorder) removedTargets() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.removed...)
+}
+
+func cloneGroups(groups []series.Group) []series.Group {
+	if groups == nil {
+		return nil
+	}
+	out := make([]series.Group, len(groups))
+	for i, g := range groups {
+		out[i] = g
+		out[i].Samples = make([]series.Sample, len(g.Samples))
+		for k, smp := range g.Samples {
+			smp.Labels = slices.Clone(smp.Labels)
+			out[i].Samples[k] = smp
+		}
+	}
+	return out
 }

@@ -230,11 +230,11 @@ func (m *Manager) runLoop(ctx context.Context, l *loop) {
 		t.Pod = l.pod.Load()
 		s := m.scrapers.Get().(*scraper)
 		sc := s.scrape(ctx, t)
-		m.scrapers.Put(s)
 		if t.Kind == KindGateway {
 			sc.Groups = withoutScrapedEngines(sc.Groups, *m.engines.Load())
 		}
 		if ctx.Err() != nil {
+			m.scrapers.Put(s)
 			return // stopping: a scrape cut short by shutdown is not data
 		}
 		if probe != nil && sc.Reason == "" {
@@ -243,6 +243,9 @@ func (m *Manager) runLoop(ctx context.Context, l *loop) {
 			}
 		}
 		m.report(log, &st, sc)
+		// sc's groups are the scraper's buffers: another loop may take
+		// them only once the Appender is done with them.
+		m.scrapers.Put(s)
 		select {
 		case <-ctx.Done():
 			return

@@ -38,6 +38,14 @@ type normalizer struct {
 	labels   []series.Label // scratch arena for the entries' labels
 	keyBuf   []byte
 	kept     []series.Label // scratch for one sample's labels
+
+	// reuse: the output is read only until the next normalize (the scrape
+	// loop's Appender takes it so), so its arrays are reused, not garbage
+	// every scrape.
+	reuse      bool
+	outLabels  []series.Label
+	outSamples []series.Sample
+	outGroups  []series.Group
 }
 
 // entry is one output series while its contributions are being combined.
@@ -396,7 +404,8 @@ func (n *normalizer) dropPriorityBreakdowns() {
 }
 
 // output builds the groups. All samples share one label array and one
-// sample array, sized exactly, so a scrape costs a handful of allocations.
+// sample array, sized exactly, so a scrape costs a handful of allocations,
+// and none when the arrays are reused.
 func (n *normalizer) output() []series.Group {
 	total, nLabels := 0, 0
 	for i := range n.entries {
@@ -408,9 +417,12 @@ func (n *normalizer) output() []series.Group {
 	if total == 0 {
 		return nil
 	}
-	labels := make([]series.Label, 0, nLabels)
-	samples := make([]series.Sample, total)
-	groups := make([]series.Group, len(n.groups))
+	labels := reuse(n.outLabels, nLabels, n.reuse)[:0]
+	samples := reuse(n.outSamples, total, n.reuse)
+	groups := reuse(n.outGroups, len(n.groups), n.reuse)
+	if n.reuse {
+		n.outLabels, n.outSamples, n.outGroups = labels, samples, groups
+	}
 	offset := 0
 	for i := range n.groups {
 		acc := &n.groups[i]
@@ -453,6 +465,15 @@ func mostFrequent(ts []tally) string {
 		}
 	}
 	return best.value
+}
+
+// reuse returns s resized to n when asked to and big enough, else a new
+// array of n.
+func reuse[T any](s []T, n int, ok bool) []T {
+	if ok && cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n)
 }
 
 // sortLabels is an insertion sort: label sets are a handful of entries and,

@@ -47,9 +47,10 @@ func (t Target) Equal(o Target) bool {
 }
 
 // Appender receives every scrape outcome. The window store implements it;
-// it is called concurrently from one goroutine per target and owns the
-// Scrape it is given. An error (e.g. too many series) is logged and
-// counted, never fatal.
+// it is called concurrently from one goroutine per target. The Scrape's
+// groups, samples and labels are the scraper's buffers, reused by its next
+// scrape once Append has returned: an Appender copies what it keeps. An
+// error (e.g. too many series) is logged and counted, never fatal.
 type Appender interface {
 	Append(s series.Scrape) error
 }
@@ -216,8 +217,16 @@ func newScraper(fetch fetchFunc, opts Options) *scraper {
 		maxSeries: opts.MaxSeries,
 		keep:      keep,
 		parser:    newTextParser(keep.filter()),
-		norm:      newNormalizer(),
+		norm:      newScrapeNormalizer(),
 	}
+}
+
+// newScrapeNormalizer is a normalizer whose output is read only until the
+// next scrape (the Appender contract), so it reuses its output arrays.
+func newScrapeNormalizer() *normalizer {
+	n := newNormalizer()
+	n.reuse = true
+	return n
 }
 
 // scrape runs one scrape. The clock is read here only to stamp the scrape
@@ -300,6 +309,6 @@ func (s *scraper) shrink() {
 	if cap(s.raw) > maxSamples {
 		s.raw = nil
 		s.parser = newTextParser(s.keep.filter())
-		s.norm = newNormalizer()
+		s.norm = newScrapeNormalizer()
 	}
 }
