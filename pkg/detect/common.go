@@ -311,12 +311,34 @@ func (p periods) max(w Window, sel Selector) measure {
 // histMean is the mean observation of a histogram over the range, from the
 // increases of its _sum and _count (exact, unlike a bucket quantile).
 func histMean(w Window, family string, match []Match, from, to time.Time) (float64, bool) {
-	s, okS := w.Increase(Selector{Name: family + "_sum", Match: match}, from, to)
-	c, okC := w.Increase(Selector{Name: family + "_count", Match: match}, from, to)
+	sum, count := histSeries(family)
+	s, okS := w.Increase(Selector{Name: sum, Match: match}, from, to)
+	c, okC := w.Increase(Selector{Name: count, Match: match}, from, to)
 	if !okS || !okC {
 		return 0, false
 	}
 	return ratio(s, c)
+}
+
+// histSeries are the names of a histogram family's _sum and _count
+// series. A round asks for about a hundred means a replica (decode_slowdown's
+// look-back alone dozens), and names built for each question were half of
+// the round's garbage: the families the detectors and the triage average
+// are spelled out as constants.
+func histSeries(family string) (sum, count string) {
+	switch family {
+	case series.InterTokenLatency:
+		return series.InterTokenLatency + "_sum", series.InterTokenLatency + "_count"
+	case series.TTFTSeconds:
+		return series.TTFTSeconds + "_sum", series.TTFTSeconds + "_count"
+	case series.E2ERequestLatency:
+		return series.E2ERequestLatency + "_sum", series.E2ERequestLatency + "_count"
+	case series.QueueTimeSeconds:
+		return series.QueueTimeSeconds + "_sum", series.QueueTimeSeconds + "_count"
+	case series.GenerationTokensHist:
+		return series.GenerationTokensHist + "_sum", series.GenerationTokensHist + "_count"
+	}
+	return family + "_sum", family + "_count"
 }
 
 func (p periods) histMean(w Window, family string) measure {

@@ -266,8 +266,9 @@ type queueWait struct{ wait, ttft, share float64 }
 // in (from, now].
 func (c TriageConfig) queueWaitShare(w Window, from, now time.Time) (queueWait, bool) {
 	mean := func(fam string) (float64, bool) {
-		n, okN := w.Increase(Sel(fam+"_count"), from, now)
-		sum, okS := w.Increase(Sel(fam+"_sum"), from, now)
+		sumName, countName := histSeries(fam)
+		n, okN := w.Increase(Sel(countName), from, now)
+		sum, okS := w.Increase(Sel(sumName), from, now)
 		if !okN || !okS || n <= 0 {
 			return 0, false
 		}
