@@ -250,6 +250,13 @@ type replica struct {
 	bytes int
 	// thinBuf is points.thin's scratch.
 	thinBuf []float64
+	// order is the series of the last scrape's samples, by position. A
+	// replica sends its series in the same order every scrape, so a sample
+	// is first compared with the series at its position, and the series
+	// map hashed into only when that is another; more than half of an
+	// ingest was hashing. Cleared when sweep frees series, so it never
+	// holds a freed one.
+	order []*seriesRec
 }
 
 // Accounting sizes: a series record with its two map slots, a label, and
@@ -531,10 +538,17 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	var counters, dropped int
 	var overLimit, overBudget int
 	startChanged := false
+	r.sizeOrder(len(g.Samples))
+	defer r.trimOrder(len(g.Samples))
 	for i := range g.Samples {
 		smp := &g.Samples[i]
-		h := hashSeries(r.seed, smp.Name, smp.Labels)
-		rec := r.lookup(h, smp.Name, smp.Labels)
+		var h uint64
+		rec := r.atPosition(i, smp)
+		if rec == nil {
+			h = hashSeries(r.seed, smp.Name, smp.Labels)
+			rec = r.lookup(h, smp.Name, smp.Labels)
+		}
+		r.remember(i, rec) // nil while a new series is not admitted
 		switch {
 		case rec != nil:
 			r.bytes += rec.pts.dropBefore(oldest)
@@ -559,6 +573,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 			continue
 		default:
 			rec = r.create(h, smp)
+			r.order[i] = rec
 		}
 		v := smp.Value
 		if !math.IsNaN(v) && !math.IsInf(v, 0) {
@@ -598,6 +613,49 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	rej.seriesLimit += overLimit
 	rej.memoryBudget += overBudget
 	return ingested, errors.Join(errs...)
+}
+
+// atPosition is the series of the last scrape's i-th sample when smp is
+// still that series, else nil.
+func (r *replica) atPosition(i int, smp *series.Sample) *seriesRec {
+	if i >= len(r.order) {
+		return nil
+	}
+	if rec := r.order[i]; rec != nil && rec.name == smp.Name && labelsEqual(rec.labels, smp.Labels) {
+		return rec
+	}
+	return nil
+}
+
+// sizeOrder makes room in order for a scrape of n samples, exactly: a
+// replica's order is as long as its scrapes, and append's doubling would
+// add half of that again.
+func (r *replica) sizeOrder(n int) {
+	if before := cap(r.order); before < n {
+		r.order = slices.Grow(r.order, n-len(r.order))
+		r.bytes += 8 * (cap(r.order) - before)
+	}
+}
+
+// remember records rec as the series of this scrape's i-th sample: every
+// sample is remembered, in order.
+func (r *replica) remember(i int, rec *seriesRec) {
+	if i < len(r.order) {
+		r.order[i] = rec
+		return
+	}
+	before := cap(r.order)
+	r.order = append(r.order, rec)
+	r.bytes += 8 * (cap(r.order) - before)
+}
+
+// trimOrder ends order at the n samples of this scrape. A new series the
+// budget or the limit refused is remembered as none.
+func (r *replica) trimOrder(n int) {
+	if n < len(r.order) {
+		clear(r.order[n:])
+		r.order = r.order[:n]
+	}
 }
 
 // thinBoundary is the seq before which bucket chunks are thinned after a
@@ -672,6 +730,8 @@ func (r *replica) sweep() {
 	}
 	if removed {
 		r.reintern()
+		r.bytes -= 8 * cap(r.order)
+		r.order = nil
 	}
 }
 
