@@ -552,11 +552,14 @@ func (d *decoder) segment(p *points, k int) decoded {
 	}
 	lo, hi := p.bounds(k)
 	seg := decoded{vals: d.fill(p, lo, hi), rising: true}
-	for i, x := range seg.vals {
-		if !finite(x) || (i > 0 && x < seg.vals[i-1]) {
+	prev := math.Inf(-1)
+	for _, x := range seg.vals {
+		// x-x is 0 for a finite x, NaN for NaN and both infinities.
+		if x-x != 0 || x < prev {
 			seg.rising = false
 			break
 		}
+		prev = x
 	}
 	d.memo[key] = seg
 	return seg
