@@ -73,7 +73,7 @@ func TestCompactWindowMatchesOracle(t *testing.T) {
 				// Thin buckets after 2 minutes, so that the 20-minute
 				// incidents (the crash's counter reset among them) are
 				// read from thinned chunks too.
-				opts.BucketFullResolution = 2 * time.Minute
+				opts.HistogramFullResolution = 2 * time.Minute
 			}
 			store := newTestStore(t, opts)
 			o := newOracle(store.Options())

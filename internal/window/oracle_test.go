@@ -99,14 +99,14 @@ func (s *oracleSeries) at(idx int) (float64, bool) {
 
 // thinLike drops the bucket points the store thinned: for each chunk the
 // store marked thinned, the oracle's own points of that chunk's scrapes
-// that the thinning rule does not keep (Options.BucketFullResolution). The
+// that the thinning rule does not keep (Options.HistogramFullResolution). The
 // rule is stated here again over the oracle's plain slices; only which
 // scrapes a chunk spans comes from the store.
 func (o *oracle) thinLike(s *Store, replica string) {
 	r := s.replicas[replica]
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	slot := int(s.opts.bucketSlot())
+	slot := int(s.opts.thinSlot())
 	for _, recs := range r.families {
 		for _, rec := range recs {
 			os := o.byKey[series.Sample{Name: rec.name, Labels: rec.labels}.Key()]

@@ -59,10 +59,10 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultScrapeInterval       = 5 * time.Second
-	DefaultMaxSeriesPerReplica  = 20000
-	DefaultMaxBytesPerReplica   = 4 << 20
-	DefaultBucketFullResolution = 15 * time.Minute
+	DefaultScrapeInterval          = 5 * time.Second
+	DefaultMaxSeriesPerReplica     = 20000
+	DefaultMaxBytesPerReplica      = 4 << 20
+	DefaultHistogramFullResolution = 15 * time.Minute
 )
 
 // Errors wrapped by Append.
@@ -101,23 +101,25 @@ type Options struct {
 	// full current SGLang exposition (477 series) costs at the default
 	// retention of 65 minutes at 5 s.
 	MaxBytesPerReplica int
-	// BucketFullResolution is how long histogram buckets (counter _bucket
-	// series with an "le") keep every scrape. Older bucket points are
-	// thinned to the first of every minute's worth of scrapes at
-	// ScrapeInterval, plus both sides of every drop (points.thin): a
-	// bucket is only read for quantiles, and a quantile over an hour-long
-	// baseline then starts up to a minute after the baseline's start
-	// instead of at its first scrape, while old buckets keep about a
+	// HistogramFullResolution is how long the counters of a histogram
+	// (its _bucket series with an "le", and its _sum and _count once the
+	// replica is seen to expose its buckets) keep every scrape. Older
+	// points are thinned to the first of every minute's worth of scrapes
+	// at ScrapeInterval, plus both sides of every drop (points.thin): a
+	// histogram is only read for quantiles, means and observation counts
+	// over a range, which over an hour-long baseline then starts up to a
+	// minute after the baseline's start instead of at its first scrape
+	// (a _sum, its _count and its buckets at the same scrape, so a mean
+	// is still that of one span), while old histogram points keep about a
 	// tenth of their points. Default 15m, longer than the current range of
-	// every detector that reads a quantile (5m at most by default);
-	// negative: never thin. With a scrape interval of 30 s or more there
-	// is nothing to thin.
-	BucketFullResolution time.Duration
+	// every detector (10m at most by default); negative: never thin. With
+	// a scrape interval of 30 s or more there is nothing to thin.
+	HistogramFullResolution time.Duration
 }
 
-// bucketSlot is how many scrapes at the options' interval make a minute:
-// the resolution buckets are thinned to. 1 (nothing to thin) from 30 s on.
-func (o Options) bucketSlot() uint64 {
+// thinSlot is how many scrapes at the options' interval make a minute:
+// the resolution histograms are thinned to. 1 (nothing to thin) from 30 s on.
+func (o Options) thinSlot() uint64 {
 	return uint64(max(1, (time.Minute+o.ScrapeInterval/2)/o.ScrapeInterval))
 }
 
@@ -137,8 +139,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxBytesPerReplica == 0 {
 		o.MaxBytesPerReplica = DefaultMaxBytesPerReplica
 	}
-	if o.BucketFullResolution == 0 {
-		o.BucketFullResolution = DefaultBucketFullResolution
+	if o.HistogramFullResolution == 0 {
+		o.HistogramFullResolution = DefaultHistogramFullResolution
 	}
 	if o.MaxPointsPerSeries == 0 {
 		n := int(math.Ceil(float64(o.Retention) / float64(o.ScrapeInterval)))
@@ -281,8 +283,14 @@ type seriesRec struct {
 	hasLast     bool
 	hasLE       bool
 	counterLike bool // name ends _total/_count/_sum/_bucket (and is no gt/le gauge-histogram)
-	thins       bool // a histogram bucket: its old chunks are thinned (Options.BucketFullResolution)
-	startTime   bool // a process start timestamp
+	thins       bool // a histogram's counter: its old chunks are thinned (Options.HistogramFullResolution)
+	// histogramPart: a _sum or _count counter not yet known to be part
+	// of a histogram. At its first scrape once the window reaches further
+	// back than HistogramFullResolution, it is one when the replica
+	// exposes the family's buckets: deciding when the series is created
+	// would depend on the order of the exposition.
+	histogramPart bool
+	startTime     bool // a process start timestamp
 }
 
 func newReplica(name, target, kind string) *replica {
@@ -552,6 +560,9 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		switch {
 		case rec != nil:
 			r.bytes += rec.pts.dropBefore(oldest)
+			if rec.histogramPart && thinBefore > 0 {
+				rec.thins, rec.histogramPart = r.exposesBuckets(rec.name), false
+			}
 			if rec.thins && thinBefore > 0 {
 				var d int
 				d, r.thinBuf = rec.pts.thinBefore(thinBefore, slot, r.thinBuf)
@@ -658,15 +669,23 @@ func (r *replica) trimOrder(n int) {
 	}
 }
 
-// thinBoundary is the seq before which bucket chunks are thinned after a
-// scrape at (unix nanos), the first scrape within BucketFullResolution of
+// exposesBuckets reports whether the replica holds _bucket series of the
+// histogram whose _sum or _count is name.
+func (r *replica) exposesBuckets(name string) bool {
+	base, _ := strings.CutSuffix(name, "_sum")
+	base, _ = strings.CutSuffix(base, "_count")
+	return len(r.families[base+"_bucket"]) > 0
+}
+
+// thinBoundary is the seq before which histogram chunks are thinned after a
+// scrape at (unix nanos), the first scrape within HistogramFullResolution of
 // it, and the slot they are thinned to; 0 when nothing is thinned.
 func (r *replica) thinBoundary(at int64, opts *Options) (seq, slot uint64) {
-	slot = opts.bucketSlot()
-	if opts.BucketFullResolution < 0 || slot < 2 {
+	slot = opts.thinSlot()
+	if opts.HistogramFullResolution < 0 || slot < 2 {
 		return 0, slot
 	}
-	cut := at - int64(opts.BucketFullResolution)
+	cut := at - int64(opts.HistogramFullResolution)
 	ts := &r.times
 	i := sort.Search(ts.n, func(i int) bool { x, _ := ts.at(ts.first + uint64(i)); return x >= cut })
 	return ts.first + uint64(i), slot
@@ -815,6 +834,7 @@ func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
 		rec.le, rec.hasLE = parseLE(rec.labels.Get("le"))
 	}
 	rec.thins = rec.hasLE && rec.counterLike
+	rec.histogramPart = rec.counterLike && (strings.HasSuffix(smp.Name, "_sum") || strings.HasSuffix(smp.Name, "_count"))
 	r.series[h] = rec
 	r.families[rec.name] = append(r.families[rec.name], rec)
 	r.nSeries++

@@ -9,17 +9,19 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
-// Thinning old histogram buckets (Options.BucketFullResolution) leaves the
+// Thinning old histograms (Options.HistogramFullResolution) leaves the
 // ranges detectors compare now as they were and starts an hour-long
 // baseline up to a minute late: over the full exposition moving as a busy
-// server's does, at production retention, every quantile over a current
-// range is the one without thinning, and every baseline quantile is the one
-// without thinning over the same range started at one of its first
-// minute's scrapes.
-func TestThinnedBucketsKeepBaselineQuantiles(t *testing.T) {
+// server's does, at production retention, every quantile, mean and
+// observation count over a current range is the one without thinning;
+// every baseline quantile is the one without thinning over the same range
+// started at one of its first minute's scrapes, and every baseline's
+// increases of _sum and _count are both those of one such start, so a
+// mean is still that of one span.
+func TestThinnedHistogramsKeepBaselines(t *testing.T) {
 	seq := movingSequence(t)
 	full := productionOptions()
-	full.BucketFullResolution = -1
+	full.HistogramFullResolution = -1
 	thinned, kept := newTestStore(t, productionOptions()), newTestStore(t, full)
 	var now time.Time
 	for i, samples := range seq {
@@ -79,6 +81,36 @@ func TestThinnedBucketsKeepBaselineQuantiles(t *testing.T) {
 							t.Errorf("baseline Quantile(%v, %s, %s..%s) = %v thinned, %v not, and no start within the first minute gives it", q, h, sp.from, sp.to, got, want)
 						}
 					}
+					sum, count := detect.Sel(h+"_sum"), detect.Sel(h+"_count")
+					gotS, okS := tw.Increase(sum, sp.from, sp.to)
+					gotC, okC := tw.Increase(count, sp.from, sp.to)
+					if !okS || !okC {
+						t.Fatalf("%s: no _sum or _count increase over %s..%s", h, sp.from, sp.to)
+					}
+					compared++
+					late := -1
+					for j := range perMinute {
+						from := sp.from.Add(time.Duration(j) * full.ScrapeInterval)
+						if !sp.baseline && j > 0 {
+							break
+						}
+						wantS, _ := kw.Increase(sum, from, sp.to)
+						wantC, _ := kw.Increase(count, from, sp.to)
+						if gotS == wantS && gotC == wantC {
+							late = j
+							break
+						}
+					}
+					if late < 0 {
+						t.Errorf("%s over %s..%s: _sum, _count increases %v, %v thinned, and no start within the first minute gives both (baseline %v)", h, sp.from, sp.to, gotS, gotC, sp.baseline)
+					}
+					if sp.baseline {
+						thinnedSum := false
+						withRec(thinned, h+"_sum", func(rec *seriesRec) { thinnedSum = thinnedSum || rec.pts.sealed[0].run.thinned })
+						if !thinnedSum {
+							t.Errorf("%s_sum was not thinned", h)
+						}
+					}
 				}
 			}
 		})
@@ -90,7 +122,7 @@ func TestThinnedBucketsKeepBaselineQuantiles(t *testing.T) {
 	if tb >= kb {
 		t.Errorf("thinned window %d bytes, not below %d", tb, kb)
 	}
-	t.Logf("%d quantiles compared, baselines at most %.1f%% from the whole range's; window %d bytes thinned, %d not (%.0f%%)", compared, 100*worst, tb, kb, 100*float64(tb)/float64(kb))
+	t.Logf("%d quantiles and means compared, baselines at most %.1f%% from the whole range's; window %d bytes thinned, %d not (%.0f%%)", compared, 100*worst, tb, kb, 100*float64(tb)/float64(kb))
 }
 
 // Thinned chunks are merged up to maxThinnedSpan scrapes, so an hour of a
@@ -142,5 +174,43 @@ func TestThinnedChunksMerge(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// withRec calls fn with every series of the family in replica "r".
+func withRec(s *Store, family string, fn func(*seriesRec)) {
+	for _, rec := range s.replicas["r"].families[family] {
+		fn(rec)
+	}
+}
+
+// A _sum or _count is thinned with its histogram's buckets however the
+// exposition orders them, and not when the replica exposes no buckets of
+// that family (a summary, or a gauge SGLang names *_count).
+func TestHistogramSumAndCountThinWithTheirBuckets(t *testing.T) {
+	opts := productionOptions()
+	s := newTestStore(t, opts)
+	for i := range 30 * 12 { // 30 minutes at 5 s
+		v := float64(i * 3)
+		mustAppend(t, s, okScrape("r", t0.Add(time.Duration(i)*opts.ScrapeInterval),
+			smp("h_sum", v/7), smp("h_count", v), // before the buckets
+			smp("h_bucket", v, "le", "+Inf"),
+			smp("summary_sum", v/7), smp("summary_count", v),
+			smp("routing_key_all_req_count", v),
+			smp("c_total", v)))
+	}
+	for family, want := range map[string]bool{
+		"h_sum": true, "h_count": true, "h_bucket": true,
+		"summary_sum": false, "summary_count": false, "routing_key_all_req_count": false, "c_total": false,
+	} {
+		thinned := false
+		withRec(s, family, func(rec *seriesRec) {
+			for _, c := range rec.pts.sealed {
+				thinned = thinned || c.run.thinned
+			}
+		})
+		if thinned != want {
+			t.Errorf("%s thinned: %v, want %v", family, thinned, want)
+		}
 	}
 }

@@ -204,7 +204,7 @@ type Window interface {
 	// Quantile of a histogram family (base name, without _bucket) over the
 	// increase of its buckets in the range; bucket bounds come from "le".
 	// The daemon's window keeps buckets at about one point a minute once
-	// they are older than 15 minutes (window.Options.BucketFullResolution),
+	// they are older than 15 minutes (window.Options.HistogramFullResolution),
 	// so a range reaching further back starts up to a minute late: a
 	// baseline's quantile is that of the baseline minus at most its first
 	// minute.
