@@ -203,11 +203,12 @@ type Window interface {
 
 	// Quantile of a histogram family (base name, without _bucket) over the
 	// increase of its buckets in the range; bucket bounds come from "le".
-	// The daemon's window keeps buckets at about one point a minute once
-	// they are older than 15 minutes (window.Options.HistogramFullResolution),
+	// The daemon's window keeps a histogram's buckets, _sum and _count at
+	// about one point a minute (the same scrapes for all three) once they
+	// are older than 15 minutes (window.Options.HistogramFullResolution),
 	// so a range reaching further back starts up to a minute late: a
-	// baseline's quantile is that of the baseline minus at most its first
-	// minute.
+	// baseline's quantile, mean or observation count is that of the
+	// baseline minus at most its first minute.
 	Quantile(q float64, family string, match []Match, from, to time.Time) (float64, bool)
 	// Observations is the increase of the histogram's _count over the range.
 	Observations(family string, match []Match, from, to time.Time) (float64, bool)
