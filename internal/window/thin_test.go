@@ -214,3 +214,48 @@ func TestHistogramSumAndCountThinWithTheirBuckets(t *testing.T) {
 		}
 	}
 }
+
+// A thinned integer chunk that never drops is fed to counterRuns from its
+// first sample in a range and its summary (intSteps), which must give what
+// stepping through every sample gives: the increase, the first and last
+// seqs and the count of samples, for every range over the chunk, prior
+// runs included.
+func TestIntStepsOfRisingChunkMatchStepping(t *testing.T) {
+	const slot = 12
+	var p points
+	var buf []float64
+	for seq := range uint64(4 * samplesPerChunk) {
+		p.put(seq, float64(seq*seq/7)) // rising, with changing steps
+		if seq > 2*samplesPerChunk {
+			_, buf = p.thinBefore(seq-samplesPerChunk, slot, buf)
+		}
+	}
+	if len(p.sealed) == 0 || !p.sealed[0].run.thinned || !p.sealed[0].run.enc.ints() || p.sealed[0].run.broken {
+		t.Fatal("no rising thinned integer chunk to read")
+	}
+	ch := p.sealed[0]
+	broken := ch
+	broken.run.broken = true // stepped through sample by sample
+	r := newReplica("r", "r", "engine")
+	first, end := ch.first, p.sealedEnd(0)
+	compared := 0
+	for lo := first; lo <= end; lo++ {
+		for hi := lo; hi <= end+1; hi++ {
+			for _, prior := range []float64{math.NaN(), 0, 1e9} {
+				got, want := counterRuns{r: r}, counterRuns{r: r}
+				if !math.IsNaN(prior) { // a run before the chunk, which may drop into it
+					got.step(0, prior)
+					want.step(0, prior)
+				}
+				got.intSteps(&ch, lo, min(hi, end))
+				want.intSteps(&broken, lo, min(hi, end))
+				if got.finish() != want.finish() || got.first != want.first || got.last != want.last || got.n != want.n || got.partial != want.partial {
+					t.Fatalf("[%d, %d) after %v: inc %v first %d last %d n %d partial %d, stepping gives %v %d %d %d %d",
+						lo, hi, prior, got.finish(), got.first, got.last, got.n, got.partial, want.finish(), want.first, want.last, want.n, want.partial)
+				}
+				compared++
+			}
+		}
+	}
+	t.Logf("%d ranges compared over a thinned chunk of %d samples spanning %d scrapes", compared, ch.run.n, end-first)
+}

@@ -220,14 +220,43 @@ func (c *counterRuns) steps(seg []float64, base, lo, hi uint64) {
 }
 
 // intSteps feeds the samples of integer chunk ch in the seqs [lo, hi), as
-// steps does from decoded values.
+// steps does from decoded values. A chunk that never drops is fed as run
+// does: its first sample in the range is a step and the rest continue the
+// run, and when the range reaches the chunk's last sample that is its
+// summary's, so the scan stops at lo. A baseline's oldest chunk is
+// thinned, and most of a round's stepping was the samples after lo of
+// every bucket of every histogram it reads.
 func (c *counterRuns) intSteps(ch *sealedChunk, lo, hi uint64) {
 	scale := ch.run.enc.scale()
 	it := intSamples{data: ch.bytes(), seq: ch.first}
-	for seq, v, ok := it.next(); ok && seq < hi; seq, v, ok = it.next() {
-		if seq >= lo {
-			c.step(seq, float64(v)/scale)
+	if ch.run.broken {
+		for seq, v, ok := it.next(); ok && seq < hi; seq, v, ok = it.next() {
+			if seq >= lo {
+				c.step(seq, float64(v)/scale)
+			}
 		}
+		return
+	}
+	before := 0
+	for seq, v, ok := it.next(); ok && seq < hi; seq, v, ok = it.next() {
+		if seq < lo {
+			before++
+			continue
+		}
+		c.step(seq, float64(v)/scale)
+		if last := ch.first + uint64(ch.run.lastOff); hi > last {
+			c.skipTo(last, ch.run.lastVal, int(ch.run.n)-before-1)
+			return
+		}
+		n := 0
+		var lastSeq uint64
+		var lastV int64
+		for seq, v, ok := it.next(); ok && seq < hi; seq, v, ok = it.next() {
+			lastSeq, lastV = seq, v
+			n++
+		}
+		c.skipTo(lastSeq, float64(lastV)/scale, n)
+		return
 	}
 }
 
