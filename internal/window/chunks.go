@@ -857,6 +857,21 @@ func readInts(data []byte, first uint64, out []float64, lo, hi uint64) (end uint
 		out[seq-lo] = float64(v)
 	}
 	for len(data) > 0 {
+		if b := data[0]; b&0x81 == 0 {
+			// One byte, one sample at a gap of one: most tokens, read
+			// here rather than through nextInt, which is not inlined.
+			data = data[1:]
+			step += unzigzag(uint64(b >> 1))
+			seq++
+			if seq >= hi {
+				return hi
+			}
+			v += step
+			if seq >= lo {
+				out[seq-lo] = float64(v)
+			}
+			continue
+		}
 		var gap, n uint64
 		var dd int64
 		data, gap, dd, n = nextInt(data)
