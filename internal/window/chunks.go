@@ -552,6 +552,10 @@ func (d *decoder) segment(p *points, k int) decoded {
 	}
 	lo, hi := p.bounds(k)
 	seg := decoded{vals: d.fill(p, lo, hi), rising: true}
+	if p.summarisedRising(k) {
+		d.memo[key] = seg
+		return seg
+	}
 	prev := math.Inf(-1)
 	for _, x := range seg.vals {
 		// x-x is 0 for a finite x, NaN for NaN and both infinities.
@@ -563,6 +567,21 @@ func (d *decoder) segment(p *points, k int) decoded {
 	}
 	d.memo[key] = seg
 	return seg
+}
+
+// summarisedRising reports whether the summaries show segment k rising
+// (decoded), so that its values need not be looked at again: as many
+// finite values as seqs, counted up to the first drop (run.add stops
+// counting there), and a newest value that neither is missing nor drops.
+// A counter's sealed chunks and head between restarts are, and that scan
+// was a tenth of a round. false says nothing.
+func (p *points) summarisedRising(k int) bool {
+	if k >= 0 {
+		c := &p.sealed[k]
+		return uint64(c.run.n) == p.sealedEnd(k)-c.first
+	}
+	return p.hasHead() && uint64(p.headRun.n) == uint64(p.headN) && p.headLast-p.headFirst+1 == uint64(p.headN) &&
+		p.hasNewest && p.newest == p.headLast+1 && finite(p.newestVal) && p.newestVal >= p.headRun.lastVal
 }
 
 // values returns the series' values for the seqs [lo, hi), NaN where it

@@ -182,3 +182,71 @@ func TestIntegerChunkOfRunsIsAFewBytes(t *testing.T) {
 		})
 	}
 }
+
+// A segment the summaries show rising (points.summarisedRising) is one
+// whose decoded values are: finite at every seq and never dropping. Over
+// series of every shape (gaps, NaN, drops, -0 beside 0, runs of equal
+// values, floats), every sealed chunk and every head, after every sample.
+func TestSummarisedRisingOnlyWhereValuesRise(t *testing.T) {
+	shapes := map[string]func(seq uint64) (v float64, present bool){
+		"counter":            func(seq uint64) (float64, bool) { return float64(seq * 3), true },
+		"flat":               func(seq uint64) (float64, bool) { return 7, true },
+		"a gap":              func(seq uint64) (float64, bool) { return float64(seq), seq%97 != 50 },
+		"a drop":             func(seq uint64) (float64, bool) { return float64(seq % 150), true },
+		"NaN inside":         func(seq uint64) (float64, bool) { return nanAt(seq, 130), true },
+		"NaN first":          func(seq uint64) (float64, bool) { return nanAt(seq, 0), true },
+		"negative zero":      func(seq uint64) (float64, bool) { return math.Copysign(0, float64(seq%2)-0.5), true },
+		"floats":             func(seq uint64) (float64, bool) { return float64(seq) * 1.000001, true },
+		"last one drops":     func(seq uint64) (float64, bool) { return float64(seq) - float64(seq%121/120)*2, true },
+		"infinity":           func(seq uint64) (float64, bool) { return infAt(seq, 200), true },
+		"steps of a run":     func(seq uint64) (float64, bool) { return float64(seq / 10), true },
+		"a gap at the chunk": func(seq uint64) (float64, bool) { return float64(seq), seq != 120 && seq != 121 },
+	}
+	for name, shape := range shapes {
+		t.Run(name, func(t *testing.T) {
+			var p points
+			claimed := 0
+			for seq := range uint64(3*samplesPerChunk + 17) {
+				v, ok := shape(seq)
+				if !ok {
+					continue
+				}
+				p.put(seq, v)
+				for k := -1; k < len(p.sealed); k++ {
+					if k < 0 && !p.hasNewest {
+						continue
+					}
+					if !p.summarisedRising(k) {
+						continue
+					}
+					claimed++
+					lo, hi := p.bounds(k)
+					var d decoder
+					vals := d.fill(&p, lo, hi)
+					prev := math.Inf(-1)
+					for i, x := range vals {
+						if !finite(x) || x < prev {
+							t.Fatalf("after seq %d, segment %d claimed rising, but seq %d reads %v after %v", seq, k, lo+uint64(i), x, prev)
+						}
+						prev = x
+					}
+				}
+			}
+			t.Logf("%d segments claimed rising", claimed)
+		})
+	}
+}
+
+func nanAt(seq, at uint64) float64 {
+	if seq == at {
+		return math.NaN()
+	}
+	return float64(seq)
+}
+
+func infAt(seq, at uint64) float64 {
+	if seq == at {
+		return math.Inf(1)
+	}
+	return float64(seq)
+}
