@@ -551,11 +551,18 @@ func (d *decoder) segment(p *points, k int) decoded {
 		d.memo = map[segment]decoded{}
 	}
 	lo, hi := p.bounds(k)
-	seg := decoded{vals: d.fill(p, lo, hi), rising: true}
 	if p.summarisedRising(k) {
+		// A value at every seq: the segment alone is read, over no NaN.
+		seg := decoded{vals: d.take(int(hi-lo), false), rising: true}
+		if k >= 0 {
+			d.readSealed(&p.sealed[k], seg.vals, lo, hi)
+		} else {
+			d.readHead(p, seg.vals, lo, hi)
+		}
 		d.memo[key] = seg
 		return seg
 	}
+	seg := decoded{vals: d.fill(p, lo, hi), rising: true}
 	prev := math.Inf(-1)
 	for _, x := range seg.vals {
 		// x-x is 0 for a finite x, NaN for NaN and both infinities.
@@ -626,16 +633,7 @@ func (d *decoder) values(p *points, lo, hi uint64) []float64 {
 
 // fill decodes the seqs [lo, hi) into a new piece of the slab.
 func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
-	n := int(hi - lo)
-	if cap(d.slab)-len(d.slab) < n {
-		// Values handed out keep the old slab alive until the View ends.
-		d.slab = make([]float64, 0, max(minSlab, 2*cap(d.slab), n))
-	}
-	out := d.slab[len(d.slab) : len(d.slab)+n : len(d.slab)+n]
-	d.slab = d.slab[:len(d.slab)+n]
-	for i := range out {
-		out[i] = math.NaN()
-	}
+	out := d.take(int(hi-lo), true)
 	for i := range p.sealed {
 		c := &p.sealed[i]
 		if p.sealedEnd(i) <= lo || c.first >= hi {
@@ -643,6 +641,31 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 		}
 		d.readSealed(c, out, lo, hi)
 	}
+	d.readHead(p, out, lo, hi)
+	return out
+}
+
+// take returns a new piece of the slab of n values, NaN when nan; without
+// it the values are left from earlier Views, for a caller that writes
+// every one.
+func (d *decoder) take(n int, nan bool) []float64 {
+	if cap(d.slab)-len(d.slab) < n {
+		// Values handed out keep the old slab alive until the View ends.
+		d.slab = make([]float64, 0, max(minSlab, 2*cap(d.slab), n))
+	}
+	out := d.slab[len(d.slab) : len(d.slab)+n : len(d.slab)+n]
+	d.slab = d.slab[:len(d.slab)+n]
+	if nan {
+		for i := range out {
+			out[i] = math.NaN()
+		}
+	}
+	return out
+}
+
+// readHead decodes the head chunk and the newest value into out, which
+// holds the seqs [lo, hi).
+func (d *decoder) readHead(p *points, out []float64, lo, hi uint64) {
 	if p.hasHead() && p.headLast >= lo && p.headFirst < hi {
 		if p.xor == nil {
 			readInts(p.headInts, p.headFirst, out, lo, hi)
@@ -653,7 +676,6 @@ func (d *decoder) fill(p *points, lo, hi uint64) []float64 {
 	if p.hasNewest && p.newest >= lo && p.newest < hi {
 		out[p.newest-lo] = p.newestVal
 	}
-	return out
 }
 
 // readSealed decodes sealed chunk c into out, which holds the seqs [lo, hi).
