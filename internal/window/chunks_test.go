@@ -250,3 +250,75 @@ func infAt(seq, at uint64) float64 {
 	}
 	return float64(seq)
 }
+
+// A View's memo finds every segment put in it, under its series and chunk
+// both, through collisions and growth, nothing it was not given, and
+// nothing after a reset.
+func TestSegmentMemoFindsExactlyWhatWasPut(t *testing.T) {
+	series := make([]points, 300)
+	var m segmentMemo
+	for round := range 3 {
+		for i := range series {
+			for k := -1; k < 6; k++ {
+				if _, ok := m.get(&series[i], k); ok {
+					t.Fatalf("round %d: segment (%d, %d) found before it was put", round, i, k)
+				}
+				m.put(&series[i], k, decoded{vals: []float64{float64(i*100 + k)}})
+			}
+		}
+		for i := range series {
+			for k := -1; k < 8; k++ {
+				seg, ok := m.get(&series[i], k)
+				switch {
+				case k >= 6 && ok:
+					t.Fatalf("round %d: segment (%d, %d) found, never put", round, i, k)
+				case k < 6 && (!ok || seg.vals[0] != float64(i*100+k)):
+					t.Fatalf("round %d: segment (%d, %d) = %v, %v; want %d", round, i, k, seg.vals, ok, i*100+k)
+				}
+			}
+		}
+		m.reset()
+	}
+	// Keys that start probing at the same slot: two chunks of one series,
+	// and the heads of two series (of 257 keys, two share one of 256
+	// slots).
+	var small segmentMemo
+	small.grow()
+	if len(small.slots) != 256 {
+		t.Fatalf("a new memo has %d slots, the test assumes 256", len(small.slots))
+	}
+	type key struct {
+		p *points
+		k int
+	}
+	colliding := func(keys []key) (a, b key) {
+		seen := map[int]key{}
+		for _, c := range keys {
+			if o, ok := seen[small.slot(c.p, c.k)]; ok {
+				return o, c
+			}
+			seen[small.slot(c.p, c.k)] = c
+		}
+		t.Fatal("no two keys share a slot")
+		return
+	}
+	var chunks, heads []key
+	for k := -1; k < 256; k++ {
+		chunks = append(chunks, key{&series[0], k})
+	}
+	for i := range 257 {
+		heads = append(heads, key{&series[i], -1})
+	}
+	for _, keys := range [][]key{chunks, heads} {
+		a, b := colliding(keys)
+		small.put(a.p, a.k, decoded{vals: []float64{1}})
+		small.put(b.p, b.k, decoded{vals: []float64{2}})
+		if seg, ok := small.get(a.p, a.k); !ok || seg.vals[0] != 1 {
+			t.Errorf("the first of two colliding segments = %v, %v", seg.vals, ok)
+		}
+		if seg, ok := small.get(b.p, b.k); !ok || seg.vals[0] != 2 {
+			t.Errorf("the second of two colliding segments = %v, %v", seg.vals, ok)
+		}
+		small.reset()
+	}
+}
