@@ -64,16 +64,34 @@ type run struct {
 	lastVal float64
 	lastOff uint16
 	n       uint8
-	broken  bool // a non-finite first value, a drop, or an offset past uint16: decode instead
+	flags   runFlags
 	// enc: how the chunk's bytes hold its values. It lives here, in the
 	// summary's padding, so it costs no byte.
 	enc encoding
-	// thinned: the chunk was rewritten by points.thin; also padding.
-	thinned bool
 	// size is the length of a sealed chunk's bytes (sealedChunk.data),
 	// in the last two bytes of padding.
 	size uint16
 }
+
+// runFlags are a chunk summary's yes-or-no facts, in one byte of padding.
+type runFlags uint8
+
+const (
+	// runBroken: a non-finite first value, a drop, or an offset past
+	// uint16: decode instead.
+	runBroken runFlags = 1 << iota
+	// runThinned: the chunk was rewritten by points.thin.
+	runThinned
+	// runAbovePrevious: the chunk's first value is at least the lastVal
+	// of the sealed chunk before it (points.linkRuns), so a counter's run
+	// that reached no higher than that continues into it without a drop,
+	// and the chunk's bytes need not be read for its first value.
+	runAbovePrevious
+)
+
+func (r *run) broken() bool        { return r.flags&runBroken != 0 }
+func (r *run) thinned() bool       { return r.flags&runThinned != 0 }
+func (r *run) abovePrevious() bool { return r.flags&runAbovePrevious != 0 }
 
 // encoding is how a sealed chunk's bytes hold its values.
 type encoding uint8
@@ -124,12 +142,12 @@ func decimalScale(vals []float64) (k int, ok bool) {
 // the first are skipped, as counterIncrease skips them).
 func (r *run) add(off uint64, v float64) {
 	switch {
-	case r.broken:
+	case r.broken():
 	case off > math.MaxUint16 || (off == 0 && !finite(v)):
-		r.broken = true
+		r.flags |= runBroken
 	case !finite(v):
 	case r.n > 0 && v < r.lastVal:
-		r.broken = true
+		r.flags |= runBroken
 	default:
 		r.lastVal, r.lastOff = v, uint16(off)
 		r.n++ // at most samplesPerChunk
@@ -246,6 +264,7 @@ func (p *points) seal() {
 		p.sealed = append(make([]sealedChunk, 0, len(p.sealed)+1), p.sealed...)
 	}
 	p.sealed = append(p.sealed, newSealedChunk(p.headFirst, data, p.headRun))
+	p.linkRun(len(p.sealed) - 1)
 	p.bytes += cap(p.sealed)*sealedBytes + len(data)
 	p.headN, p.headInts, p.xor = 0, nil, nil
 }
@@ -299,6 +318,22 @@ func (p *points) headBytes() int {
 	}
 }
 
+// linkRun sets runAbovePrevious of sealed chunk k (if there is one) from
+// its first value and the chunk before's lastVal. Sealing a chunk and
+// rewriting one (thin) call it for the chunks whose own or previous
+// summary changed; retention drops chunks from the front, which leaves the
+// rest as they were, and the first chunk's flag is never read.
+func (p *points) linkRun(k int) {
+	if k <= 0 || k >= len(p.sealed) {
+		return
+	}
+	c := &p.sealed[k]
+	c.run.flags &^= runAbovePrevious
+	if x := firstValue(c); finite(x) && x >= p.sealed[k-1].run.lastVal {
+		c.run.flags |= runAbovePrevious
+	}
+}
+
 // sealedEnd is the seq before which sealed chunk k's samples all lie.
 func (p *points) sealedEnd(k int) uint64 {
 	switch {
@@ -334,7 +369,7 @@ func (p *points) dropBefore(seq uint64) int {
 // scratch for the decoded values, returned grown.
 func (p *points) thinBefore(seq, slot uint64, buf []float64) (delta int, _ []float64) {
 	for k := 0; k < len(p.sealed); {
-		if p.sealed[k].run.thinned {
+		if p.sealed[k].run.thinned() {
 			k++
 			continue
 		}
@@ -388,7 +423,7 @@ const maxThinnedSpan = 3 * samplesPerChunk
 // rule asks for it.
 func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64) {
 	from := k
-	if k > 0 && p.sealed[k-1].run.thinned && p.sealedEnd(k)-p.sealed[k-1].first <= maxThinnedSpan {
+	if k > 0 && p.sealed[k-1].run.thinned() && p.sealedEnd(k)-p.sealed[k-1].first <= maxThinnedSpan {
 		from = k - 1
 	}
 	for {
@@ -405,6 +440,8 @@ func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64
 		delta += int(merged.run.size)
 		p.sealed[from] = merged
 		p.sealed = slices.Delete(p.sealed, from+1, k+1)
+		p.linkRun(from)
+		p.linkRun(from + 1)
 		p.bytes += delta
 		return delta, buf
 	}
@@ -464,7 +501,7 @@ func (p *points) thinned(from, k int, slot uint64, buf []float64) (_ sealedChunk
 		return sealedChunk{}, buf, false
 	}
 	c := tp.sealed[0]
-	c.run.thinned = true
+	c.run.flags |= runThinned
 	return c, buf, true
 }
 

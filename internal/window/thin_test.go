@@ -106,7 +106,7 @@ func TestThinnedHistogramsKeepBaselines(t *testing.T) {
 					}
 					if sp.baseline {
 						thinnedSum := false
-						withRec(thinned, h+"_sum", func(rec *seriesRec) { thinnedSum = thinnedSum || rec.pts.sealed[0].run.thinned })
+						withRec(thinned, h+"_sum", func(rec *seriesRec) { thinnedSum = thinnedSum || rec.pts.sealed[0].run.thinned() })
 						if !thinnedSum {
 							t.Errorf("%s_sum was not thinned", h)
 						}
@@ -151,7 +151,7 @@ func TestThinnedChunksMerge(t *testing.T) {
 			}
 			thinned := 0
 			for k, ch := range p.sealed {
-				if !ch.run.thinned {
+				if !ch.run.thinned() {
 					continue
 				}
 				thinned++
@@ -206,7 +206,7 @@ func TestHistogramSumAndCountThinWithTheirBuckets(t *testing.T) {
 		thinned := false
 		withRec(s, family, func(rec *seriesRec) {
 			for _, c := range rec.pts.sealed {
-				thinned = thinned || c.run.thinned
+				thinned = thinned || c.run.thinned()
 			}
 		})
 		if thinned != want {
@@ -230,12 +230,12 @@ func TestIntStepsOfRisingChunkMatchStepping(t *testing.T) {
 			_, buf = p.thinBefore(seq-samplesPerChunk, slot, buf)
 		}
 	}
-	if len(p.sealed) == 0 || !p.sealed[0].run.thinned || !p.sealed[0].run.enc.ints() || p.sealed[0].run.broken {
+	if len(p.sealed) == 0 || !p.sealed[0].run.thinned() || !p.sealed[0].run.enc.ints() || p.sealed[0].run.broken() {
 		t.Fatal("no rising thinned integer chunk to read")
 	}
 	ch := p.sealed[0]
 	broken := ch
-	broken.run.broken = true // stepped through sample by sample
+	broken.run.flags |= runBroken // stepped through sample by sample
 	r := newReplica("r", "r", "engine")
 	first, end := ch.first, p.sealedEnd(0)
 	compared := 0

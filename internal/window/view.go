@@ -139,12 +139,21 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 		if shi <= lo || slo >= hi {
 			continue
 		}
-		if lo <= slo && shi <= hi && !ch.run.broken {
+		if lo <= slo && shi <= hi && !ch.run.broken() {
+			if c.n > 0 && k > 0 && ch.run.abovePrevious() && c.prev <= p.sealed[k-1].run.lastVal {
+				// Its first value is no drop from the run so far (it is at
+				// least the chunk before's lastVal, which is at least the
+				// run's last value), so stepping to it only counts it: the
+				// chunk's bytes, a cache miss for each chunk a baseline
+				// covers, are not read.
+				c.skipTo(slo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n))
+				continue
+			}
 			c.step(slo, firstValue(ch))
 			c.skipTo(slo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n)-1)
 			continue
 		}
-		if ch.run.thinned && ch.run.enc.ints() {
+		if ch.run.thinned() && ch.run.enc.ints() {
 			// A few dozen points over up to maxThinnedSpan scrapes:
 			// stepped through in place, not laid out scrape by scrape.
 			c.intSteps(ch, max(lo, slo), min(hi, shi))
@@ -154,7 +163,7 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 		switch {
 		case seg.rising:
 			c.rising(seg.vals, slo, max(lo, slo), min(hi, shi))
-		case !ch.run.broken:
+		case !ch.run.broken():
 			c.run(seg.vals, slo, max(lo, slo), min(hi, shi))
 		default:
 			c.steps(seg.vals, slo, max(lo, slo), min(hi, shi))
@@ -229,7 +238,7 @@ func (c *counterRuns) steps(seg []float64, base, lo, hi uint64) {
 func (c *counterRuns) intSteps(ch *sealedChunk, lo, hi uint64) {
 	scale := ch.run.enc.scale()
 	it := intSamples{data: ch.bytes(), seq: ch.first}
-	if ch.run.broken {
+	if ch.run.broken() {
 		for seq, v, ok := it.next(); ok && seq < hi; seq, v, ok = it.next() {
 			if seq >= lo {
 				c.step(seq, float64(v)/scale)
@@ -540,7 +549,7 @@ func (v view) maxOf(rec *seriesRec, lo, hi uint64) (float64, bool) {
 		if shi <= lo || slo >= hi {
 			continue
 		}
-		if lo <= slo && shi <= hi && !ch.run.broken {
+		if lo <= slo && shi <= hi && !ch.run.broken() {
 			m, ok = math.Max(m, ch.run.lastVal), true
 			continue
 		}
