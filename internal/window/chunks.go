@@ -522,12 +522,20 @@ type decoder struct {
 	chunk chunkenc.XORChunk
 	it    chunkenc.Iterator
 	memo  segmentMemo
+	seqs  seqCache // view.seqAfter's
 	slab  []float64
 	vals  []float64 // a range spanning several chunks, stitched
 	acc   []float64 // per-scrape combination over several series
 	any   []bool
 	// buckets is Quantile's scratch: a round asks for a dozen quantiles.
 	buckets []bucket
+}
+
+// seqCache is the last few times a View turned into seqs, and the seqs.
+type seqCache struct {
+	nanos   [8]int64
+	seq     [8]uint64
+	n, next int
 }
 
 // segmentMemo holds the segments a View decoded: a piece of one series
@@ -623,6 +631,7 @@ const minSlab = 1 << 15
 // end forgets the View's values, keeping the memory for the next one.
 func (d *decoder) end() {
 	d.memo.reset()
+	d.seqs = seqCache{}
 	d.slab = d.slab[:0]
 }
 

@@ -41,14 +41,27 @@ func (v view) Scrape() detect.ScrapeState { return v.r.state }
 // seqRange returns the scrape seqs [lo, hi) whose time t satisfies
 // from < t <= to.
 func (v view) seqRange(from, to time.Time) (lo, hi uint64) {
-	ts := &v.r.times
-	f, t := from.UnixNano(), to.UnixNano()
-	i := sort.Search(ts.n, func(i int) bool { x, _ := ts.at(ts.first + uint64(i)); return x > f })
-	j := sort.Search(ts.n, func(i int) bool { x, _ := ts.at(ts.first + uint64(i)); return x > t })
-	if j < i {
-		j = i
+	lo, hi = v.seqAfter(from.UnixNano()), v.seqAfter(to.UnixNano())
+	return lo, max(lo, hi)
+}
+
+// seqAfter is the seq of the first scrape held after t (unix nanos), or
+// the end of the scrapes. A round asks a replica about a handful of times
+// (now, the starts of the ranges and baselines) hundreds of times, so the
+// View remembers the last few answers (decoder.seqs).
+func (v view) seqAfter(t int64) uint64 {
+	c := &v.d.seqs
+	for i := range c.n {
+		if c.nanos[i] == t {
+			return c.seq[i]
+		}
 	}
-	return ts.first + uint64(i), ts.first + uint64(j)
+	ts := &v.r.times
+	seq := ts.first + uint64(sort.Search(ts.n, func(i int) bool { x, _ := ts.at(ts.first + uint64(i)); return x > t }))
+	k := c.next % len(c.nanos)
+	c.nanos[k], c.seq[k], c.next = t, seq, c.next+1
+	c.n = min(c.n+1, len(c.nanos))
+	return seq
 }
 
 func (v view) timeOf(seq uint64) int64 {
