@@ -83,7 +83,7 @@ const (
 	// runThinned: the chunk was rewritten by points.thin.
 	runThinned
 	// runAbovePrevious: the chunk's first value is at least the lastVal
-	// of the sealed chunk before it (points.linkRuns), so a counter's run
+	// of the sealed chunk before it (points.linkRun), so a counter's run
 	// that reached no higher than that continues into it without a drop,
 	// and the chunk's bytes need not be read for its first value.
 	runAbovePrevious
@@ -694,7 +694,8 @@ func (d *decoder) segment(p *points, k int) decoded {
 // finite values as seqs, counted up to the first drop (run.add stops
 // counting there), and a newest value that neither is missing nor drops.
 // A counter's sealed chunks and head between restarts are, and that scan
-// was a tenth of a round. false says nothing.
+// ran over every decoded point, a few percent of a round. false says
+// nothing.
 func (p *points) summarisedRising(k int) bool {
 	if k >= 0 {
 		c := &p.sealed[k]
