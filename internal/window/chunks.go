@@ -531,11 +531,12 @@ type decoder struct {
 	buckets []bucket
 }
 
-// seqCache is the last few times a View turned into seqs, and the seqs.
+// seqCache is the last few times a View turned into seqs, and the seqs:
+// the first min(next, 8) entries are filled, next%8 is replaced next.
 type seqCache struct {
-	nanos   [8]int64
-	seq     [8]uint64
-	n, next int
+	nanos [8]int64
+	seq   [8]uint64
+	next  int
 }
 
 // segmentMemo holds the segments a View decoded: a piece of one series

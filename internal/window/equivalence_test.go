@@ -70,7 +70,7 @@ func TestCompactWindowMatchesOracle(t *testing.T) {
 			}
 			opts := opts
 			if name != "healthy" {
-				// Thin buckets after 2 minutes, so that the 20-minute
+				// Thin histograms after 2 minutes, so that the 20-minute
 				// incidents (the crash's counter reset among them) are
 				// read from thinned chunks too.
 				opts.HistogramFullResolution = 2 * time.Minute

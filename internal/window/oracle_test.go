@@ -97,7 +97,7 @@ func (s *oracleSeries) at(idx int) (float64, bool) {
 	return s.vals[idx], true
 }
 
-// thinLike drops the bucket points the store thinned: for each chunk the
+// thinLike drops the histogram points the store thinned: for each chunk the
 // store marked thinned, the oracle's own points of that chunk's scrapes
 // that the thinning rule does not keep (Options.HistogramFullResolution). The
 // rule is stated here again over the oracle's plain slices; only which

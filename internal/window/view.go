@@ -51,7 +51,7 @@ func (v view) seqRange(from, to time.Time) (lo, hi uint64) {
 // View remembers the last few answers (decoder.seqs).
 func (v view) seqAfter(t int64) uint64 {
 	c := &v.d.seqs
-	for i := range c.n {
+	for i := range min(c.next, len(c.nanos)) {
 		if c.nanos[i] == t {
 			return c.seq[i]
 		}
@@ -60,7 +60,6 @@ func (v view) seqAfter(t int64) uint64 {
 	seq := ts.first + uint64(sort.Search(ts.n, func(i int) bool { x, _ := ts.at(ts.first + uint64(i)); return x > t }))
 	k := c.next % len(c.nanos)
 	c.nanos[k], c.seq[k], c.next = t, seq, c.next+1
-	c.n = min(c.n+1, len(c.nanos))
 	return seq
 }
 
