@@ -48,6 +48,8 @@ type Fleet struct {
 	k        int64 // index of the next sub-step; sim time of its start = k*dt
 	phase    int   // index of the phase currently applied
 	replicas []*replica
+	// expositions answers /metrics requests (Handler).
+	expositions ExpositionWriter
 }
 
 // NewFleet builds the fleet and simulates its warm-up. It starts nothing.

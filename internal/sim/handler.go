@@ -66,9 +66,7 @@ func (f *Fleet) Handler(i int) http.Handler {
 		f.mu.Unlock()
 
 		if ep == epMetrics {
-			w.Header().Set("Content-Type", ContentType)
-			w.WriteHeader(status)
-			_, _ = w.Write(body.Bytes()) // the scraper hung up; nothing to do
+			f.expositions.Write(w, req, status, body.Bytes())
 			return
 		}
 		w.WriteHeader(status)

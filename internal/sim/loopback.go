@@ -46,7 +46,7 @@ type LoopbackConfig struct {
 // Loopback serves many simulated SGLang replicas from one handler, one path
 // per replica:
 //
-//	GET /replicas/<i>/metrics           the exposition of replica i
+//	GET /replicas/<i>/metrics           the exposition of replica i (gzip-compressed when asked for, as SGLang's server does)
 //	GET /replicas/<i>/health_generate   200 (as /health)
 //
 // Only loopbackSources replicas are simulated; replica i renders source
@@ -62,6 +62,9 @@ type Loopback struct {
 	mu     sync.Mutex // one refresh at a time; scrapes never wait for it
 	counts [][]atomic.Int64
 	bufs   sync.Pool
+	// expositions answers /metrics requests, gzip-compressed for clients
+	// that ask, as SGLang's server does.
+	expositions ExpositionWriter
 }
 
 // loopbackFrame is the sources' expositions at one instant, split into
@@ -182,9 +185,7 @@ func (l *Loopback) Handler() http.Handler {
 			buf = new([]byte)
 		}
 		*buf = t.render((*buf)[:0], l.scale[i])
-		w.Header().Set("Content-Type", ContentType)
-		w.Header().Set("Content-Length", strconv.Itoa(len(*buf)))
-		_, _ = w.Write(*buf) // the scraper hung up; nothing to do
+		l.expositions.Write(w, r, http.StatusOK, *buf)
 		l.bufs.Put(buf)
 	})
 	for _, p := range []string{"health", "health_generate"} {

@@ -1,0 +1,100 @@
+package sim
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
+)
+
+// Accept-Encoding is read as prometheus_client reads it: gzip anywhere in
+// the list, whatever its parameters.
+func TestAcceptsGzip(t *testing.T) {
+	for header, want := range map[string]bool{
+		"gzip":                 true,
+		"GZIP":                 true,
+		"deflate, gzip;q=1.0":  true,
+		" br ,  gzip ; q=0.5 ": true,
+		"":                     false,
+		"identity":             false,
+		"deflate, br":          false,
+		"x-gzip":               false,
+		"gzipped, notgzip;q=1": false,
+	} {
+		if got := AcceptsGzip(header); got != want {
+			t.Errorf("AcceptsGzip(%q) = %v, want %v", header, got, want)
+		}
+	}
+}
+
+// An exposition is compressed for a request that accepts gzip, and only
+// then, and inflates to the bytes given.
+func TestExpositionWriterCompressesWhenAsked(t *testing.T) {
+	body := bytes.Repeat([]byte("sglang:num_running_reqs 3\n"), 100)
+	var e ExpositionWriter
+	for _, accept := range []string{"", "identity", "gzip", "gzip", ""} {
+		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		if accept != "" {
+			req.Header.Set("Accept-Encoding", accept)
+		}
+		rec := httptest.NewRecorder()
+		e.Write(rec, req, http.StatusOK, body)
+		res := rec.Result()
+		got := rec.Body.Bytes()
+		if enc := res.Header.Get("Content-Encoding"); (enc == "gzip") != (accept == "gzip") {
+			t.Fatalf("Accept-Encoding %q: Content-Encoding %q", accept, enc)
+		}
+		if accept == "gzip" {
+			zr, err := gzip.NewReader(bytes.NewReader(got))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != ContentType || !bytes.Equal(got, body) {
+			t.Errorf("Accept-Encoding %q: status %d, Content-Type %q, %d bytes back of %d", accept, res.StatusCode, res.Header.Get("Content-Type"), len(got), len(body))
+		}
+	}
+}
+
+// BenchmarkCompressExposition is what answering one scrape with gzip
+// costs a server, for the current full exposition: at level 9, as
+// prometheus_client compresses (with zlib) for SGLang, and at the best
+// speed ExpositionWriter uses.
+func BenchmarkCompressExposition(b *testing.B) {
+	body, err := fixture.SGLang(fixture.CurrentFull)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		level int
+	}{{"level9", gzip.BestCompression}, {"bestspeed", gzip.BestSpeed}} {
+		b.Run(c.name, func(b *testing.B) {
+			var out bytes.Buffer
+			zw, err := gzip.NewWriterLevel(&out, c.level)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				out.Reset()
+				zw.Reset(&out)
+				if _, err := zw.Write(body); err != nil {
+					b.Fatal(err)
+				}
+				if err := zw.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(out.Len()), "gzip-bytes")
+		})
+	}
+}
