@@ -247,6 +247,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		MaxBodyBytes: cfg.Scrape.MaxBodyBytes,
 		MaxSeries:    cfg.Scrape.MaxSeries,
 		KeepFamilies: keptFamilies(cfg),
+		AcceptGzip:   cfg.Scrape.AcceptGzip,
 		Client:       &http.Client{Transport: dio.transport()},
 		// /health_generate of engine targets, so a hang with nothing in
 		// flight is seen.

@@ -99,6 +99,11 @@ type Scrape struct {
 	// investigation; by default the scraper keeps only what the detectors,
 	// the triage and the snapshot read (assess.Reads).
 	KeepAllFamilies bool `yaml:"keep_all_families"`
+	// AcceptGzip asks targets for a gzip-compressed exposition (about a
+	// tenth of the bytes, for a target's server a level-9 compression per
+	// scrape, for the watchdog an inflate). Off: identity is asked for; a
+	// target that compresses anyway is still read.
+	AcceptGzip bool `yaml:"accept_gzip"`
 }
 
 // HealthProbe settings: the active /health_generate probe of engine

@@ -2,12 +2,17 @@ package scrape
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -98,4 +103,48 @@ func BenchmarkNormalizeDP4TP2(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(fanned)), "raw_samples")
+}
+
+// BenchmarkScrapeOverHTTP is one steady-state scrape of the current
+// exposition from a loopback server that answers as SGLang's does (gzip
+// when the request accepts it, here compressed once beforehand so that
+// the server's compression is not timed): the request, the body, and
+// parsing, filtering and normalizing it, with the scraper's buffers
+// reused as in a target loop. identity is the default; gzip is
+// scrape.accept_gzip, the body inflated by the scraper's own reader.
+func BenchmarkScrapeOverHTTP(b *testing.B) {
+	body := benchBody(b)
+	compressed := gzipped(b, body)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := body
+		if sim.AcceptsGzip(r.Header.Get("Accept-Encoding")) {
+			w.Header().Set("Content-Encoding", "gzip")
+			out = compressed
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+		_, _ = w.Write(out)
+	}))
+	defer srv.Close()
+	for _, c := range []struct {
+		name       string
+		acceptGzip bool
+	}{{"identity", false}, {"gzip", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			opts, err := Options{Interval: 10 * time.Second, KeepFamilies: keptFamilies, AcceptGzip: c.acceptGzip}.withDefaults()
+			if err != nil {
+				b.Fatal(err)
+			}
+			hc := &http.Client{Transport: &http.Transport{}}
+			defer hc.CloseIdleConnections()
+			s := newScraper(httpFetcher(hc, opts), opts)
+			tg := Target{Name: "r", URL: srv.URL + "/metrics", Kind: KindEngine}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if sc := s.scrape(b.Context(), tg); sc.Reason != "" {
+					b.Fatal(sc.Error)
+				}
+			}
+		})
+	}
 }

@@ -1,7 +1,6 @@
 package scrape
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +26,7 @@ import (
 // blocking inside a synctest bubble). Targets named "dead*" never answer:
 // they block until the scrape's context gives up.
 func fakeFetch(body []byte) fetchFunc {
-	return func(ctx context.Context, t Target, buf *bytes.Buffer) error {
+	return func(ctx context.Context, t Target, buf *responseBody) error {
 		if strings.HasPrefix(t.Name, "dead") {
 			<-ctx.Done()
 			return ctx.Err()
@@ -323,7 +322,7 @@ func TestSetTargetsUpdatesPodStatusInPlace(t *testing.T) {
 		var fetches int
 		var mu sync.Mutex
 		inner := fakeFetch(currentFull(t))
-		m.fetch = func(ctx context.Context, t Target, buf *bytes.Buffer) error {
+		m.fetch = func(ctx context.Context, t Target, buf *responseBody) error {
 			mu.Lock()
 			fetches++
 			mu.Unlock()
