@@ -65,7 +65,7 @@ type targetRemover interface {
 type Options struct {
 	Interval     time.Duration // between scrapes of one target; default 5s
 	Timeout      time.Duration // per scrape, < Interval; default 80% of Interval
-	MaxBodyBytes int64         // response size limit; default 16 MiB
+	MaxBodyBytes int64         // exposition size limit, inflated if compressed; default 16 MiB
 	MaxSeries    int           // normalized series per scrape; default 100,000
 	UserAgent    string        // default "sglang-watchdog"
 	// Client performs the requests. Nil means a dedicated client built in
