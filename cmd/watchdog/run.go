@@ -248,7 +248,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		MaxSeries:    cfg.Scrape.MaxSeries,
 		KeepFamilies: keptFamilies(cfg),
 		AcceptGzip:   cfg.Scrape.AcceptGzip,
-		Client:       &http.Client{Transport: dio.transport()},
+		Client:       &http.Client{Transport: scrape.NewTransport(dio.dial)},
 		// /health_generate of engine targets, so a hang with nothing in
 		// flight is seen.
 		HealthProbeInterval:    probe.Interval,

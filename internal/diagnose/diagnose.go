@@ -246,7 +246,7 @@ func Observe(ctx context.Context, targets []scrape.Target, opts Options) (Observ
 	}
 	client := opts.Client
 	if client == nil {
-		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		client = &http.Client{Transport: scrape.NewTransport(nil)}
 		defer client.CloseIdleConnections()
 	}
 	obs := Observation{Interval: opts.Interval, Samples: opts.Samples, Targets: make([]TargetObservation, len(targets))}
