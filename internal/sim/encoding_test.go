@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
 )
@@ -96,5 +97,47 @@ func BenchmarkCompressExposition(b *testing.B) {
 			}
 			b.ReportMetric(float64(out.Len()), "gzip-bytes")
 		})
+	}
+}
+
+// The simulated servers, the demo's and the loopback fleet's, answer a
+// scrape that accepts gzip compressed, and any other plain.
+func TestSimulatedServersCompressWhenAsked(t *testing.T) {
+	clock := &fakeClock{now: t0}
+	l, err := NewLoopback(LoopbackConfig{Replicas: 2, Seed: 1, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		handler http.Handler
+		path    string
+	}{
+		{"demo replica", NewFleet(FleetConfig{Seed: 1, Start: t0, Warmup: 20 * time.Second}).Handler(0), "/metrics"},
+		{"loopback fleet", l.Handler(), "/replicas/1/metrics"},
+	} {
+		for _, accept := range []string{"", "gzip"} {
+			req := httptest.NewRequest(http.MethodGet, c.path, nil)
+			req.Header.Set("Accept-Encoding", accept)
+			rec := httptest.NewRecorder()
+			c.handler.ServeHTTP(rec, req)
+			body := rec.Body.Bytes()
+			if enc := rec.Header().Get("Content-Encoding"); enc != accept {
+				t.Errorf("%s, Accept-Encoding %q: Content-Encoding %q", c.name, accept, enc)
+				continue
+			}
+			if accept == "gzip" {
+				zr, err := gzip.NewReader(bytes.NewReader(body))
+				if err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				if body, err = io.ReadAll(zr); err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+			}
+			if rec.Code != http.StatusOK || !bytes.Contains(body, []byte("\nsglang:num_running_reqs")) {
+				t.Errorf("%s, Accept-Encoding %q: status %d, no exposition in %d bytes", c.name, accept, rec.Code, len(body))
+			}
+		}
 	}
 }
