@@ -131,8 +131,8 @@ func fetch(ctx context.Context, client *http.Client, t Target, opts Options, tim
 	dst.Reset()
 	n, err := dst.ReadFrom(io.LimitReader(body, opts.MaxBodyBytes+1))
 	if err != nil {
-		if corrupt(err) {
-			return &fetchError{reason: series.FailureParse, status: resp.StatusCode, msg: "corrupt gzip body: " + err.Error()}
+		if fe := corruptGzip(err, resp.StatusCode); fe != nil {
+			return fe
 		}
 		fe := classify(ctx, err, t.URL)
 		if fe.reason == series.FailureRefused {
@@ -164,36 +164,30 @@ func (dst *responseBody) decoded(ctx context.Context, resp *http.Response, rawUR
 		} else {
 			err = dst.gz.Reset(resp.Body)
 		}
-		switch {
-		case err == nil:
+		if err == nil {
 			return dst.gz, nil
-		case corrupt(err):
-			return nil, &fetchError{reason: series.FailureParse, status: resp.StatusCode, msg: "corrupt gzip body: " + err.Error()}
-		default: // the header did not arrive
-			fe := classify(ctx, err, rawURL)
-			fe.status = resp.StatusCode
-			return nil, fe
 		}
+		fe := corruptGzip(err, resp.StatusCode)
+		if fe == nil { // the header did not arrive
+			fe = classify(ctx, err, rawURL)
+			fe.status = resp.StatusCode
+		}
+		return nil, fe
 	default:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return nil, &fetchError{reason: series.FailureNotMetrics, status: resp.StatusCode,
-			msg: fmt.Sprintf("HTTP %d with Content-Encoding %q, which the watchdog does not decode (it asks for %s or gzip only)", resp.StatusCode, truncate(enc, 40), encodingIdentity)}
+			msg: fmt.Sprintf("HTTP %d with Content-Encoding %.40q, which the watchdog does not decode (it reads %s and gzip only)", resp.StatusCode, enc, encodingIdentity)}
 	}
 }
 
-// corrupt reports whether err is a gzip stream's own: a bad header,
-// checksum or deflate data, not a connection's.
-func corrupt(err error) bool {
-	_, deflate := errors.AsType[flate.CorruptInputError](err)
-	return deflate || errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum)
-}
-
-// truncate cuts s to at most n bytes, for quoting what a server sent.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// corruptGzip is the failure of a gzip stream broken in itself (a bad
+// header, checksum or deflate data), or nil when err is not the stream's
+// own but, say, a connection's.
+func corruptGzip(err error, status int) *fetchError {
+	if _, deflate := errors.AsType[flate.CorruptInputError](err); deflate || errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) {
+		return &fetchError{reason: series.FailureParse, status: status, msg: "corrupt gzip body: " + err.Error()}
 	}
-	return s[:n] + "..."
+	return nil
 }
 
 // html reports whether a Content-Type names an HTML document.
