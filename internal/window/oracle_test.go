@@ -109,7 +109,7 @@ func (o *oracle) thinLike(s *Store, replica string) {
 	slot := int(s.opts.thinSlot())
 	for _, recs := range r.families {
 		for _, rec := range recs {
-			os := o.byKey[series.Sample{Name: rec.name, Labels: rec.labels}.Key()]
+			os := o.byKey[series.Sample{Name: rec.name, Labels: rec.labels()}.Key()]
 			for k := range rec.pts.sealed {
 				if rec.pts.sealed[k].run.thinned() {
 					os.thin(int(rec.pts.sealed[k].first), int(rec.pts.sealedEnd(k)), slot)

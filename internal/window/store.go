@@ -15,13 +15,14 @@
 // missed has no sample (it reads as NaN, as NaN values do); the newest
 // value stays unencoded, so a duplicate in one scrape overwrites it and
 // Last needs no decoding. Retention frees whole chunks, so a series holds
-// at most one chunk past the window. Label strings are interned per
-// replica. A View decodes each chunk it reads at most once, into a slab
-// reused between Views.
+// at most one chunk past the window. Every series of the store with the
+// same labels, of any replica, shares one label set (labelSets). A View
+// decodes each chunk it reads at most once, into a slab reused between
+// Views.
 //
 // Memory is accounted and bounded: the store counts each replica's bytes
-// (chunks, chunk lists, head chunks, series records, labels, interned
-// strings, scrape times) and exports the sum per target as
+// (chunks, chunk lists, head chunks, series records, label sets, scrape
+// times) and exports the sum per target as
 // watchdog_window_bytes. Points older than Retention are dropped; a
 // replica holds at most MaxPointsPerSeries scrapes and MaxSeriesPerReplica
 // series; and its window is kept within MaxBytesPerReplica: new series are
@@ -32,11 +33,10 @@
 //
 // Measured (TestWindowMemoryAtProductionRetention: the full current SGLang
 // exposition with values moving as the simulator's busy replica's, 65
-// minutes at 5 s): about 1.9 KiB per series, 854 KiB for the full
-// exposition's 477 series and 558 KiB for the 289 series of the families
-// detectors read, against 8 bytes per point (2.9 and 1.8 MB of points
-// alone) before. Counters and histogram buckets cost about 9 bits per
-// point, float series about 38.
+// minutes at 5 s, histograms thinned past 15 minutes): about 1 KiB per
+// series, against 8 bytes per point before. Integer chunks cost about 1.1
+// bytes per point, XOR ones about 4.8; a series' record and map slots 240
+// bytes more.
 package window
 
 import (
@@ -93,8 +93,8 @@ type Options struct {
 	// Default: Retention/ScrapeInterval plus 20% for scrape jitter.
 	MaxPointsPerSeries int
 	// MaxBytesPerReplica is the memory budget of one replica's window, in
-	// the store's own accounting (encoded points, per-series records, label
-	// strings). New series are admitted while the window is below half of
+	// the store's own accounting (encoded points, per-series records, the
+	// label sets its series made). New series are admitted while the window is below half of
 	// it, the other half being headroom for the points of the series held;
 	// at the budget, samples of known series are dropped too
 	// (ErrMemoryBudget either way). Default 4 MiB: about 4 times what the
@@ -163,6 +163,7 @@ type Store struct {
 	byTarget map[string]map[string]*replica // target -> replica name -> replica
 
 	decoders sync.Pool // of *decoder, one per View
+	sets     labelSets // shared by the replicas' series
 
 	ingested      prometheus.Counter
 	rejected      *prometheus.CounterVec
@@ -206,7 +207,7 @@ func New(opts Options, reg prometheus.Registerer) (*Store, error) {
 		}, []string{"target"}),
 		bytesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "watchdog_window_bytes",
-			Help: "Memory held by the sliding windows in the store's own accounting (encoded points, series records, label strings), per scrape target.",
+			Help: "Memory held by the sliding windows in the store's own accounting (encoded points, series records, the label sets its series made), per scrape target.",
 		}, []string{"target"}),
 		replicasGauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "watchdog_replicas",
@@ -243,12 +244,10 @@ type replica struct {
 	restarts []time.Time  // oldest first, within retention
 	appends  int
 
-	// strings interns the label strings of the replica's series: the
-	// scraper allocates them per scrape, and most series of a replica share
-	// their values (model, rank, le bounds).
-	strings map[string]string
+	// sets is the store's label sets, shared with its other replicas.
+	sets *labelSets
 	// bytes is the window's memory in the store's accounting: the series'
-	// encoded points and records and the interned strings.
+	// encoded points and records, and the label sets they made.
 	bytes int
 	// thinBuf is points.thin's scratch.
 	thinBuf []float64
@@ -261,21 +260,19 @@ type replica struct {
 	order []*seriesRec
 }
 
-// Accounting sizes: a series record with its two map slots, a label, and
-// an interned string's map slot beside its bytes. The replica's scrape
-// times add 8 bytes per scrape held.
+// Accounting sizes: a series record with its two map slots, and a label.
+// The replica's scrape times add 8 bytes per scrape held.
 const (
 	seriesRecBytes = int(unsafe.Sizeof(seriesRec{})) + 48
 	labelBytes     = int(unsafe.Sizeof(series.Label{}))
-	internBytes    = 40
 )
 
 // seriesRec is one series of a replica and its points.
 type seriesRec struct {
-	name   string
-	labels series.Labels
-	next   *seriesRec // next series with the same hash (the series map's key)
-	pts    points
+	name string
+	set  *labelSet  // its labels, shared (labelSets)
+	next *seriesRec // next series with the same hash (the series map's key)
+	pts  points
 
 	last float64 // for restart detection: the newest finite value seen, if hasLast
 	le   float64 // parsed "le" of a _bucket series, if hasLE
@@ -291,15 +288,20 @@ type seriesRec struct {
 	// would depend on the order of the exposition.
 	histogramPart bool
 	startTime     bool // a process start timestamp
+	// madeSet: the series made its label set, so its accounting carries
+	// the set's cost; a series that found its set made carries none.
+	madeSet bool
 }
 
-func newReplica(name, target, kind string) *replica {
+func (rec *seriesRec) labels() series.Labels { return rec.set.labels }
+
+func newReplica(name, target, kind string, sets *labelSets) *replica {
 	return &replica{
 		info:     detect.Replica{Name: name, Target: target, Kind: kind},
 		series:   map[uint64]*seriesRec{},
 		families: map[string][]*seriesRec{},
 		seed:     maphash.MakeSeed(),
-		strings:  map[string]string{},
+		sets:     sets,
 	}
 }
 
@@ -368,7 +370,7 @@ func (s *Store) replicaFor(name, target, kind string) *replica {
 	if r = s.replicas[name]; r != nil {
 		return r
 	}
-	r = newReplica(name, target, kind)
+	r = newReplica(name, target, kind, &s.sets)
 	s.replicas[name] = r
 	if s.byTarget[target] == nil {
 		s.byTarget[target] = map[string]*replica{}
@@ -579,7 +581,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		case r.nSeries >= opts.MaxSeriesPerReplica:
 			overLimit++
 			continue
-		case r.bytes+r.newSeriesBytes(smp) > opts.MaxBytesPerReplica/2:
+		case r.bytes+newSeriesBytes(smp) > opts.MaxBytesPerReplica/2:
 			overBudget++
 			continue
 		default:
@@ -632,7 +634,7 @@ func (r *replica) atPosition(i int, smp *series.Sample) *seriesRec {
 	if i >= len(r.order) {
 		return nil
 	}
-	if rec := r.order[i]; rec != nil && rec.name == smp.Name && labelsEqual(rec.labels, smp.Labels) {
+	if rec := r.order[i]; rec != nil && rec.name == smp.Name && labelsEqual(rec.labels(), smp.Labels) {
 		return rec
 	}
 	return nil
@@ -710,7 +712,7 @@ func (r *replica) dropOlderThan(cut int64) {
 }
 
 // sweep frees the chunks that fell out of the window and the series that
-// hold no point inside it any more, then the strings no series uses.
+// hold no point inside it any more.
 func (r *replica) sweep() {
 	oldest := r.times.first
 	removed := false
@@ -748,62 +750,34 @@ func (r *replica) sweep() {
 		}
 	}
 	if removed {
-		r.reintern()
 		r.bytes -= 8 * cap(r.order)
 		r.order = nil
 	}
 }
 
-// reintern rebuilds the string table from the series still held, so that a
-// target churning label values does not keep dead strings.
-func (r *replica) reintern() {
-	for s := range r.strings {
-		r.bytes -= len(s) + internBytes
-	}
-	clear(r.strings)
-	for _, fam := range r.families {
-		for _, rec := range fam {
-			for k := range rec.labels {
-				rec.labels[k].Name = r.intern(rec.labels[k].Name)
-				rec.labels[k].Value = r.intern(rec.labels[k].Value)
-			}
-		}
-	}
-}
-
-// intern returns the replica's copy of s, adding it (and its bytes).
-func (r *replica) intern(s string) string {
-	if c, ok := r.strings[s]; ok {
-		return c
-	}
-	r.strings[s] = s
-	r.bytes += len(s) + internBytes
-	return s
-}
-
-// ownBytes is what a series costs beyond the interned strings.
+// ownBytes is what a series costs: its record and points, and its label
+// set if it made it. A set outlives the series that made it while others
+// share it, uncounted then: the sets a fleet shares are few, and a target
+// whose label sets are its own, as a churning one's are, pays for every
+// one.
 func (rec *seriesRec) ownBytes() int {
-	return seriesRecBytes + cap(rec.labels)*labelBytes + rec.pts.bytes
-}
-
-// newSeriesBytes bounds what admitting the sample's series would cost
-// before its first chunk: its record, labels and new strings.
-func (r *replica) newSeriesBytes(smp *series.Sample) int {
-	n := seriesRecBytes + len(smp.Labels)*labelBytes
-	for _, l := range smp.Labels {
-		if _, ok := r.strings[l.Value]; !ok {
-			n += len(l.Value) + internBytes
-		}
-		if _, ok := r.strings[l.Name]; !ok {
-			n += len(l.Name) + internBytes
-		}
+	n := seriesRecBytes + rec.pts.bytes
+	if rec.madeSet {
+		n += rec.set.bytes()
 	}
 	return n
 }
 
+// newSeriesBytes bounds what admitting the sample's series would cost
+// before its first chunk: its record and, as if no series shared it, its
+// label set.
+func newSeriesBytes(smp *series.Sample) int {
+	return seriesRecBytes + (&labelSet{labels: smp.Labels}).bytes()
+}
+
 func (r *replica) lookup(h uint64, name string, labels series.Labels) *seriesRec {
 	for rec := r.series[h]; rec != nil; rec = rec.next {
-		if rec.name == name && labelsEqual(rec.labels, labels) {
+		if rec.name == name && labelsEqual(rec.labels(), labels) {
 			return rec
 		}
 	}
@@ -811,17 +785,15 @@ func (r *replica) lookup(h uint64, name string, labels series.Labels) *seriesRec
 }
 
 func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
-	labels := make(series.Labels, len(smp.Labels)) // the scraper may reuse its buffers
-	for k, l := range smp.Labels {
-		labels[k] = series.Label{Name: r.intern(l.Name), Value: r.intern(l.Value)}
-	}
+	set, made := r.sets.get(smp.Labels)
 	rec := &seriesRec{
-		name:   smp.Name,
-		labels: labels,
-		next:   r.series[h],
+		name:    smp.Name,
+		set:     set,
+		madeSet: made,
+		next:    r.series[h],
 	}
 	isGaugeHistogram := false
-	for _, l := range rec.labels {
+	for _, l := range set.labels {
 		if l.Name == "gt" {
 			isGaugeHistogram = true
 		}
@@ -831,7 +803,7 @@ func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
 		strings.HasSuffix(smp.Name, "_bucket"))
 	rec.startTime = strings.HasSuffix(smp.Name, "process_start_time_seconds")
 	if strings.HasSuffix(smp.Name, "_bucket") {
-		rec.le, rec.hasLE = parseLE(rec.labels.Get("le"))
+		rec.le, rec.hasLE = parseLE(set.labels.Get("le"))
 	}
 	rec.thins = rec.hasLE && rec.counterLike
 	rec.histogramPart = rec.counterLike && (strings.HasSuffix(smp.Name, "_sum") || strings.HasSuffix(smp.Name, "_count"))

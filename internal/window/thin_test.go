@@ -236,7 +236,7 @@ func TestIntStepsOfRisingChunkMatchStepping(t *testing.T) {
 	ch := p.sealed[0]
 	broken := ch
 	broken.run.flags |= runBroken // stepped through sample by sample
-	r := newReplica("r", "r", "engine")
+	r := newReplica("r", "r", "engine", &labelSets{})
 	first, end := ch.first, p.sealedEnd(0)
 	compared := 0
 	for lo := first; lo <= end; lo++ {

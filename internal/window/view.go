@@ -76,7 +76,7 @@ func (v view) selected(name string, ms []detect.Match) []*seriesRec {
 	}
 	out := make([]*seriesRec, 0, len(fam))
 	for _, rec := range fam {
-		if matchesAll(rec.labels, ms) {
+		if matchesAll(rec.labels(), ms) {
 			out = append(out, rec)
 		}
 	}
