@@ -2,10 +2,13 @@ package eval
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -214,9 +217,13 @@ func BenchmarkStageRoundFleet(b *testing.B) {
 // counters grow at their own rates and gauges vary, so chunks hold what a
 // serving replica's hold, not the constant values of one capture. Eight
 // replicas are rendered and decoded, one per simulated source; each is
-// appended to twelve targets, 96 in all.
+// appended to -fleet.replicas/8 targets (96 in all by default), on every
+// core. With -fleet.replicas=10000 it times the round the issue's target
+// names directly rather than scaling the per-replica figure: ten thousand
+// hour-long windows, ≈2.5 GB, no longer fit any cache, which a hundred do.
 func BenchmarkStageRoundFleetMoving(b *testing.B) {
-	const sources, copies = 8, 12
+	const sources = 8
+	copies := max(1, (*fleetReplicas+sources-1)/sources)
 	cfg := detect.DefaultConfig()
 	opts := window.Options{Retention: cfg.MaxLookback() + 2*window.DefaultScrapeInterval, ScrapeInterval: window.DefaultScrapeInterval}
 	reg := prometheus.NewRegistry()
@@ -231,6 +238,8 @@ func BenchmarkStageRoundFleetMoving(b *testing.B) {
 	}
 	h := fleet.Handler()
 	dec := scrape.NewKeepingDecoder(assess.Reads(cfg))
+	workers := runtime.GOMAXPROCS(0)
+	errs := make([]error, workers)
 	for range int(opts.Retention/opts.ScrapeInterval) + 1 {
 		at = at.Add(opts.ScrapeInterval)
 		for i := range sources {
@@ -240,17 +249,32 @@ func BenchmarkStageRoundFleetMoving(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for k := range copies {
-				target := "r" + strconv.Itoa(k*sources+i)
-				if err := store.Append(series.Scrape{Target: target, Kind: "engine", At: at, Groups: groups}); err != nil {
-					b.Fatal(err)
-				}
+			// The copies of one source are appended on every core, as a
+			// fleet's scrapes are; Append only reads the groups.
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					for k := w; k < copies; k += workers {
+						target := "r" + strconv.Itoa(k*sources+i)
+						if err := store.Append(series.Scrape{Target: target, Kind: "engine", At: at, Groups: groups}); err != nil {
+							errs[w] = err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				b.Fatal(err)
 			}
 		}
 	}
 	benchFleetRound(b, cfg, store, at, sources*copies)
-	b.ReportMetric(gaugeSum(b, reg, "watchdog_window_bytes")/(sources*copies), "window-B/replica")
+	b.ReportMetric(gaugeSum(b, reg, "watchdog_window_bytes")/float64(sources*copies), "window-B/replica")
 }
+
+// fleetReplicas sizes BenchmarkStageRoundFleetMoving's fleet.
+var fleetReplicas = flag.Int("fleet.replicas", 96, "replicas of BenchmarkStageRoundFleetMoving (rounded up to a multiple of 8)")
 
 // benchFleetRound times evaluation rounds at `at` over the replicas held
 // by store, on every core, and reports the time per replica.
