@@ -170,6 +170,13 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	if w.HeapInuseBytes == 0 || w.HeapInuseBytes > w.RSSBytes {
 		t.Errorf("watchdog Go heap in use %d B of %d B RSS", w.HeapInuseBytes, w.RSSBytes)
 	}
+	// A scrape loop per replica: at least 2 KiB of stack each.
+	if w.StackInuseBytes < replicas*2<<10 || w.StackInuseBytes > w.RSSBytes {
+		t.Errorf("watchdog goroutine stacks %d B of %d B RSS, want at least 2 KiB for each of %d replicas", w.StackInuseBytes, w.RSSBytes, replicas)
+	}
+	if w.RSSFileBytes == 0 || w.RSSFileBytes >= w.RSSBytes {
+		t.Errorf("watchdog mapped files %d B of %d B RSS: its executable is mapped, and is not all of it", w.RSSFileBytes, w.RSSBytes)
+	}
 	if w.ReplicasScraped != replicas {
 		t.Errorf("watchdog scraped %d of %d replicas in the window", w.ReplicasScraped, replicas)
 	}
@@ -181,7 +188,8 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	if p == nil {
 		t.Fatal("no Prometheus measurement")
 	}
-	if p.CPUCores <= 0 || p.RSSBytes < 1<<20 || p.HeapInuseBytes == 0 || p.SamplesPerSecond <= 0 || p.ReplicasScraped != replicas {
+	if p.CPUCores <= 0 || p.RSSBytes < 1<<20 || p.HeapInuseBytes == 0 || p.StackInuseBytes == 0 || p.RSSFileBytes == 0 ||
+		p.SamplesPerSecond <= 0 || p.ReplicasScraped != replicas {
 		t.Errorf("prometheus: %.3f cores, %d B RSS, %d B heap, %.0f samples/s, %d of %d replicas scraped", p.CPUCores, p.RSSBytes, p.HeapInuseBytes, p.SamplesPerSecond, p.ReplicasScraped, replicas)
 	}
 	t.Logf("over %.1f s: watchdog %.3f cores, stand-in %.3f cores", r.WindowSeconds, w.CPUCores, p.CPUCores)
@@ -198,7 +206,8 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	}
 	for _, want := range []string{"| what | watchdog | prometheus | watchdog ÷ prometheus |", "| CPU, cores (average) |",
 		"| RSS per replica, KiB |", fmt.Sprintf("| replicas scraped in the window | %d/%d | %d/%d |", replicas, replicas, replicas, replicas), "| scrape latency p50 / p99, ms |",
-		"| Go heap in use, MiB (end) |", "| windows per replica, KiB (accounted, end) |"} {
+		"| Go heap in use, MiB (end) |", "| goroutine stacks, MiB (end) |", "| of RSS, mapped files, MiB (end) |",
+		"| windows per replica, KiB (accounted, end) |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown report lacks %q:\n%s", want, md.String())
 		}

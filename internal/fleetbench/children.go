@@ -130,6 +130,7 @@ type usage struct {
 	at         time.Time
 	cpuSeconds float64 // user + system, /proc/<pid>/stat
 	rss        uint64  // bytes, VmRSS of /proc/<pid>/status
+	rssFile    uint64  // bytes, RssFile of /proc/<pid>/status: mapped files
 	metrics    map[string]*dto.MetricFamily
 }
 
@@ -146,7 +147,7 @@ func (c *child) usage(now time.Time) (usage, error) {
 	if err != nil {
 		return usage{}, fmt.Errorf("%s: %w", c.name, err)
 	}
-	return usage{at: now, cpuSeconds: stat.CPUTime(), rss: status.VmRSS}, nil
+	return usage{at: now, cpuSeconds: stat.CPUTime(), rss: status.VmRSS, rssFile: status.RssFile}, nil
 }
 
 // sampleAll reads every child's usage and its own /metrics.

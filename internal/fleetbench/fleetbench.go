@@ -227,6 +227,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return Report{}, fmt.Errorf("%s /metrics: %w", children[k].name, err)
 		}
 		m.HeapInuseBytes = uint64(heap)
+		stacks, err := gaugeSum(end[k].metrics, stackInuseMetric)
+		if err != nil {
+			return Report{}, fmt.Errorf("%s /metrics: %w", children[k].name, err)
+		}
+		m.StackInuseBytes = uint64(stacks)
 		switch children[k] {
 		case wd:
 			d, samples, err := daemonTimings(begin[k].metrics, end[k].metrics, window)

@@ -45,6 +45,15 @@ type Measurement struct {
 	// (go_memstats_heap_inuse_bytes; both are Go programs): RSS less the
 	// garbage collector's headroom and the runtime's own.
 	HeapInuseBytes uint64 `json:"heap_inuse_bytes"`
+	// RSSFileBytes is the part of RSS at the end that maps files (RssFile
+	// of /proc/<pid>/status): the pages of the executable the process has
+	// touched, for Prometheus also its memory-mapped TSDB chunks. It does
+	// not grow with the windows.
+	RSSFileBytes uint64 `json:"rss_file_bytes"`
+	// StackInuseBytes is the goroutine stacks at the end
+	// (go_memstats_stack_inuse_bytes): the daemon runs a scrape loop and
+	// a probe loop per replica.
+	StackInuseBytes uint64 `json:"stack_inuse_bytes"`
 	// RSSGrowthBytesPerMinute is the least-squares slope of the samples.
 	RSSGrowthBytesPerMinute float64 `json:"rss_growth_bytes_per_minute"`
 	MillicoresPerReplica    float64 `json:"millicores_per_replica"`
@@ -100,6 +109,7 @@ func measure(replicas int, begin, end usage, memory []memPoint) (Measurement, er
 	m := Measurement{
 		CPUCores:                (end.cpuSeconds - begin.cpuSeconds) / secs,
 		RSSBytes:                end.rss,
+		RSSFileBytes:            end.rssFile,
 		RSSGrowthBytesPerMinute: slopePerMinute(memory),
 	}
 	m.MillicoresPerReplica = 1000 * m.CPUCores / float64(replicas)
@@ -147,6 +157,7 @@ const (
 	samplesMetric        = "watchdog_samples_ingested_total"
 	windowBytesMetric    = "watchdog_window_bytes"
 	heapInuseMetric      = "go_memstats_heap_inuse_bytes"
+	stackInuseMetric     = "go_memstats_stack_inuse_bytes"
 )
 
 func daemonTimings(begin, end map[string]*dto.MetricFamily, window time.Duration) (DaemonTimings, float64, error) {
@@ -367,6 +378,10 @@ func (r Report) rows() [][]string {
 	add("RSS, MiB (end)", rss(wd), rss, ratio(func(x Ratios) float64 { return x.RSS }))
 	heap := func(m Measurement) string { return mib(float64(m.HeapInuseBytes)) }
 	add("Go heap in use, MiB (end)", heap(wd), heap, "")
+	stacks := func(m Measurement) string { return mib(float64(m.StackInuseBytes)) }
+	add("goroutine stacks, MiB (end)", stacks(wd), stacks, "")
+	files := func(m Measurement) string { return mib(float64(m.RSSFileBytes)) }
+	add("of RSS, mapped files, MiB (end)", files(wd), files, "")
 	growth := func(m Measurement) string { return mib(m.RSSGrowthBytesPerMinute) }
 	add("RSS growth, MiB/min", growth(wd), growth, "")
 	perCPU := func(m Measurement) string { return fmt.Sprintf("%.3f", m.MillicoresPerReplica) }
