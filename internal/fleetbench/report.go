@@ -47,12 +47,13 @@ type Measurement struct {
 	HeapInuseBytes uint64 `json:"heap_inuse_bytes"`
 	// RSSFileBytes is the part of RSS at the end that maps files (RssFile
 	// of /proc/<pid>/status): the pages of the executable the process has
-	// touched, for Prometheus also its memory-mapped TSDB chunks. It does
-	// not grow with the windows.
+	// touched, for Prometheus also its memory-mapped TSDB chunks. The
+	// daemon's does not grow with its windows.
 	RSSFileBytes uint64 `json:"rss_file_bytes"`
 	// StackInuseBytes is the goroutine stacks at the end
-	// (go_memstats_stack_inuse_bytes): the daemon runs a scrape loop and
-	// a probe loop per replica.
+	// (go_memstats_stack_inuse_bytes): the daemon runs a scrape loop per
+	// replica, and a health-probe loop per engine when probing is on (as
+	// it is by default).
 	StackInuseBytes uint64 `json:"stack_inuse_bytes"`
 	// RSSGrowthBytesPerMinute is the least-squares slope of the samples.
 	RSSGrowthBytesPerMinute float64 `json:"rss_growth_bytes_per_minute"`
