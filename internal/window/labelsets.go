@@ -21,7 +21,7 @@ type labelSet struct {
 // bytes is what the set costs in the accounting: itself with its table
 // entry and weak pointer, its labels and their strings.
 func (s *labelSet) bytes() int {
-	n := labelSetBytes + cap(s.labels)*labelBytes
+	n := labelSetBytes + len(s.labels)*labelBytes
 	for _, l := range s.labels {
 		n += len(l.Name) + len(l.Value)
 	}
