@@ -97,9 +97,9 @@ type Options struct {
 	// label sets its series made). New series are admitted while the window is below half of
 	// it, the other half being headroom for the points of the series held;
 	// at the budget, samples of known series are dropped too
-	// (ErrMemoryBudget either way). Default 4 MiB: about 4 times what the
-	// full current SGLang exposition (477 series) costs at the default
-	// retention of 65 minutes at 5 s.
+	// (ErrMemoryBudget either way). Default 4 MiB: about 9 times what the
+	// full current SGLang exposition (477 series, ≈460 KiB) costs at the
+	// default retention of 65 minutes at 5 s.
 	MaxBytesPerReplica int
 	// HistogramFullResolution is how long the counters of a histogram
 	// (its _bucket series with an "le", and its _sum and _count once the
