@@ -2,6 +2,7 @@ package window
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"unsafe"
 	"weak"
@@ -62,20 +63,13 @@ func (t *labelSets) get(labels series.Labels) (set *labelSet, made bool) {
 		t.sets, t.seed = map[uint64]weak.Pointer[labelSet]{}, maphash.MakeSeed()
 	}
 	h := hashSeries(t.seed, "", labels)
-	wp, held := t.sets[h]
-	if held {
-		if set := wp.Value(); set != nil {
-			if labelsEqual(set.labels, labels) {
-				return set, false
-			}
-		} else {
-			held = false // freed: its entry is taken over
-		}
+	held := t.sets[h].Value() // nil: no entry, or its set was freed
+	if held != nil && labelsEqual(held.labels, labels) {
+		return held, false
 	}
-	set = &labelSet{labels: make(series.Labels, len(labels))}
-	copy(set.labels, labels)
-	if held {
-		return set, true
+	set = &labelSet{labels: slices.Clone(labels)}
+	if held != nil {
+		return set, true // another list's hash: not shared
 	}
 	if len(t.sets) >= max(t.purgeAt, minPurge) {
 		t.purge()
@@ -92,12 +86,4 @@ func (t *labelSets) purge() {
 		}
 	}
 	t.purgeAt = 2 * len(t.sets)
-}
-
-// len is how many entries the table holds, freed sets not yet purged
-// included.
-func (t *labelSets) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.sets)
 }

@@ -97,13 +97,13 @@ func TestLabelSetsOfFreedSeriesArePurged(t *testing.T) {
 		runtime.GC() // the churned sets are unreachable: their weak pointers clear
 	}
 	sets.get(series.Labels{{Name: "request_id", Value: "last"}}) // may purge
-	if n := sets.len(); n > 2*1000+minPurge {
+	if n := tableLen(&sets); n > 2*1000+minPurge {
 		t.Errorf("table holds %d entries after churning 5000 sets with 10 live, want about twice the live ones at most", n)
 	}
 	sets.mu.Lock()
 	sets.purge()
 	sets.mu.Unlock()
-	if n := sets.len(); n != len(live) && n != len(live)+1 {
+	if n := tableLen(&sets); n != len(live) && n != len(live)+1 {
 		t.Errorf("after a purge the table holds %d entries, want the %d live sets (and the last one made)", n, len(live))
 	}
 	for i, set := range live {
@@ -137,7 +137,15 @@ func TestLabelSetsConcurrentReplicas(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := s.sets.len(); n != 50 {
+	if n := tableLen(&s.sets); n != 50 {
 		t.Errorf("table holds %d sets, want the 50 every replica shares", n)
 	}
+}
+
+// tableLen is how many entries the table holds, freed sets not yet purged
+// included.
+func tableLen(t *labelSets) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sets)
 }
