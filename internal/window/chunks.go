@@ -53,6 +53,20 @@ func newSealedChunk(first uint64, data []byte, r run) sealedChunk {
 // bytes are the chunk's encoded samples. Read only.
 func (c *sealedChunk) bytes() []byte { return unsafe.Slice(c.data, c.run.size) }
 
+// ownBytes is what the chunk's bytes add to its series' accounting:
+// nothing when they are shared with a chunk of another series that
+// carries them (chunkShare).
+func (c *sealedChunk) ownBytes() int {
+	if c.run.flags&runSharedBytes != 0 {
+		return 0
+	}
+	return int(c.run.size)
+}
+
+// keep is chunkShare.share's maker for bytes that are already the
+// chunk's own.
+func keep(data []byte) []byte { return data }
+
 // run summarises a chunk for counter increases when its values run
 // without a drop: its first value is finite (the chunk's first sample,
 // read without decoding the rest), and the last finite value, its seq (an
@@ -87,6 +101,9 @@ const (
 	// that reached no higher than that continues into it without a drop,
 	// and the chunk's bytes need not be read for its first value.
 	runAbovePrevious
+	// runSharedBytes: the chunk's bytes are another series' chunk's, which
+	// carries them in the accounting (chunkShare).
+	runSharedBytes
 )
 
 func (r *run) broken() bool        { return r.flags&runBroken != 0 }
@@ -194,21 +211,23 @@ type xorHead struct {
 // hasHead reports whether the series has a head chunk.
 func (p *points) hasHead() bool { return p.headN > 0 }
 
-// put records v at seq; seqs only grow. It returns the change in bytes held.
-func (p *points) put(seq uint64, v float64) (delta int) {
+// put records v at seq; seqs only grow. A chunk it seals may share its
+// bytes through sh (nil: not). It returns the change in bytes held.
+func (p *points) put(seq uint64, v float64, sh *chunkShare) (delta int) {
 	if p.hasNewest && p.newest == seq {
 		p.newestVal = v
 		return 0
 	}
 	if p.hasNewest {
-		delta = p.encode(p.newest, p.newestVal)
+		delta = p.encode(p.newest, p.newestVal, sh)
 	}
 	p.newest, p.newestVal, p.hasNewest = seq, v, true
 	return delta
 }
 
-// encode appends one sample to the head chunk, sealing it when full.
-func (p *points) encode(seq uint64, v float64) int {
+// encode appends one sample to the head chunk, sealing it when full (see
+// seal for sh).
+func (p *points) encode(seq uint64, v float64, sh *chunkShare) int {
 	before := p.bytes
 	p.bytes -= p.headBytes()
 	if !p.hasHead() {
@@ -234,38 +253,46 @@ func (p *points) encode(seq uint64, v float64) int {
 	p.headLast = seq
 	p.headRun.add(seq-p.headFirst, v)
 	if p.headN >= samplesPerChunk {
-		p.seal()
+		p.seal(sh)
 	} else {
 		p.bytes += p.headBytes()
 	}
 	return p.bytes - before
 }
 
-// seal moves the full head chunk to the sealed list, its bytes trimmed.
-func (p *points) seal() {
+// seal moves the full head chunk to the sealed list, its bytes trimmed, or
+// shared with an equal chunk another series sealed through sh (nil: not).
+func (p *points) seal(sh *chunkShare) {
 	var data []byte
+	own := slices.Clone[[]byte] // the head's bytes are reused or grown: copied
 	switch {
 	case p.xor == nil:
-		data = slices.Clone(p.headInts)
+		data = p.headInts
 		p.headRun.enc = encInts
 	default:
 		var k int
 		if data, k = p.decimalHead(); data != nil {
 			p.headRun.enc = encInts + encoding(k)
+			own = keep
 		} else {
-			data = slices.Clone(p.xor.chunk.Bytes())
+			data = p.xor.chunk.Bytes()
 		}
 	}
+	data, shared := sh.share(p.headFirst, false, data, own)
 	data = slices.Clip(data)
+	if shared {
+		p.headRun.flags |= runSharedBytes
+	}
 	p.bytes -= cap(p.sealed) * sealedBytes
 	if len(p.sealed) == cap(p.sealed) {
 		// One spare entry, not doubling: the list reaches a steady
 		// length at which a chunk is dropped for every one sealed.
 		p.sealed = append(make([]sealedChunk, 0, len(p.sealed)+1), p.sealed...)
 	}
-	p.sealed = append(p.sealed, newSealedChunk(p.headFirst, data, p.headRun))
+	c := newSealedChunk(p.headFirst, data, p.headRun)
+	p.sealed = append(p.sealed, c)
 	p.linkRun(len(p.sealed) - 1)
-	p.bytes += cap(p.sealed)*sealedBytes + len(data)
+	p.bytes += cap(p.sealed)*sealedBytes + c.ownBytes()
 	p.headN, p.headInts, p.xor = 0, nil, nil
 }
 
@@ -287,10 +314,10 @@ func (p *points) decimalHead() (data []byte, k int) {
 	}
 	var ints points
 	for i, v := range vals {
-		ints.encode(seqs[i], math.Round(v*pow10[k]))
+		ints.encode(seqs[i], math.Round(v*pow10[k]), nil)
 	}
 	if ints.hasHead() {
-		ints.seal()
+		ints.seal(nil)
 	}
 	return ints.sealed[0].bytes(), k
 }
@@ -352,7 +379,7 @@ func (p *points) dropBefore(seq uint64) int {
 	k := 0
 	freed := 0
 	for k < len(p.sealed) && p.sealedEnd(k) <= seq {
-		freed += int(p.sealed[k].run.size)
+		freed += p.sealed[k].ownBytes()
 		k++
 	}
 	if k == 0 {
@@ -366,8 +393,9 @@ func (p *points) dropBefore(seq uint64) int {
 
 // thinBefore thins the sealed chunks whose samples all lie before seq
 // (see thin), oldest first, and returns the change in bytes held. buf is
-// scratch for the decoded values, returned grown.
-func (p *points) thinBefore(seq, slot uint64, buf []float64) (delta int, _ []float64) {
+// scratch for the decoded values, returned grown; a thinned chunk may
+// share its bytes through sh (nil: not).
+func (p *points) thinBefore(seq, slot uint64, buf []float64, sh *chunkShare) (delta int, _ []float64) {
 	for k := 0; k < len(p.sealed); {
 		if p.sealed[k].run.thinned() {
 			k++
@@ -378,7 +406,7 @@ func (p *points) thinBefore(seq, slot uint64, buf []float64) (delta int, _ []flo
 		}
 		n := len(p.sealed)
 		var d int
-		d, buf = p.thin(k, slot, buf)
+		d, buf = p.thin(k, slot, buf, sh)
 		delta += d
 		if len(p.sealed) == n {
 			k++ // not merged into the chunk before: the next one is at k+1
@@ -421,7 +449,7 @@ const maxThinnedSpan = 3 * samplesPerChunk
 // rule's over the two chunks' seqs: what it keeps at the seam (the first
 // sample of k, the last finite one of the chunk before) only where the
 // rule asks for it.
-func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64) {
+func (p *points) thin(k int, slot uint64, buf []float64, sh *chunkShare) (delta int, _ []float64) {
 	from := k
 	if k > 0 && p.sealed[k-1].run.thinned() && p.sealedEnd(k)-p.sealed[k-1].first <= maxThinnedSpan {
 		from = k - 1
@@ -434,10 +462,14 @@ func (p *points) thin(k int, slot uint64, buf []float64) (delta int, _ []float64
 			from = k
 			continue
 		}
-		for i := from; i <= k; i++ {
-			delta -= int(p.sealed[i].run.size)
+		if data, shared := sh.share(merged.first, true, merged.bytes(), keep); shared {
+			merged.data = unsafe.SliceData(data)
+			merged.run.flags |= runSharedBytes
 		}
-		delta += int(merged.run.size)
+		for i := from; i <= k; i++ {
+			delta -= p.sealed[i].ownBytes()
+		}
+		delta += merged.ownBytes()
 		p.sealed[from] = merged
 		p.sealed = slices.Delete(p.sealed, from+1, k+1)
 		p.linkRun(from)
@@ -475,7 +507,7 @@ func (p *points) thinned(from, k int, slot uint64, buf []float64) (_ sealedChunk
 		seq := first + uint64(i)
 		if !finite(v) {
 			if i == 0 {
-				tp.encode(seq, v)
+				tp.encode(seq, v, nil)
 			}
 			continue
 		}
@@ -490,12 +522,12 @@ func (p *points) thinned(from, k int, slot uint64, buf []float64) (_ sealedChunk
 			}
 		}
 		if keep {
-			tp.encode(seq, v)
+			tp.encode(seq, v, nil)
 		}
 		slotSeen, prev = seq/slot, v
 	}
 	if tp.hasHead() {
-		tp.seal()
+		tp.seal(nil)
 	}
 	if len(tp.sealed) > 1 {
 		return sealedChunk{}, buf, false

@@ -65,11 +65,11 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var p points
 			for _, s := range c.samples {
-				p.put(s.seq, s.v)
+				p.put(s.seq, s.v, nil)
 			}
 			// The newest value stays unencoded: one more puts every case's
 			// samples in the head.
-			p.put(c.samples[len(c.samples)-1].seq+1, 0)
+			p.put(c.samples[len(c.samples)-1].seq+1, 0, nil)
 			if ints := p.xor == nil; ints != c.ints {
 				t.Fatalf("head encoded as integers: %v, want %v", ints, c.ints)
 			}
@@ -101,7 +101,7 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 
 			// Filled up, the head is sealed.
 			for i := range uint64(samplesPerChunk) {
-				p.put(last+2+i, float64(i))
+				p.put(last+2+i, float64(i), nil)
 			}
 			if len(p.sealed) != 1 {
 				t.Fatalf("%d sealed chunks, want 1", len(p.sealed))
@@ -133,7 +133,7 @@ func TestIntegerChunksRoundTrip(t *testing.T) {
 func TestIntegerChunkOfASteadyCounterIsAByteAPoint(t *testing.T) {
 	var p points
 	for i := range uint64(samplesPerChunk + 1) {
-		p.put(1+i, 1e9+float64(i)*2500+float64(i%2)) // steps of 2500 and 2502 in turn
+		p.put(1+i, 1e9+float64(i)*2500+float64(i%2), nil) // steps of 2500 and 2502 in turn
 	}
 	if len(p.sealed) != 1 || !p.sealed[0].run.enc.ints() {
 		t.Fatalf("want one sealed integer chunk, got %d", len(p.sealed))
@@ -163,7 +163,7 @@ func TestIntegerChunkOfRunsIsAFewBytes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var p points
 			for i := range uint64(samplesPerChunk + 1) {
-				p.put(1+i, 7e6+float64(i)*c.step)
+				p.put(1+i, 7e6+float64(i)*c.step, nil)
 			}
 			if len(p.sealed) != 1 || !p.sealed[0].run.enc.ints() {
 				t.Fatalf("want one sealed integer chunk, got %d", len(p.sealed))
@@ -211,7 +211,7 @@ func TestSummarisedRisingOnlyWhereValuesRise(t *testing.T) {
 				if !ok {
 					continue
 				}
-				p.put(seq, v)
+				p.put(seq, v, nil)
 				for k := -1; k < len(p.sealed); k++ {
 					if k < 0 && !p.hasNewest {
 						continue

@@ -49,18 +49,22 @@ func TestWindowMemoryAtProductionRetention(t *testing.T) {
 		// costs its table entry beside its labels, and in one replica few
 		// series share one, so the Go heap fell 333 → 328 KB while the
 		// accounting, which charges each set's strings though the scraper
-		// shares them, rose). Integer chunks take ≈1.1 bytes per point, XOR ones ≈4.8,
+		// shares them, rose); equal chunks sealed or thinned together
+		// holding one copy of their bytes (→ 269 KiB, Go heap 284 KB).
+		// Integer chunks take ≈1.1 bytes per point, XOR ones ≈4.8,
 		// and per-series and per-chunk records are about two fifths (16
 		// of the 32 bytes of a sealed chunk's entry are the run summary
 		// that spares a baseline from decoding). The bound fails without
-		// thinning _sum and _count.
-		{"read families", true, 0, 320 << 10},
+		// thinning _sum and _count (303 KiB), and without sharing equal
+		// chunks (308 KiB).
+		{"read families", true, 0, 280 << 10},
 		// Eight replicas of one model share their label sets: measured
-		// 283 KiB each (Go heap 306 KB each, 330 KB before sets were
-		// shared).
-		{"read families, eight replicas", true, 8, 290 << 10},
-		// Measured 460 KiB (854 KiB without thinning).
-		{"full exposition", false, 0, 480 << 10},
+		// 244 KiB each (Go heap 263 KB each; 330 KB before sets and
+		// equal chunks were shared).
+		{"read families, eight replicas", true, 8, 250 << 10},
+		// Measured 403 KiB (854 KiB without thinning, 460 KiB without
+		// sharing equal chunks).
+		{"full exposition", false, 0, 420 << 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// The scrapes are built first, so that the heap grows only by

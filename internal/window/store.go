@@ -550,6 +550,10 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	startChanged := false
 	r.sizeOrder(len(g.Samples))
 	defer r.trimOrder(len(g.Samples))
+	// Chunks share bytes only between series that thin alike (see
+	// chunkShare), and not while a _sum or _count is yet to learn whether
+	// it thins.
+	shares := [2]chunkShare{{seed: r.seed}, {seed: r.seed}}
 	for i := range g.Samples {
 		smp := &g.Samples[i]
 		var h uint64
@@ -567,7 +571,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 			}
 			if rec.thins && thinBefore > 0 {
 				var d int
-				d, r.thinBuf = rec.pts.thinBefore(thinBefore, slot, r.thinBuf)
+				d, r.thinBuf = rec.pts.thinBefore(thinBefore, slot, r.thinBuf, &shares[1])
 				r.bytes += d
 			}
 			// Known series keep recording up to the budget, new ones are
@@ -603,7 +607,14 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 			}
 			rec.last, rec.hasLast = v, true
 		}
-		r.bytes += rec.pts.put(seq, v)
+		sh := &shares[0]
+		switch {
+		case rec.histogramPart:
+			sh = nil
+		case rec.thins:
+			sh = &shares[1]
+		}
+		r.bytes += rec.pts.put(seq, v, sh)
 		ingested++
 	}
 	if startChanged || (dropped > 0 && 2*dropped >= counters) {

@@ -144,9 +144,9 @@ func TestThinnedChunksMerge(t *testing.T) {
 			var p points
 			var buf []float64
 			for seq := range uint64(scrapes + 1) {
-				p.put(seq, c.value(seq))
+				p.put(seq, c.value(seq), nil)
 				if seq > 3*samplesPerChunk/2 {
-					_, buf = p.thinBefore(seq-3*samplesPerChunk/2, slot, buf)
+					_, buf = p.thinBefore(seq-3*samplesPerChunk/2, slot, buf, nil)
 				}
 			}
 			thinned := 0
@@ -225,9 +225,9 @@ func TestIntStepsOfRisingChunkMatchStepping(t *testing.T) {
 	var p points
 	var buf []float64
 	for seq := range uint64(4 * samplesPerChunk) {
-		p.put(seq, float64(seq*seq/7)) // rising, with changing steps
+		p.put(seq, float64(seq*seq/7), nil) // rising, with changing steps
 		if seq > 2*samplesPerChunk {
-			_, buf = p.thinBefore(seq-samplesPerChunk, slot, buf)
+			_, buf = p.thinBefore(seq-samplesPerChunk, slot, buf, nil)
 		}
 	}
 	if len(p.sealed) == 0 || !p.sealed[0].run.thinned() || !p.sealed[0].run.enc.ints() || p.sealed[0].run.broken() {
