@@ -1,6 +1,7 @@
 package window
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -561,6 +562,9 @@ type decoder struct {
 	any   []bool
 	// buckets is Quantile's scratch: a round asks for a dozen quantiles.
 	buckets []bucket
+	// lastHead is the series whose head segment was decoded last: the
+	// next series asked for often holds the same head (sameHead).
+	lastHead *points
 }
 
 // seqCache is the last few times a View turned into seqs, and the seqs:
@@ -664,6 +668,7 @@ const minSlab = 1 << 15
 // end forgets the View's values, keeping the memory for the next one.
 func (d *decoder) end() {
 	d.memo.reset()
+	d.lastHead = nil
 	d.seqs = seqCache{}
 	d.slab = d.slab[:0]
 }
@@ -696,6 +701,20 @@ func (d *decoder) segment(p *points, k int) decoded {
 	if seg, ok := d.memo.get(p, k); ok {
 		return seg
 	}
+	if k < 0 {
+		// The buckets of a histogram are read one after the other, and
+		// about half of the heads a round decodes hold what the head
+		// decoded just before holds (the buckets above every
+		// observation, those below): comparing the bytes costs a
+		// fraction of decoding them.
+		if q := d.lastHead; q != nil && sameHead(q, p) {
+			if seg, ok := d.memo.get(q, -1); ok {
+				d.memo.put(p, k, seg)
+				return seg
+			}
+		}
+		d.lastHead = p
+	}
 	lo, hi := p.bounds(k)
 	if p.summarisedRising(k) {
 		// A value at every seq: the segment alone is read, over no NaN.
@@ -720,6 +739,26 @@ func (d *decoder) segment(p *points, k int) decoded {
 	}
 	d.memo.put(p, k, seg)
 	return seg
+}
+
+// sameHead reports whether the head segments of a and b (segment k = -1:
+// the head chunk and the unencoded newest value) decode to the same
+// values at the same seqs.
+func sameHead(a, b *points) bool {
+	if a.hasHead() != b.hasHead() || a.hasNewest != b.hasNewest ||
+		a.newest != b.newest || math.Float64bits(a.newestVal) != math.Float64bits(b.newestVal) {
+		return false
+	}
+	switch {
+	case !a.hasHead():
+		return true
+	case a.headFirst != b.headFirst || a.headN != b.headN || (a.xor == nil) != (b.xor == nil):
+		return false
+	case a.xor == nil:
+		return bytes.Equal(a.headInts, b.headInts)
+	default:
+		return bytes.Equal(a.xor.chunk.Bytes(), b.xor.chunk.Bytes())
+	}
 }
 
 // summarisedRising reports whether the summaries show segment k rising

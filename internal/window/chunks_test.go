@@ -3,6 +3,9 @@ package window
 import (
 	"math"
 	"testing"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 // A head chunk of integers is kept, and sealed, as integer deltas and reads
@@ -321,4 +324,75 @@ func TestSegmentMemoFindsExactlyWhatWasPut(t *testing.T) {
 		}
 		small.reset()
 	}
+}
+
+// A head segment decoded for one series is reused for the next only when
+// both decode to the same values at the same seqs: equal head bytes from
+// the same first seq, and the same unencoded newest value.
+func TestSameHead(t *testing.T) {
+	build := func(first uint64, vals ...float64) *points {
+		p := &points{}
+		for i, v := range vals {
+			p.put(first+uint64(i), v, nil)
+		}
+		return p
+	}
+	nan := math.NaN()
+	for _, c := range []struct {
+		name string
+		a, b *points
+		want bool
+	}{
+		{"equal", build(1, 3, 5, 9, 10), build(1, 3, 5, 9, 10), true},
+		{"only a newest value, equal", build(1, 3), build(1, 3), true},
+		{"newest NaN in both", build(1, 3, 5, nan), build(1, 3, 5, nan), true},
+		{"other newest value", build(1, 3, 5, 9, 10), build(1, 3, 5, 9, 11), false},
+		{"other head value", build(1, 3, 6, 9, 10), build(1, 3, 5, 9, 10), false},
+		{"one seq later", build(2, 3, 5, 9, 10), build(1, 3, 5, 9, 10), false},
+		{"one more sample", build(1, 3, 5, 9, 10, 10), build(1, 3, 5, 9, 10), false},
+		{"floats", build(1, 0.5, 1.5, 2), build(1, 0.5, 1.5, 2), true},
+		{"floats against integers", build(1, 0.5, 2, 2), build(1, 1, 2, 2), false},
+	} {
+		if got := sameHead(c.a, c.b); got != c.want {
+			t.Errorf("%s: sameHead = %v, want %v", c.name, got, c.want)
+		}
+		if got := sameHead(c.b, c.a); got != c.want {
+			t.Errorf("%s, swapped: sameHead = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// Series read one after the other in a View each read their own head:
+// one whose head equals the one read before it reads it through the
+// decoded copy, one that differs only in its newest value or a value
+// inside its head does not.
+func TestViewReadsEachSeriesOwnHead(t *testing.T) {
+	s := newTestStore(t, Options{Retention: time.Hour, ScrapeInterval: 5 * time.Second})
+	for i := range 30 {
+		v := float64(10 * i)
+		last, inner := v, v
+		if i == 29 {
+			last = v + 1
+		}
+		if i == 20 {
+			inner = v + 2
+		}
+		mustAppend(t, s, okScrape("r", at(float64(5*i)),
+			smp("h_bucket", v, "le", "1"), smp("h_bucket", v, "le", "2"),
+			smp("h_bucket", last, "le", "5"), smp("h_bucket", inner, "le", "+Inf")))
+	}
+	withView(t, s, "r", func(w detect.Window) {
+		// Scrapes 20 to 29: 200 to 290, le=5 ends at 291, +Inf starts at
+		// 202. In this order, le=2 and le=5 hold the same head bytes.
+		from, to := at(5*19), at(5*29)
+		for _, c := range []struct {
+			le   string
+			want float64
+		}{{"1", 90}, {"2", 90}, {"5", 91}, {"+Inf", 88}} {
+			got, ok := w.Increase(detect.Sel("h_bucket", "le", c.le), from, to)
+			if !ok || got != c.want {
+				t.Errorf("Increase(le=%s) = %v, %v; want %v", c.le, got, ok, c.want)
+			}
+		}
+	})
 }
