@@ -386,10 +386,30 @@ func (p *points) dropBefore(seq uint64) int {
 	if k == 0 {
 		return 0
 	}
-	// Moving the rest down keeps the list's array, still accounted.
 	p.sealed = slices.Delete(p.sealed, 0, k)
 	p.bytes -= freed
-	return -freed
+	return p.fitSealed() - freed
+}
+
+// fitSealed moves the sealed list to an array of its length when chunks
+// were dropped or merged, and returns the change in bytes held. A series
+// holds a few entries of 32 bytes, and its list is one shorter than its
+// array about half the time (the chunk retention drops and the one sealed
+// next are scrapes apart), a fifth of a replica's entries: copying a few
+// entries once per chunk costs less.
+func (p *points) fitSealed() int {
+	if len(p.sealed) == cap(p.sealed) {
+		return 0
+	}
+	before := cap(p.sealed)
+	if len(p.sealed) == 0 {
+		p.sealed = nil
+	} else {
+		p.sealed = slices.Clone(p.sealed)
+	}
+	delta := (cap(p.sealed) - before) * sealedBytes
+	p.bytes += delta
+	return delta
 }
 
 // thinBefore thins the sealed chunks whose samples all lie before seq
@@ -476,7 +496,7 @@ func (p *points) thin(k int, slot uint64, buf []float64, sh *chunkShare) (delta 
 		p.linkRun(from)
 		p.linkRun(from + 1)
 		p.bytes += delta
-		return delta, buf
+		return delta + p.fitSealed(), buf
 	}
 }
 

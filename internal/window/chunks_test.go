@@ -396,3 +396,34 @@ func TestViewReadsEachSeriesOwnHead(t *testing.T) {
 		}
 	})
 }
+
+// Dropping and merging chunks leaves a series' list of entries the length
+// of its array, so that the accounting, which counts the array, counts no
+// entry that holds nothing.
+func TestSealedListFitsItsChunks(t *testing.T) {
+	var p points
+	var buf []float64
+	for seq := uint64(1); seq <= 12*samplesPerChunk; seq++ {
+		p.put(seq, float64(seq*3), nil)
+		if seq%samplesPerChunk == samplesPerChunk/2 && seq > 2*samplesPerChunk {
+			_, buf = p.thinBefore(seq-2*samplesPerChunk, 12, buf, nil)
+			if cap(p.sealed) != len(p.sealed) {
+				t.Fatalf("scrape %d, after thinning: %d entries in an array of %d", seq, len(p.sealed), cap(p.sealed))
+			}
+			p.dropBefore(max(seq, 8*samplesPerChunk) - 8*samplesPerChunk)
+			if cap(p.sealed) != len(p.sealed) {
+				t.Fatalf("scrape %d, after dropping: %d entries in an array of %d", seq, len(p.sealed), cap(p.sealed))
+			}
+		}
+		if got, want := p.bytes, recount(&p); got != want {
+			t.Fatalf("scrape %d: accounted %d bytes, holds %d", seq, got, want)
+		}
+	}
+	merged := false
+	for k := range p.sealed {
+		merged = merged || (p.sealed[k].run.thinned() && p.sealedEnd(k)-p.sealed[k].first > samplesPerChunk)
+	}
+	if !merged || p.sealed[0].first == 1 {
+		t.Fatalf("want merged thinned chunks and dropped ones, got %d chunks from seq %d", len(p.sealed), p.sealed[0].first)
+	}
+}
