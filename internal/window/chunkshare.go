@@ -18,14 +18,15 @@ import (
 // together, chunks share only when they start at the same seq and are
 // thinned alike, and only between series that thin alike (the ingest
 // keeps a table for each; a _sum or _count that has yet to learn whether
-// it thins shares nothing). Retention then drops the chunk from every
-// holder at the scrape the holders' next chunks start, which for series
-// sealed together is the same, and thinning rewrites it at the same age.
-// A holder whose later chunks start at other seqs (it missed a scrape the
-// others did not), or that the sweep frees, frees its entry at another
-// scrape; if the first holder frees it first, the bytes go uncounted until
-// the last holder frees them, at most maxThinnedSpan scrapes later, since
-// no chunk spans more.
+// it thins shares nothing). Equal bytes from the same seq are the same
+// samples at the same seqs (the bytes hold the gaps). Retention drops a
+// chunk, and thinning rewrites it, by where the holder's next sample is,
+// which for series scraped alike is the same scrape. A holder that went
+// without samples after the chunk (a series missing from some scrapes,
+// or gone) drops it later; if the first holder dropped it already, the
+// bytes go uncounted until then: for as long as that holder went without
+// a sample, at most the retention, after which the sweep frees a series
+// with no sample left.
 //
 // The table lives for one ingest: a replica seals most of its chunks in
 // one scrape every samplesPerChunk scrapes, and a table kept between them
