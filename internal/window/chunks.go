@@ -213,7 +213,8 @@ type xorHead struct {
 func (p *points) hasHead() bool { return p.headN > 0 }
 
 // put records v at seq; seqs only grow. A chunk it seals may share its
-// bytes through sh (nil: not). It returns the change in bytes held.
+// bytes through sh (nil: not). It returns the change in the replica's
+// accounting: the series' bytes held, and the shared chunks' table.
 func (p *points) put(seq uint64, v float64, sh *chunkShare) (delta int) {
 	if p.hasNewest && p.newest == seq {
 		p.newestVal = v
@@ -227,7 +228,7 @@ func (p *points) put(seq uint64, v float64, sh *chunkShare) (delta int) {
 }
 
 // encode appends one sample to the head chunk, sealing it when full (see
-// seal for sh).
+// seal for sh), and returns what put does.
 func (p *points) encode(seq uint64, v float64, sh *chunkShare) int {
 	before := p.bytes
 	p.bytes -= p.headBytes()
@@ -253,17 +254,20 @@ func (p *points) encode(seq uint64, v float64, sh *chunkShare) int {
 	p.headN++
 	p.headLast = seq
 	p.headRun.add(seq-p.headFirst, v)
+	shared := 0
 	if p.headN >= samplesPerChunk {
-		p.seal(sh)
+		shared = p.seal(sh)
 	} else {
 		p.bytes += p.headBytes()
 	}
-	return p.bytes - before
+	return p.bytes - before + shared
 }
 
 // seal moves the full head chunk to the sealed list, its bytes trimmed, or
 // shared with an equal chunk another series sealed through sh (nil: not).
-func (p *points) seal(sh *chunkShare) {
+// It returns what sharing added to the replica's accounting besides the
+// series' bytes (chunkShare.share).
+func (p *points) seal(sh *chunkShare) (shareDelta int) {
 	var data []byte
 	own := slices.Clone[[]byte] // the head's bytes are reused or grown: copied
 	switch {
@@ -279,7 +283,7 @@ func (p *points) seal(sh *chunkShare) {
 			data = p.xor.chunk.Bytes()
 		}
 	}
-	data, shared := sh.share(p.headFirst, false, data, own)
+	data, shared, shareDelta := sh.share(p.headFirst, false, data, own, p, len(p.sealed))
 	data = slices.Clip(data)
 	if shared {
 		p.headRun.flags |= runSharedBytes
@@ -295,6 +299,7 @@ func (p *points) seal(sh *chunkShare) {
 	p.linkRun(len(p.sealed) - 1)
 	p.bytes += cap(p.sealed)*sealedBytes + c.ownBytes()
 	p.headN, p.headInts, p.xor = 0, nil, nil
+	return shareDelta
 }
 
 // decimalHead returns the XOR head re-encoded as the integer deltas of its
@@ -374,13 +379,15 @@ func (p *points) sealedEnd(k int) uint64 {
 	}
 }
 
-// dropBefore frees the sealed chunks whose samples are all older than seq.
-// It returns the change in bytes held.
-func (p *points) dropBefore(seq uint64) int {
+// dropBefore frees the sealed chunks whose samples are all older than seq,
+// letting go of the shared bytes they held in held (nil: none). It returns
+// the change in the replica's accounting.
+func (p *points) dropBefore(seq uint64, held *sharedChunks) int {
 	k := 0
-	freed := 0
+	freed, sharedFreed := 0, 0
 	for k < len(p.sealed) && p.sealedEnd(k) <= seq {
 		freed += p.sealed[k].ownBytes()
+		sharedFreed += held.release(&p.sealed[k])
 		k++
 	}
 	if k == 0 {
@@ -388,7 +395,7 @@ func (p *points) dropBefore(seq uint64) int {
 	}
 	p.sealed = slices.Delete(p.sealed, 0, k)
 	p.bytes -= freed
-	return p.fitSealed() - freed
+	return p.fitSealed() - freed - sharedFreed
 }
 
 // fitSealed moves the sealed list to an array of its length when chunks
@@ -413,9 +420,9 @@ func (p *points) fitSealed() int {
 }
 
 // thinBefore thins the sealed chunks whose samples all lie before seq
-// (see thin), oldest first, and returns the change in bytes held. buf is
-// scratch for the decoded values, returned grown; a thinned chunk may
-// share its bytes through sh (nil: not).
+// (see thin), oldest first, and returns the change in the replica's
+// accounting. buf is scratch for the decoded values, returned grown; a
+// thinned chunk may share its bytes through sh (nil: not).
 func (p *points) thinBefore(seq, slot uint64, buf []float64, sh *chunkShare) (delta int, _ []float64) {
 	for k := 0; k < len(p.sealed); {
 		if p.sealed[k].run.thinned() {
@@ -483,12 +490,15 @@ func (p *points) thin(k int, slot uint64, buf []float64, sh *chunkShare) (delta 
 			from = k
 			continue
 		}
-		if data, shared := sh.share(merged.first, true, merged.bytes(), keep); shared {
+		data, shared, shareDelta := sh.share(merged.first, true, merged.bytes(), keep, p, from)
+		if shared {
 			merged.data = unsafe.SliceData(data)
 			merged.run.flags |= runSharedBytes
 		}
+		sharedFreed := 0
 		for i := from; i <= k; i++ {
 			delta -= p.sealed[i].ownBytes()
+			sharedFreed += sh.table().release(&p.sealed[i])
 		}
 		delta += merged.ownBytes()
 		p.sealed[from] = merged
@@ -496,7 +506,7 @@ func (p *points) thin(k int, slot uint64, buf []float64, sh *chunkShare) (delta 
 		p.linkRun(from)
 		p.linkRun(from + 1)
 		p.bytes += delta
-		return delta + p.fitSealed(), buf
+		return delta + p.fitSealed() + shareDelta - sharedFreed, buf
 	}
 }
 

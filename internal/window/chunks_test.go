@@ -410,7 +410,7 @@ func TestSealedListFitsItsChunks(t *testing.T) {
 			if cap(p.sealed) != len(p.sealed) {
 				t.Fatalf("scrape %d, after thinning: %d entries in an array of %d", seq, len(p.sealed), cap(p.sealed))
 			}
-			p.dropBefore(max(seq, 8*samplesPerChunk) - 8*samplesPerChunk)
+			p.dropBefore(max(seq, 8*samplesPerChunk)-8*samplesPerChunk, nil)
 			if cap(p.sealed) != len(p.sealed) {
 				t.Fatalf("scrape %d, after dropping: %d entries in an array of %d", seq, len(p.sealed), cap(p.sealed))
 			}

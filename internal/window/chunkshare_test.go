@@ -12,12 +12,12 @@ import (
 
 // The buckets of a histogram that hold the same samples (here the bucket
 // above every observation, +Inf, and _count) share their sealed and
-// thinned chunks' bytes: the first in the exposition carries them, the
-// others only their entries, and every series still reads its own values.
-// A series with other values shares nothing, nor does a counter with the
-// same values that is not thinned, and a series that missed a scrape stops
-// sharing once its chunks start at other seqs. Retention, sealing and
-// thinning keep each series' accounting equal to what it holds.
+// thinned chunks' bytes, counted once by the replica and by none of them,
+// and every series still reads its own values. A series with other values
+// shares nothing, nor does a counter with the same values that is not
+// thinned, and a series that missed a scrape stops sharing once its
+// chunks start at other seqs. Through sealing, thinning and retention the
+// replica's accounting stays what it holds.
 func TestEqualChunksShareBytes(t *testing.T) {
 	opts := Options{Retention: 25 * time.Minute, ScrapeInterval: 5 * time.Second, HistogramFullResolution: 12 * time.Minute}
 	s := newTestStore(t, opts)
@@ -28,6 +28,7 @@ func TestEqualChunksShareBytes(t *testing.T) {
 		v := float64(i * (3 + i%4)) // rising with changing steps
 		samples := append(bucketSamples(v, i), smp("h_sum", v/8), smp("h_count", v), smp("c_total", 2*v), smp("z_total", v))
 		mustAppend(t, s, okScrape("r", now, samples...))
+		checkAccounting(t, s.replicas["r"])
 	}
 	rec := func(family string, le string) *seriesRec {
 		for _, r := range s.replicas["r"].families[family] {
@@ -38,44 +39,34 @@ func TestEqualChunksShareBytes(t *testing.T) {
 		t.Fatalf("no series %s{le=%q}", family, le)
 		return nil
 	}
-	maker, inf, count := rec("h_bucket", "10"), rec("h_bucket", "+Inf"), rec("h_count", "")
+	first, inf, count := rec("h_bucket", "10"), rec("h_bucket", "+Inf"), rec("h_count", "")
 	gapped := rec("h_bucket", "20")
-	if len(maker.pts.sealed) < 2 || !maker.pts.sealed[0].run.thinned() || maker.pts.sealed[len(maker.pts.sealed)-1].run.thinned() {
-		t.Fatalf("want thinned and full-resolution chunks held, got %d chunks", len(maker.pts.sealed))
+	if len(first.pts.sealed) < 2 || !first.pts.sealed[0].run.thinned() || first.pts.sealed[len(first.pts.sealed)-1].run.thinned() {
+		t.Fatalf("want thinned and full-resolution chunks held, got %d chunks", len(first.pts.sealed))
 	}
-	if maker.pts.sealed[0].first == 0 {
+	if first.pts.sealed[0].first == 0 {
 		t.Fatal("retention dropped no chunk")
 	}
-	for _, sharer := range []*seriesRec{inf, count} {
-		if len(sharer.pts.sealed) != len(maker.pts.sealed) {
-			t.Fatalf("%s: %d chunks, the bucket before it %d", sharer.name, len(sharer.pts.sealed), len(maker.pts.sealed))
+	for _, r := range []*seriesRec{first, inf, count} {
+		if len(r.pts.sealed) != len(first.pts.sealed) {
+			t.Fatalf("%s: %d chunks, le=10 %d", r.name, len(r.pts.sealed), len(first.pts.sealed))
 		}
-		for k := range maker.pts.sealed {
-			m, c := &maker.pts.sealed[k], &sharer.pts.sealed[k]
-			if m.data != c.data {
-				t.Errorf("%s chunk %d (thinned %v): own bytes, want the equal chunk's of le=10", sharer.name, k, c.run.thinned())
-			}
-			if m.ownBytes() == 0 || c.ownBytes() != 0 {
-				t.Errorf("chunk %d: accounted %d bytes to le=10 and %d to %s, want all to le=10", k, m.ownBytes(), c.ownBytes(), sharer.name)
+		for k := range first.pts.sealed {
+			c := &r.pts.sealed[k]
+			if c.data != first.pts.sealed[k].data || c.ownBytes() != 0 {
+				t.Errorf("%s chunk %d (thinned %v): own bytes (%d accounted), want le=10's, counted by the replica", r.name, k, c.run.thinned(), c.ownBytes())
 			}
 		}
 	}
 	for _, own := range []*seriesRec{rec("c_total", ""), rec("z_total", "")} {
 		for k := range own.pts.sealed {
-			if c := &own.pts.sealed[k]; c.ownBytes() == 0 || slices.ContainsFunc(maker.pts.sealed, func(m sealedChunk) bool { return m.data == c.data }) {
+			if c := &own.pts.sealed[k]; c.ownBytes() == 0 || slices.ContainsFunc(first.pts.sealed, func(m sealedChunk) bool { return m.data == c.data }) {
 				t.Errorf("%s chunk %d shares bytes with a bucket", own.name, k)
 			}
 		}
 	}
-	if g := gapped.pts.sealed[len(gapped.pts.sealed)-1]; g.first == maker.pts.sealed[len(maker.pts.sealed)-1].first || g.ownBytes() == 0 {
+	if g := gapped.pts.sealed[len(gapped.pts.sealed)-1]; g.first == first.pts.sealed[len(first.pts.sealed)-1].first || g.ownBytes() == 0 {
 		t.Errorf("the bucket that missed a scrape still shares its newest chunk (first %d)", g.first)
-	}
-	for _, r := range s.replicas["r"].series {
-		for ; r != nil; r = r.next {
-			if got, want := r.pts.bytes, recount(&r.pts); got != want {
-				t.Errorf("%s%v: accounted %d bytes, holds %d", r.name, r.labels(), got, want)
-			}
-		}
 	}
 	withView(t, s, "r", func(w detect.Window) {
 		from := now.Add(-10 * time.Minute)
@@ -89,6 +80,74 @@ func TestEqualChunksShareBytes(t *testing.T) {
 			t.Errorf("Increase(le=1) = %v, %v; want 0", got, ok)
 		}
 	})
+}
+
+// A replica whose shared chunks lose their holders in any order (here the
+// series that made them stops first, then the others one by one, each
+// right after sealing a chunk, so that the sweep frees the series with
+// that chunk) counts the bytes until the last holder drops them, then
+// frees them.
+func TestSharedChunksFreedWithTheirLastHolder(t *testing.T) {
+	opts := Options{Retention: 10 * time.Minute, ScrapeInterval: 5 * time.Second}
+	s := newTestStore(t, opts)
+	r := func() *replica { return s.replicas["r"] }
+	stops := map[string]int{"a_total": 2*samplesPerChunk + 1, "b_total": 3*samplesPerChunk + 1, "c_total": 4*samplesPerChunk + 1}
+	for i := range 700 {
+		v := float64(i * (1 + i%3))
+		var samples []series.Sample
+		for _, name := range []string{"a_total", "b_total", "c_total"} {
+			if i < stops[name] {
+				samples = append(samples, smp(name, v))
+			}
+		}
+		samples = append(samples, smp("up", 1))
+		mustAppend(t, s, okScrape("r", t0.Add(time.Duration(i)*opts.ScrapeInterval), samples...))
+		checkAccounting(t, r())
+		if i == 2*samplesPerChunk && len(r().shared.holders) == 0 {
+			t.Fatal("three counters of equal values share no chunk")
+		}
+	}
+	if n := len(r().shared.holders); n != 0 {
+		t.Errorf("%d shared chunks still counted after every holder stopped past the retention", n)
+	}
+}
+
+// checkAccounting fails the test unless the replica's accounting is what
+// it holds: every series' record and points (its own chunks' bytes),
+// the label sets its series made, each shared chunk's bytes and table
+// entry once, and the scrape times and last scrape's order; and unless
+// the shared table counts exactly the entries that hold each chunk.
+func checkAccounting(t *testing.T, r *replica) {
+	t.Helper()
+	want := 8*len(r.times.buf) + 8*cap(r.order)
+	holders := map[*byte]int32{}
+	size := map[*byte]int{}
+	for _, head := range r.series {
+		for rec := head; rec != nil; rec = rec.next {
+			if got := recount(&rec.pts); rec.pts.bytes != got {
+				t.Fatalf("%s%v: accounted %d bytes, holds %d", rec.name, rec.labels(), rec.pts.bytes, got)
+			}
+			want += rec.ownBytes()
+			for k := range rec.pts.sealed {
+				if c := &rec.pts.sealed[k]; c.run.flags&runSharedBytes != 0 {
+					holders[c.data]++
+					size[c.data] = int(c.run.size)
+				}
+			}
+		}
+	}
+	for data, n := range size {
+		want += n + sharedEntryBytes
+		if got := r.shared.holders[data]; got != holders[data] {
+			t.Fatalf("a shared chunk of %d bytes: table counts %d holders, %d entries hold it", n, got, holders[data])
+		}
+	}
+	if len(r.shared.holders) != len(size) {
+		t.Fatalf("table counts %d shared chunks, entries hold %d", len(r.shared.holders), len(size))
+	}
+	if r.bytes != want {
+		t.Fatalf("replica accounted %d bytes, holds %d", r.bytes, want)
+	}
 }
 
 // bucketSamples are a histogram whose observations all fall between 1
@@ -113,17 +172,24 @@ func recount(p *points) int {
 }
 
 // A chunk shares only with a chunk of equal bytes that starts at the same
-// seq and is thinned alike; a hash collision keeps its own bytes and
-// leaves the table's entry as it was; a nil table shares nothing.
+// seq, is thinned alike and is still held by the series that made it; the
+// first share passes the bytes from the maker's accounting to the table,
+// which counts every holder and frees the bytes with the last. A hash
+// collision keeps its own bytes and leaves the table's entry as it was; a
+// nil chunkShare shares nothing.
 func TestChunkShareKeys(t *testing.T) {
 	seed := maphash.MakeSeed()
-	s := &chunkShare{seed: seed}
+	var table sharedChunks
+	s := &chunkShare{seed: seed, held: &table}
 	a, b := []byte{2, 4, 6, 8}, []byte{2, 4, 6, 9}
 	clone := slices.Clone[[]byte]
-	held, shared := s.share(7, false, a, clone)
-	if shared || &held[0] == &a[0] || !slices.Equal(held, a) {
-		t.Fatalf("first chunk: shared %v, copied %v; want a copy held", shared, &held[0] != &a[0])
+	maker := &points{}
+	held, shared, delta := s.share(7, false, a, clone, maker, 0)
+	if shared || delta != 0 || &held[0] == &a[0] || !slices.Equal(held, a) {
+		t.Fatalf("first chunk: shared %v, delta %d, copied %v; want a copy held", shared, delta, &held[0] != &a[0])
 	}
+	maker.sealed = []sealedChunk{newSealedChunk(7, held, run{})}
+	maker.bytes = recount(maker)
 	for _, c := range []struct {
 		name    string
 		first   uint64
@@ -135,25 +201,52 @@ func TestChunkShareKeys(t *testing.T) {
 		{"other bytes", 7, false, b, false},
 		{"other first seq", 8, false, slices.Clone(a), false},
 		{"thinned", 7, true, slices.Clone(a), false},
+		{"equal again", 7, false, slices.Clone(a), true},
 	} {
-		got, shared := s.share(c.first, c.thinned, c.data, clone)
+		got, shared, _ := s.share(c.first, c.thinned, c.data, clone, &points{}, 0)
 		if shared != c.want || (&got[0] == &held[0]) != c.want || !slices.Equal(got, c.data) {
 			t.Errorf("%s: shared %v, same bytes %v; want %v", c.name, shared, &got[0] == &held[0], c.want)
 		}
 	}
+	if m := &maker.sealed[0]; m.ownBytes() != 0 || maker.bytes != recount(maker) || table.holders[m.data] != 3 {
+		t.Errorf("after two shares: maker accounts %d of its chunk's bytes (series %d, holds %d), table counts %d holders; want 0, and 3",
+			m.ownBytes(), maker.bytes, recount(maker), table.holders[m.data])
+	}
+	sharer := newSealedChunk(7, held, run{flags: runSharedBytes})
+	for i, want := range []int{0, 0, len(a) + sharedEntryBytes} {
+		c := &sharer
+		if i == 0 {
+			c = &maker.sealed[0] // the maker lets go first
+		}
+		if got := table.release(c); got != want {
+			t.Errorf("release %d of 3: frees %d bytes, want %d", i+1, got, want)
+		}
+	}
+	if len(table.holders) != 0 {
+		t.Errorf("table holds %d chunks after the last holder let go", len(table.holders))
+	}
 
-	planted := []byte{1, 1, 1}
-	key := shareKey{first: 9, sum: maphash.Bytes(seed, a)}
+	// The maker thinned its chunk again in this ingest: its bytes are
+	// no longer held, so they are not shared.
+	gone := &points{}
+	g, _, _ := s.share(9, true, b, clone, gone, 0)
+	gone.sealed = []sealedChunk{newSealedChunk(9, slices.Clone(b), run{})}
+	if got, shared, _ := s.share(9, true, slices.Clone(b), clone, &points{}, 0); shared || &got[0] == &g[0] {
+		t.Errorf("bytes their maker no longer holds: shared %v", shared)
+	}
+
+	planted := madeChunk{data: []byte{1, 1, 1}, p: maker, k: 0}
+	key := shareKey{first: 11, sum: maphash.Bytes(seed, a)}
 	s.byChunk[key] = planted
-	if got, shared := s.share(9, false, a, clone); shared || !slices.Equal(got, a) {
+	if got, shared, _ := s.share(11, false, a, clone, &points{}, 0); shared || !slices.Equal(got, a) {
 		t.Errorf("a colliding chunk: shared %v, bytes %v; want its own %v", shared, got, a)
 	}
-	if !slices.Equal(s.byChunk[key], planted) {
-		t.Errorf("a colliding chunk replaced the entry: %v", s.byChunk[key])
+	if !slices.Equal(s.byChunk[key].data, planted.data) {
+		t.Errorf("a colliding chunk replaced the entry: %v", s.byChunk[key].data)
 	}
 
 	var none *chunkShare
-	if got, shared := none.share(7, false, a, clone); shared || &got[0] == &a[0] || !slices.Equal(got, a) {
-		t.Errorf("nil table: shared %v, copied %v", shared, &got[0] != &a[0])
+	if got, shared, _ := none.share(7, false, a, clone, maker, 0); shared || &got[0] == &a[0] || !slices.Equal(got, a) {
+		t.Errorf("nil chunkShare: shared %v, copied %v", shared, &got[0] != &a[0])
 	}
 }

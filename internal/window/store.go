@@ -246,8 +246,11 @@ type replica struct {
 
 	// sets is the store's label sets, shared with its other replicas.
 	sets *labelSets
+	// shared is the chunk bytes that several of its series hold.
+	shared sharedChunks
 	// bytes is the window's memory in the store's accounting: the series'
-	// encoded points and records, and the label sets they made.
+	// encoded points and records, the label sets they made, and the chunk
+	// bytes they share.
 	bytes int
 	// thinBuf is points.thin's scratch.
 	thinBuf []float64
@@ -553,7 +556,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	// Chunks share bytes only between series that thin alike (see
 	// chunkShare), and not while a _sum or _count is yet to learn whether
 	// it thins.
-	shares := [2]chunkShare{{seed: r.seed}, {seed: r.seed}}
+	shares := [2]chunkShare{{seed: r.seed, held: &r.shared}, {seed: r.seed, held: &r.shared}}
 	for i := range g.Samples {
 		smp := &g.Samples[i]
 		var h uint64
@@ -565,7 +568,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		r.remember(i, rec) // nil while a new series is not admitted
 		switch {
 		case rec != nil:
-			r.bytes += rec.pts.dropBefore(oldest)
+			r.bytes += rec.pts.dropBefore(oldest, &r.shared)
 			if rec.histogramPart && thinBefore > 0 {
 				rec.thins, rec.histogramPart = r.exposesBuckets(rec.name), false
 			}
@@ -732,13 +735,16 @@ func (r *replica) sweep() {
 		for rec := head; rec != nil; {
 			next := rec.next
 			if rec.pts.end() > oldest {
-				r.bytes += rec.pts.dropBefore(oldest)
+				r.bytes += rec.pts.dropBefore(oldest, &r.shared)
 				rec.next = keep
 				keep = rec
 			} else {
 				removed = true
 				r.nSeries--
 				r.bytes -= rec.ownBytes()
+				for k := range rec.pts.sealed {
+					r.bytes -= r.shared.release(&rec.pts.sealed[k])
+				}
 				fam := r.families[rec.name]
 				for i, f := range fam {
 					if f == rec {
