@@ -55,8 +55,8 @@ func newSealedChunk(first uint64, data []byte, r run) sealedChunk {
 func (c *sealedChunk) bytes() []byte { return unsafe.Slice(c.data, c.run.size) }
 
 // ownBytes is what the chunk's bytes add to its series' accounting:
-// nothing when they are shared with a chunk of another series that
-// carries them (chunkShare).
+// nothing when several series hold them, as the replica counts them then
+// (sharedChunks).
 func (c *sealedChunk) ownBytes() int {
 	if c.run.flags&runSharedBytes != 0 {
 		return 0
@@ -102,8 +102,9 @@ const (
 	// that reached no higher than that continues into it without a drop,
 	// and the chunk's bytes need not be read for its first value.
 	runAbovePrevious
-	// runSharedBytes: the chunk's bytes are another series' chunk's, which
-	// carries them in the accounting (chunkShare).
+	// runSharedBytes: the chunk's bytes are held by several series and
+	// counted by the replica's sharedChunks, not by the series
+	// (chunkShare).
 	runSharedBytes
 )
 

@@ -17,10 +17,12 @@ import (
 // Chunks share only when they start at the same seq and are thinned
 // alike, and only between series that thin alike (the ingest keeps a
 // table for each; a _sum or _count that has yet to learn whether it thins
-// shares nothing), so that their holders usually drop them at the same
-// scrape. Bytes that several series hold are counted by the replica
-// (sharedChunks) once, for as long as any series holds them, and by no
-// series: the accounting stays exact whichever holder drops them last.
+// shares nothing): bytes shared with a series that thins differently
+// would be rewritten by one of them a quarter of an hour later. Bytes
+// that several series hold are counted by the replica (sharedChunks)
+// once, for as long as any series holds them, and by no series: the
+// accounting stays exact whichever holder drops them last (a series
+// missing from some scrapes drops its chunks later than the others).
 //
 // The table lives for one ingest: a replica seals most of its chunks in
 // one scrape every samplesPerChunk scrapes, and a table kept between them
