@@ -18,7 +18,8 @@ import (
 // alike, and only between series that thin alike (the ingest keeps a
 // table for each; a _sum or _count that has yet to learn whether it thins
 // shares nothing): bytes shared with a series that thins differently
-// would be rewritten by one of them a quarter of an hour later. Bytes
+// would be rewritten by one of them once older than
+// Options.HistogramFullResolution. Bytes
 // that several series hold are counted by the replica (sharedChunks)
 // once, for as long as any series holds them, and by no series: the
 // accounting stays exact whichever holder drops them last (a series
