@@ -16,13 +16,15 @@
 // value stays unencoded, so a duplicate in one scrape overwrites it and
 // Last needs no decoding. Retention frees whole chunks, so a series holds
 // at most one chunk past the window. Every series of the store with the
-// same labels, of any replica, shares one label set (labelSets). A View
-// decodes each chunk it reads at most once, into a slab reused between
-// Views.
+// same labels, of any replica, shares one label set (labelSets), and the
+// series of a replica that seal equal chunks together hold one copy of
+// their bytes (chunkShare). A View decodes each chunk it reads at most
+// once, into a slab reused between Views.
 //
 // Memory is accounted and bounded: the store counts each replica's bytes
 // (chunks, chunk lists, head chunks, series records, label sets, scrape
-// times) and exports the sum per target as
+// times; a chunk several series share once) and exports the sum per
+// target as
 // watchdog_window_bytes. Points older than Retention are dropped; a
 // replica holds at most MaxPointsPerSeries scrapes and MaxSeriesPerReplica
 // series; and its window is kept within MaxBytesPerReplica: new series are
@@ -207,7 +209,7 @@ func New(opts Options, reg prometheus.Registerer) (*Store, error) {
 		}, []string{"target"}),
 		bytesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "watchdog_window_bytes",
-			Help: "Memory held by the sliding windows in the store's own accounting (encoded points, series records, the label sets its series made), per scrape target.",
+			Help: "Memory held by the sliding windows in the store's own accounting (encoded points, a chunk its series share counted once, series records, the label sets its series made), per scrape target.",
 		}, []string{"target"}),
 		replicasGauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "watchdog_replicas",
