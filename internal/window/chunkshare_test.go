@@ -235,7 +235,10 @@ func TestChunkShareKeys(t *testing.T) {
 		t.Errorf("bytes their maker no longer holds: shared %v", shared)
 	}
 
-	planted := madeChunk{data: []byte{1, 1, 1}, p: maker, k: 0}
+	// An entry whose hash a's meets, held by its maker.
+	holder := &points{}
+	planted := madeChunk{data: []byte{1, 1, 1}, p: holder, k: 0}
+	holder.sealed = []sealedChunk{newSealedChunk(11, planted.data, run{})}
 	key := shareKey{first: 11, sum: maphash.Bytes(seed, a)}
 	s.byChunk[key] = planted
 	if got, shared, _ := s.share(11, false, a, clone, &points{}, 0); shared || !slices.Equal(got, a) {
