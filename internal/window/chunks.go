@@ -291,8 +291,8 @@ func (p *points) seal(sh *chunkShare) (shareDelta int) {
 	}
 	p.bytes -= cap(p.sealed) * sealedBytes
 	if len(p.sealed) == cap(p.sealed) {
-		// One spare entry, not doubling: the list reaches a steady
-		// length at which a chunk is dropped for every one sealed.
+		// Room for this entry only, not doubling: a series holds a few
+		// entries, and fitSealed gives back what a drop or merge frees.
 		p.sealed = append(make([]sealedChunk, 0, len(p.sealed)+1), p.sealed...)
 	}
 	c := newSealedChunk(p.headFirst, data, p.headRun)

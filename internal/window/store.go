@@ -95,12 +95,13 @@ type Options struct {
 	// Default: Retention/ScrapeInterval plus 20% for scrape jitter.
 	MaxPointsPerSeries int
 	// MaxBytesPerReplica is the memory budget of one replica's window, in
-	// the store's own accounting (encoded points, per-series records, the
-	// label sets its series made). New series are admitted while the window is below half of
+	// the store's own accounting (encoded points, a chunk its series share
+	// counted once, per-series records, the label sets its series made).
+	// New series are admitted while the window is below half of
 	// it, the other half being headroom for the points of the series held;
 	// at the budget, samples of known series are dropped too
-	// (ErrMemoryBudget either way). Default 4 MiB: about 9 times what the
-	// full current SGLang exposition (477 series, ≈460 KiB) costs at the
+	// (ErrMemoryBudget either way). Default 4 MiB: about 10 times what the
+	// full current SGLang exposition (477 series, ≈393 KiB) costs at the
 	// default retention of 65 minutes at 5 s.
 	MaxBytesPerReplica int
 	// HistogramFullResolution is how long the counters of a histogram
