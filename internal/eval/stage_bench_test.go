@@ -85,6 +85,39 @@ func BenchmarkStageParseFilter(b *testing.B) {
 	}
 }
 
+// BenchmarkStageParseFilterFleet is BenchmarkStageParseFilter over the
+// moving bodies of the loopback fleet's eight sources, read in turn by one
+// decoder, as a scraper taken from the pool reads whichever replica is due:
+// the same texts in the same order, but values that move and each source's
+// own pid-labelled lines. Per scrape.
+func BenchmarkStageParseFilterFleet(b *testing.B) {
+	const sources = 8
+	at := time.Unix(1_800_000_000, 0)
+	fleet, err := sim.NewLoopback(sim.LoopbackConfig{Replicas: sources, Seed: 1, Now: func() time.Time { return at }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := fleet.Handler()
+	var bodies [][]byte
+	for range 4 {
+		at = at.Add(window.DefaultScrapeInterval)
+		for i := range sources {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, sim.MetricsPath(i), nil))
+			bodies = append(bodies, rec.Body.Bytes())
+		}
+	}
+	dec := scrape.NewKeepingDecoder(assess.Reads(detect.DefaultConfig()))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := dec.Decode(bodies[i%len(bodies)], 0); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
 // stageFixture is a store holding 800 scrapes (an hour and 6 minutes at
 // 5 s) of the full exposition through the daemon's path, and that path.
 type stageFixture struct {

@@ -25,7 +25,8 @@ const fuzzMaxSeries = 1000
 // through the daemon's parse path: textparse, the keep filter and
 // normalization. Nothing may panic; a body textparse accepts must split
 // into exactly the labels textparse itself builds, and parse the same again
-// from the parser's cache of splits; the filtered parse must
+// from the parser's cache of splits; a keeping parser that read a release
+// before must read the body as a fresh one does; the filtered parse must
 // be the unfiltered one minus the dropped families; normalization must
 // produce no more series than samples (bounded output) and fail only with
 // the series limit.
@@ -40,7 +41,21 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n"))
 	f.Add([]byte("{\"sglang:num_running_reqs\",\"a.b\"=\"x\\\"y\\\\z\\n\"} 1 123\n"))
 	f.Add([]byte("sglang_num_running_reqs { model_name = \"m\" , } NaN\n"))
+	warmBody, err := fixture.SGLang(fixture.CurrentFull)
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// A keeping parser that read a replica's exposition reads the
+		// body from its caches where it can, and returns what textparse's
+		// path returns, the second time too.
+		warm := newTextParser(newKeepSet(fuzzKeep).filter())
+		if _, err := warm.Parse(nil, warmBody); err != nil {
+			t.Fatal(err)
+		}
+		sameAsFresh(t, warm, body)
+		sameAsFresh(t, warm, body)
+
 		p := NewParser()
 		all, err := p.Parse(nil, body)
 		if err != nil {

@@ -64,8 +64,11 @@ const maxSplits = 16384
 //
 // A replica sends the same series texts every scrape, and the replicas of
 // one model mostly the same ones, so the split of a series is cached under
-// its text, as Prometheus' scrape cache keys series by theirs: a series
-// seen before costs the lexing and one map lookup.
+// its text, as Prometheus' scrape cache keys series by theirs. A keeping
+// parser reads a body whose every line it read before from that cache
+// alone (known): a sample then costs finding its value from the line's end,
+// one map lookup and strconv.ParseFloat, and textparse lexes only bodies
+// with a line it has not seen.
 type textParser struct {
 	keep    *keepFilter // nil keeps every family
 	symbols *labels.SymbolTable
@@ -77,12 +80,22 @@ type textParser struct {
 	family  []byte            // the family of the last TYPE line
 	ftype   model.MetricType
 	kept    []byte // the lines of the body textparse reads (keptLines)
+	// fromCache: the last Parse read the body from the caches alone
+	// (known), without textparse.
+	fromCache bool
+	// order is the splits of the kept samples known read last, in the
+	// body's order. The next body, of this replica or another of the same
+	// model, mostly holds the same texts in the same order: a sample is
+	// first compared with the split at its position, and the map hashed
+	// into only when that is another.
+	order []split
 }
 
 // split is what a series text parses to under one TYPE line (a
 // histogram's le or a summary's quantile is rendered canonically, a
 // gauge's is kept as written). A dropped series caches only drop.
 type split struct {
+	text   string // the series text, the cache's key
 	family string // the TYPE line's family, interned
 	ftype  model.MetricType
 	drop   bool
@@ -96,6 +109,7 @@ func newTextParser(keep *keepFilter) *textParser {
 
 // Parse implements Parser.
 func (p *textParser) Parse(dst []RawSample, body []byte) ([]RawSample, error) {
+	p.fromCache = false
 	if len(p.strs) > maxInterned {
 		clear(p.strs)
 	}
@@ -105,11 +119,31 @@ func (p *textParser) Parse(dst []RawSample, body []byte) ([]RawSample, error) {
 	if len(p.splits) >= maxSplits {
 		clear(p.splits)
 	}
-	if i := bytes.IndexByte(body, 0); i >= 0 {
-		// textparse's lexer reads a NUL as the end of input and would
-		// return a silently truncated scrape; the text format has none.
-		return dst, fmt.Errorf("line %d: NUL byte in the exposition", bytes.Count(body[:i], []byte{'\n'})+1)
+	if err := nulError(body); err != nil {
+		return dst, err
 	}
+	if p.keep != nil {
+		if out, ok := p.known(dst, body); ok {
+			p.fromCache = true
+			return out, nil
+		}
+	}
+	return p.parseRead(dst, body)
+}
+
+// nulError refuses a body with a NUL byte: textparse's lexer reads one as
+// the end of input and would return a silently truncated scrape; the text
+// format has none.
+func nulError(body []byte) error {
+	if i := bytes.IndexByte(body, 0); i >= 0 {
+		return fmt.Errorf("line %d: NUL byte in the exposition", bytes.Count(body[:i], []byte{'\n'})+1)
+	}
+	return nil
+}
+
+// parseRead parses body with textparse: the lines keptLines keeps, for a
+// keeping parser, else all.
+func (p *textParser) parseRead(dst []RawSample, body []byte) ([]RawSample, error) {
 	if p.keep != nil {
 		p.kept = p.keptLines(p.kept[:0], body)
 		out, err := p.parse(dst, p.kept)
@@ -235,7 +269,8 @@ func (p *textParser) cache(raw []byte, c split) {
 		return
 	}
 	c.family, c.ftype = p.intern(p.family), p.ftype
-	p.splits[string(raw)] = c
+	c.text = string(raw)
+	p.splits[c.text] = c
 }
 
 // failedLine is the line number of the entry after the first entries ones:
