@@ -18,12 +18,12 @@ import (
 // of a scrape's cost.
 //
 // It returns false, and dst as it came, at the first line it cannot read
-// so: a series text not cached, a timestamp, a TYPE line in another
-// form, anything unusual.
-// The caller then parses the body with textparse, which judges the line and
-// caches what it splits. So known accepts a subset of what textparse
-// accepts and returns what the textparse path would, sample for sample
-// (FuzzParse and TestKnownBodiesReadAsTextparseReads them check it):
+// so: a series text not cached, a timestamp, a TYPE line in another form,
+// anything unusual. The caller then parses the body with textparse, which
+// judges the line and caches what it splits. So known accepts a subset of
+// what textparse accepts and returns what the textparse path would, sample
+// for sample (FuzzParse and TestKnownBodiesReadAsTextparseReadsThem check
+// it):
 //   - A cached series text was lexed by textparse from the start of a line;
 //     the same bytes at the start of another line lex the same, and a blank
 //     then a value token ([^{ \t\n]+) then blanks and the line's end are
