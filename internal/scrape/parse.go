@@ -65,10 +65,11 @@ const maxSplits = 16384
 // A replica sends the same series texts every scrape, and the replicas of
 // one model mostly the same ones, so the split of a series is cached under
 // its text, as Prometheus' scrape cache keys series by theirs. A keeping
-// parser reads a body whose every line it read before from that cache
-// alone (known): a sample then costs finding its value from the line's end,
-// one map lookup and strconv.ParseFloat, and textparse lexes only bodies
-// with a line it has not seen.
+// parser reads a body whose every line to read it read before from that
+// cache alone (known): a sample then costs finding its value from the
+// line's end, comparing its text with the one at its position in the last
+// body (a map lookup when that is another) and strconv.ParseFloat, and
+// textparse lexes only bodies with a line it has not seen.
 type textParser struct {
 	keep    *keepFilter // nil keeps every family
 	symbols *labels.SymbolTable
