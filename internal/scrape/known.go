@@ -66,11 +66,11 @@ func (p *textParser) known(dst []RawSample, body []byte) ([]RawSample, bool) {
 			continue
 		}
 		if n := len(lastName); n == 0 || n >= len(line) || !isNameEnd(line[n]) || !bytes.Equal(line[:n], lastName) {
-			n = metricNameLen(line)
-			if n == 0 || n == len(line) || !isNameEnd(line[n]) {
+			name := plainName(line)
+			if name == nil {
 				return dst[:n0], false
 			}
-			lastName, lastKept = line[:n], p.keep.keeps(line[:n])
+			lastName, lastKept = name, p.keep.keeps(name)
 		}
 		if !lastKept {
 			continue

@@ -1,13 +1,10 @@
 package scrape
 
 import (
-	"fmt"
-	"math"
 	"strings"
 	"testing"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
-	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // sampleLines renders raw samples in the order returned, labels as
@@ -15,7 +12,7 @@ import (
 func sampleLines(raw []RawSample) []string {
 	out := make([]string, 0, len(raw))
 	for _, rs := range raw {
-		out = append(out, fmt.Sprintf("%s%s %016x", rs.Name, series.Labels(rs.Labels), math.Float64bits(rs.Value)))
+		out = append(out, sampleLine(rs.Name, rs.Labels, rs.Value))
 	}
 	return out
 }
@@ -89,6 +86,7 @@ func TestKnownBodiesReadAsTextparseReadsThem(t *testing.T) {
 		{"the families in another order", hist + typ + run + " 3\n", true},
 		{"a dropped name that starts a kept one", "sglang:num_running 1\n" + typ + run + " 3\n", true},
 		{"a NUL in a comment", "# a \x00\n" + base, false},
+		{"a dropped name followed by no blank or brace", "sglang:func_latency_seconds\"x\" 1\n" + base, false},
 		{"a series not seen", typ + `sglang:num_running_reqs{model_name="m",tp_rank="1"} 3` + "\n", false},
 		{"a timestamp", typ + run + " 3 1700000000000\n", false},
 		{"a timestamp out of range", typ + run + " 3 99999999999999999999\n", false},

@@ -180,7 +180,7 @@ func (p *textParser) keptLines(out, body []byte) []byte {
 		if bytes.HasPrefix(line, helpPrefix) {
 			continue
 		}
-		if n := metricNameLen(line); n > 0 && n < len(line) && isNameEnd(line[n]) && !p.keep.keeps(line[:n]) {
+		if name := plainName(line); name != nil && !p.keep.keeps(name) {
 			continue
 		}
 		out = append(out, line...)
@@ -202,6 +202,17 @@ func metricNameLen(line []byte) int {
 		}
 	}
 	return len(line)
+}
+
+// plainName is the metric name a sample line starts with, when it is
+// plainly one (unquoted, followed by '{' or a blank); nil otherwise, for
+// textparse to judge.
+func plainName(line []byte) []byte {
+	n := metricNameLen(line)
+	if n == 0 || n >= len(line) || !isNameEnd(line[n]) {
+		return nil
+	}
+	return line[:n]
 }
 
 // isNameEnd reports whether c may follow a sample's metric name.

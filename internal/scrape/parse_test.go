@@ -21,10 +21,15 @@ func renderRaw(raw []RawSample) []string {
 	for _, rs := range raw {
 		ls := slices.Clone(rs.Labels)
 		sortLabels(ls)
-		out = append(out, fmt.Sprintf("%s%s %016x", rs.Name, series.Labels(ls), math.Float64bits(rs.Value)))
+		out = append(out, sampleLine(rs.Name, ls, rs.Value))
 	}
 	slices.Sort(out)
 	return out
+}
+
+// sampleLine renders one sample, its value bit-exact.
+func sampleLine(name string, ls []series.Label, v float64) string {
+	return fmt.Sprintf("%s%s %016x", name, series.Labels(ls), math.Float64bits(v))
 }
 
 // renderGroups renders normalized groups the same way.
