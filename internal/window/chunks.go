@@ -194,10 +194,13 @@ type points struct {
 	newest    uint64        // seq of the unencoded newest value
 	newestVal float64
 	headRun   run // the head chunk's summary, sealed with it
-	bytes     int // bytes held: sealed chunks and their list, the head chunk and its appender
-	// Side by side, so that they share one word of padding.
+	// Side by side, so that they share one word.
 	headN     uint16 // samples in the head; 0: no head
 	hasNewest bool
+	// owner is the yes-or-no facts of the series these points are (a
+	// seriesRec's flags), in a byte the word has to spare: a record then
+	// fits the allocator's 160-byte class, not its 192 one.
+	owner recFlags
 	// headZeros: how many of the integer head's last samples kept their
 	// step, each headZeroGap after the one before (appendIntSample).
 	headZeros   uint16
@@ -231,8 +234,7 @@ func (p *points) put(seq uint64, v float64, sh *chunkShare) (delta int) {
 // encode appends one sample to the head chunk, sealing it when full (see
 // seal for sh), and returns what put does.
 func (p *points) encode(seq uint64, v float64, sh *chunkShare) int {
-	before := p.bytes
-	p.bytes -= p.headBytes()
+	delta := -p.headBytes()
 	if !p.hasHead() {
 		p.headFirst, p.headInts, p.headInt, p.headStep = seq, nil, 0, 0
 		p.headRun, p.headZeros = run{}, 0
@@ -255,20 +257,18 @@ func (p *points) encode(seq uint64, v float64, sh *chunkShare) int {
 	p.headN++
 	p.headLast = seq
 	p.headRun.add(seq-p.headFirst, v)
-	shared := 0
 	if p.headN >= samplesPerChunk {
-		shared = p.seal(sh)
-	} else {
-		p.bytes += p.headBytes()
+		return delta + p.seal(sh)
 	}
-	return p.bytes - before + shared
+	return delta + p.headBytes()
 }
 
 // seal moves the full head chunk to the sealed list, its bytes trimmed, or
 // shared with an equal chunk another series sealed through sh (nil: not).
-// It returns what sharing added to the replica's accounting besides the
-// series' bytes (chunkShare.share).
-func (p *points) seal(sh *chunkShare) (shareDelta int) {
+// It returns the change in the replica's accounting besides the head's
+// bytes: the list and the chunk's own bytes, and what sharing added
+// (chunkShare.share).
+func (p *points) seal(sh *chunkShare) (delta int) {
 	var data []byte
 	own := slices.Clone[[]byte] // the head's bytes are reused or grown: copied
 	switch {
@@ -289,7 +289,7 @@ func (p *points) seal(sh *chunkShare) (shareDelta int) {
 	if shared {
 		p.headRun.flags |= runSharedBytes
 	}
-	p.bytes -= cap(p.sealed) * sealedBytes
+	delta = shareDelta - cap(p.sealed)*sealedBytes
 	if len(p.sealed) == cap(p.sealed) {
 		// Room for this entry only, not doubling: a series holds a few
 		// entries, and fitSealed gives back what a drop or merge frees.
@@ -298,9 +298,8 @@ func (p *points) seal(sh *chunkShare) (shareDelta int) {
 	c := newSealedChunk(p.headFirst, data, p.headRun)
 	p.sealed = append(p.sealed, c)
 	p.linkRun(len(p.sealed) - 1)
-	p.bytes += cap(p.sealed)*sealedBytes + c.ownBytes()
 	p.headN, p.headInts, p.xor = 0, nil, nil
-	return shareDelta
+	return delta + cap(p.sealed)*sealedBytes + c.ownBytes()
 }
 
 // decimalHead returns the XOR head re-encoded as the integer deltas of its
@@ -338,6 +337,17 @@ func (p *points) toXOR() {
 		app.Append(0, int64(seq), float64(v))
 	}
 	p.xor, p.headInts = &xorHead{chunk: c, app: app}, nil
+}
+
+// heldBytes is what the series' points hold in the store's accounting:
+// the sealed list, the sealed chunks' bytes not shared (shared ones the
+// replica counts), and the head chunk.
+func (p *points) heldBytes() int {
+	n := cap(p.sealed)*sealedBytes + p.headBytes()
+	for k := range p.sealed {
+		n += p.sealed[k].ownBytes()
+	}
+	return n
 }
 
 // headBytes is what the head chunk holds in the store's accounting.
@@ -395,7 +405,6 @@ func (p *points) dropBefore(seq uint64, held *sharedChunks) int {
 		return 0
 	}
 	p.sealed = slices.Delete(p.sealed, 0, k)
-	p.bytes -= freed
 	return p.fitSealed() - freed - sharedFreed
 }
 
@@ -415,9 +424,7 @@ func (p *points) fitSealed() int {
 	} else {
 		p.sealed = slices.Clone(p.sealed)
 	}
-	delta := (cap(p.sealed) - before) * sealedBytes
-	p.bytes += delta
-	return delta
+	return (cap(p.sealed) - before) * sealedBytes
 }
 
 // thinBefore thins the sealed chunks whose samples all lie before seq
@@ -506,7 +513,6 @@ func (p *points) thin(k int, slot uint64, buf []float64, sh *chunkShare) (delta 
 		p.sealed = slices.Delete(p.sealed, from+1, k+1)
 		p.linkRun(from)
 		p.linkRun(from + 1)
-		p.bytes += delta
 		return delta + p.fitSealed() + shareDelta - sharedFreed, buf
 	}
 }

@@ -399,23 +399,27 @@ func TestViewReadsEachSeriesOwnHead(t *testing.T) {
 
 // Dropping and merging chunks leaves a series' list of entries the length
 // of its array, so that the accounting, which counts the array, counts no
-// entry that holds nothing.
+// entry that holds nothing; and the changes in bytes that putting,
+// thinning and dropping return add up to what the points hold.
 func TestSealedListFitsItsChunks(t *testing.T) {
 	var p points
 	var buf []float64
+	accounted := 0
 	for seq := uint64(1); seq <= 12*samplesPerChunk; seq++ {
-		p.put(seq, float64(seq*3), nil)
+		accounted += p.put(seq, float64(seq*3), nil)
 		if seq%samplesPerChunk == samplesPerChunk/2 && seq > 2*samplesPerChunk {
-			_, buf = p.thinBefore(seq-2*samplesPerChunk, 12, buf, nil)
+			var d int
+			d, buf = p.thinBefore(seq-2*samplesPerChunk, 12, buf, nil)
+			accounted += d
 			if cap(p.sealed) != len(p.sealed) {
 				t.Fatalf("scrape %d, after thinning: %d entries in an array of %d", seq, len(p.sealed), cap(p.sealed))
 			}
-			p.dropBefore(max(seq, 8*samplesPerChunk)-8*samplesPerChunk, nil)
+			accounted += p.dropBefore(max(seq, 8*samplesPerChunk)-8*samplesPerChunk, nil)
 			if cap(p.sealed) != len(p.sealed) {
 				t.Fatalf("scrape %d, after dropping: %d entries in an array of %d", seq, len(p.sealed), cap(p.sealed))
 			}
 		}
-		if got, want := p.bytes, recount(&p); got != want {
+		if got, want := accounted, p.heldBytes(); got != want {
 			t.Fatalf("scrape %d: accounted %d bytes, holds %d", seq, got, want)
 		}
 	}

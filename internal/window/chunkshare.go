@@ -73,7 +73,6 @@ func (s *chunkShare) share(first uint64, thinned bool, data []byte, mk func([]by
 		if c := &m.p.sealed[m.k]; c.run.flags&runSharedBytes == 0 {
 			// The maker's series passes the bytes to the table: the
 			// replica's accounting keeps them, with the table's entry.
-			m.p.bytes -= c.ownBytes()
 			c.run.flags |= runSharedBytes
 			s.held.hold(c.data)
 			delta = sharedEntryBytes

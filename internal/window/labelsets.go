@@ -2,6 +2,7 @@ package window
 
 import (
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"unsafe"
@@ -17,6 +18,19 @@ import (
 // series of every replica. It is read-only.
 type labelSet struct {
 	labels series.Labels
+	// le is the "le" label parsed (parseLE): a bucket's upper bound, read
+	// by every quantile, is parsed once for the fleet. NaN when the set
+	// has none or it does not parse.
+	le float64
+}
+
+// newLabelSet is a set of a copy of labels.
+func newLabelSet(labels series.Labels) *labelSet {
+	le, ok := parseLE(labels.Get("le"))
+	if !ok {
+		le = math.NaN()
+	}
+	return &labelSet{labels: slices.Clone(labels), le: le}
 }
 
 // bytes is what the set costs in the accounting: itself with its table
@@ -67,7 +81,7 @@ func (t *labelSets) get(labels series.Labels) (set *labelSet, made bool) {
 	if held != nil && labelsEqual(held.labels, labels) {
 		return held, false
 	}
-	set = &labelSet{labels: slices.Clone(labels)}
+	set = newLabelSet(labels)
 	if held != nil {
 		return set, true // another list's hash: not shared
 	}

@@ -39,8 +39,8 @@ func TestReplicasShareLabelSets(t *testing.T) {
 	if a.set == c.set {
 		t.Error("replicas with different labels share a set")
 	}
-	if !a.madeSet || b.madeSet || !c.madeSet {
-		t.Errorf("made the set: a %v, b %v, c %v; want a and c", a.madeSet, b.madeSet, c.madeSet)
+	if !a.is(recMadeSet) || b.is(recMadeSet) || !c.is(recMadeSet) {
+		t.Errorf("made the set: a %v, b %v, c %v; want a and c", a.is(recMadeSet), b.is(recMadeSet), c.is(recMadeSet))
 	}
 	if got, want := s.replicas["a"].bytes-s.replicas["b"].bytes, a.set.bytes(); got != want {
 		t.Errorf("the replica that made the set holds %d bytes more than the one sharing it, want the set's %d", got, want)

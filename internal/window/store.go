@@ -37,7 +37,7 @@
 // exposition with values moving as the simulator's busy replica's, 65
 // minutes at 5 s, histograms thinned past 15 minutes): about 1 KiB per
 // series, against 8 bytes per point before. Integer chunks cost about 1.1
-// bytes per point, XOR ones about 4.8; a series' record and map slots 240
+// bytes per point, XOR ones about 4.8; a series' record and map slots 208
 // bytes more.
 package window
 
@@ -239,8 +239,13 @@ type replica struct {
 	// failures (for ScrapeState.LastOutage).
 	failingSince time.Time
 
-	times    ring[int64]             // unix nanos of the successful scrapes held; seq = scrape number
-	series   map[uint64]*seriesRec   // by identity hash; collisions chained
+	times  ring[int64]           // unix nanos of the successful scrapes held; seq = scrape number
+	series map[uint64]*seriesRec // by identity hash
+	// collided is the series whose hash another series holds in the
+	// series map: 64-bit hashes of one replica's series all but never
+	// meet, so they are kept apart rather than chained through every
+	// record.
+	collided map[uint64][]*seriesRec
 	families map[string][]*seriesRec // by metric name
 	nSeries  int
 	seed     maphash.Seed // of the series hashes
@@ -273,30 +278,56 @@ const (
 	labelBytes     = int(unsafe.Sizeof(series.Label{}))
 )
 
-// seriesRec is one series of a replica and its points.
+// seriesRec is one series of a replica and its points. Its yes-or-no
+// facts (recFlags) are a byte of its points' (points.owner). A replica's
+// records are a quarter of its window or more, each its own allocation: at
+// 160 bytes a record is of the allocator's 160-byte class. A bucket's
+// parsed bound is its label set's (labelSet.le), and series whose hashes
+// meet are the replica's collided ones, not a chain through the records.
 type seriesRec struct {
 	name string
-	set  *labelSet  // its labels, shared (labelSets)
-	next *seriesRec // next series with the same hash (the series map's key)
+	set  *labelSet // its labels, shared (labelSets)
 	pts  points
+	last float64 // for restart detection: the newest finite value seen, if recHasLast
+}
 
-	last float64 // for restart detection: the newest finite value seen, if hasLast
-	le   float64 // parsed "le" of a _bucket series, if hasLE
+// recFlags are a series' yes-or-no facts.
+type recFlags uint8
 
-	hasLast     bool
-	hasLE       bool
-	counterLike bool // name ends _total/_count/_sum/_bucket (and is no gt/le gauge-histogram)
-	thins       bool // a histogram's counter: its old chunks are thinned (Options.HistogramFullResolution)
-	// histogramPart: a _sum or _count counter not yet known to be part
-	// of a histogram. At its first scrape once the window reaches further
-	// back than HistogramFullResolution, it is one when the replica
-	// exposes the family's buckets: deciding when the series is created
-	// would depend on the order of the exposition.
-	histogramPart bool
-	startTime     bool // a process start timestamp
-	// madeSet: the series made its label set, so its accounting carries
-	// the set's cost; a series that found its set made carries none.
-	madeSet bool
+const (
+	recHasLast recFlags = 1 << iota
+	// recHasLE: a _bucket series whose "le" parses (labelSet.le).
+	recHasLE
+	// recCounterLike: the name ends _total/_count/_sum/_bucket (and it is
+	// no gt/le gauge-histogram).
+	recCounterLike
+	// recThins: a histogram's counter, whose old chunks are thinned
+	// (Options.HistogramFullResolution).
+	recThins
+	// recHistogramPart: a _sum or _count counter not yet known to be
+	// part of a histogram. At its first scrape once the window reaches
+	// further back than HistogramFullResolution, it is one when the
+	// replica exposes the family's buckets: deciding when the series is
+	// created would depend on the order of the exposition.
+	recHistogramPart
+	// recStartTime: a process start timestamp.
+	recStartTime
+	// recMadeSet: the series made its label set, so its accounting
+	// carries the set's cost; a series that found its set made carries
+	// none.
+	recMadeSet
+)
+
+// is reports whether the series has every fact of f.
+func (rec *seriesRec) is(f recFlags) bool { return rec.pts.owner&f == f }
+
+// mark sets the facts of f to on.
+func (rec *seriesRec) mark(f recFlags, on bool) {
+	if on {
+		rec.pts.owner |= f
+	} else {
+		rec.pts.owner &^= f
+	}
 }
 
 func (rec *seriesRec) labels() series.Labels { return rec.set.labels }
@@ -572,10 +603,11 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		switch {
 		case rec != nil:
 			r.bytes += rec.pts.dropBefore(oldest, &r.shared)
-			if rec.histogramPart && thinBefore > 0 {
-				rec.thins, rec.histogramPart = r.exposesBuckets(rec.name), false
+			if rec.is(recHistogramPart) && thinBefore > 0 {
+				rec.mark(recThins, r.exposesBuckets(rec.name))
+				rec.mark(recHistogramPart, false)
 			}
-			if rec.thins && thinBefore > 0 {
+			if rec.is(recThins) && thinBefore > 0 {
 				var d int
 				d, r.thinBuf = rec.pts.thinBefore(thinBefore, slot, r.thinBuf, &shares[1])
 				r.bytes += d
@@ -600,24 +632,25 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		}
 		v := smp.Value
 		if !math.IsNaN(v) && !math.IsInf(v, 0) {
-			if rec.hasLast {
-				if rec.counterLike && rec.last > 0 {
+			if rec.is(recHasLast) {
+				if rec.is(recCounterLike) && rec.last > 0 {
 					counters++
 					if v < rec.last {
 						dropped++
 					}
 				}
-				if rec.startTime && v != rec.last {
+				if rec.is(recStartTime) && v != rec.last {
 					startChanged = true
 				}
 			}
-			rec.last, rec.hasLast = v, true
+			rec.last = v
+			rec.mark(recHasLast, true)
 		}
 		sh := &shares[0]
 		switch {
-		case rec.histogramPart:
+		case rec.is(recHistogramPart):
 			sh = nil
-		case rec.thins:
+		case rec.is(recThins):
 			sh = &shares[1]
 		}
 		r.bytes += rec.pts.put(seq, v, sh)
@@ -733,40 +766,26 @@ func (r *replica) dropOlderThan(cut int64) {
 func (r *replica) sweep() {
 	oldest := r.times.first
 	removed := false
-	for h, head := range r.series {
-		var keep *seriesRec
-		for rec := head; rec != nil; {
-			next := rec.next
-			if rec.pts.end() > oldest {
-				r.bytes += rec.pts.dropBefore(oldest, &r.shared)
-				rec.next = keep
-				keep = rec
-			} else {
-				removed = true
-				r.nSeries--
-				r.bytes -= rec.ownBytes()
-				for k := range rec.pts.sealed {
-					r.bytes -= r.shared.release(&rec.pts.sealed[k])
-				}
-				fam := r.families[rec.name]
-				for i, f := range fam {
-					if f == rec {
-						fam = append(fam[:i], fam[i+1:]...)
-						break
-					}
-				}
-				if len(fam) == 0 {
-					delete(r.families, rec.name)
-				} else {
-					r.families[rec.name] = fam
-				}
-			}
-			rec = next
-		}
-		if keep == nil {
+	for h, rec := range r.series {
+		if r.retire(rec, oldest) {
 			delete(r.series, h)
+			removed = true
+		}
+	}
+	for h, recs := range r.collided {
+		kept := recs[:0]
+		for _, rec := range recs {
+			if r.retire(rec, oldest) {
+				removed = true
+			} else {
+				kept = append(kept, rec)
+			}
+		}
+		clear(recs[len(kept):])
+		if len(kept) == 0 {
+			delete(r.collided, h)
 		} else {
-			r.series[h] = keep
+			r.collided[h] = kept
 		}
 	}
 	if removed {
@@ -775,14 +794,42 @@ func (r *replica) sweep() {
 	}
 }
 
+// retire frees the chunks of rec that fell out of the window before
+// oldest, or rec itself when it holds no point inside it any more, and
+// reports whether it freed rec (the caller takes it out of its map).
+func (r *replica) retire(rec *seriesRec, oldest uint64) bool {
+	if rec.pts.end() > oldest {
+		r.bytes += rec.pts.dropBefore(oldest, &r.shared)
+		return false
+	}
+	r.nSeries--
+	r.bytes -= rec.ownBytes()
+	for k := range rec.pts.sealed {
+		r.bytes -= r.shared.release(&rec.pts.sealed[k])
+	}
+	fam := r.families[rec.name]
+	for i, f := range fam {
+		if f == rec {
+			fam = append(fam[:i], fam[i+1:]...)
+			break
+		}
+	}
+	if len(fam) == 0 {
+		delete(r.families, rec.name)
+	} else {
+		r.families[rec.name] = fam
+	}
+	return true
+}
+
 // ownBytes is what a series costs: its record and points, and its label
 // set if it made it. A set outlives the series that made it while others
 // share it, uncounted then: the sets a fleet shares are few, and a target
 // whose label sets are its own, as a churning one's are, pays for every
 // one.
 func (rec *seriesRec) ownBytes() int {
-	n := seriesRecBytes + rec.pts.bytes
-	if rec.madeSet {
+	n := seriesRecBytes + rec.pts.heldBytes()
+	if rec.is(recMadeSet) {
 		n += rec.set.bytes()
 	}
 	return n
@@ -795,8 +842,12 @@ func newSeriesBytes(smp *series.Sample) int {
 	return seriesRecBytes + (&labelSet{labels: smp.Labels}).bytes()
 }
 
+// lookup is the series of name and labels, whose hash is h, or nil.
 func (r *replica) lookup(h uint64, name string, labels series.Labels) *seriesRec {
-	for rec := r.series[h]; rec != nil; rec = rec.next {
+	if rec := r.series[h]; rec != nil && rec.name == name && labelsEqual(rec.labels(), labels) {
+		return rec
+	}
+	for _, rec := range r.collided[h] {
 		if rec.name == name && labelsEqual(rec.labels(), labels) {
 			return rec
 		}
@@ -804,30 +855,35 @@ func (r *replica) lookup(h uint64, name string, labels series.Labels) *seriesRec
 	return nil
 }
 
+// create makes the sample's series, whose hash is h: in the series map,
+// or among the collided ones when another series holds h there.
 func (r *replica) create(h uint64, smp *series.Sample) *seriesRec {
 	set, made := r.sets.get(smp.Labels)
-	rec := &seriesRec{
-		name:    smp.Name,
-		set:     set,
-		madeSet: made,
-		next:    r.series[h],
-	}
+	rec := &seriesRec{name: smp.Name, set: set}
+	rec.mark(recMadeSet, made)
 	isGaugeHistogram := false
 	for _, l := range set.labels {
 		if l.Name == "gt" {
 			isGaugeHistogram = true
 		}
 	}
-	rec.counterLike = !isGaugeHistogram && (strings.HasSuffix(smp.Name, "_total") ||
+	counterLike := !isGaugeHistogram && (strings.HasSuffix(smp.Name, "_total") ||
 		strings.HasSuffix(smp.Name, "_count") || strings.HasSuffix(smp.Name, "_sum") ||
 		strings.HasSuffix(smp.Name, "_bucket"))
-	rec.startTime = strings.HasSuffix(smp.Name, "process_start_time_seconds")
-	if strings.HasSuffix(smp.Name, "_bucket") {
-		rec.le, rec.hasLE = parseLE(set.labels.Get("le"))
+	hasLE := strings.HasSuffix(smp.Name, "_bucket") && !math.IsNaN(set.le)
+	rec.mark(recCounterLike, counterLike)
+	rec.mark(recStartTime, strings.HasSuffix(smp.Name, "process_start_time_seconds"))
+	rec.mark(recHasLE, hasLE)
+	rec.mark(recThins, hasLE && counterLike)
+	rec.mark(recHistogramPart, counterLike && (strings.HasSuffix(smp.Name, "_sum") || strings.HasSuffix(smp.Name, "_count")))
+	if r.series[h] == nil {
+		r.series[h] = rec
+	} else {
+		if r.collided == nil {
+			r.collided = map[uint64][]*seriesRec{}
+		}
+		r.collided[h] = append(r.collided[h], rec)
 	}
-	rec.thins = rec.hasLE && rec.counterLike
-	rec.histogramPart = rec.counterLike && (strings.HasSuffix(smp.Name, "_sum") || strings.HasSuffix(smp.Name, "_count"))
-	r.series[h] = rec
 	r.families[rec.name] = append(r.families[rec.name], rec)
 	r.nSeries++
 	r.bytes += rec.ownBytes()

@@ -612,7 +612,7 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 	}
 	buckets := v.d.buckets[:0]
 	for _, rec := range v.selected(family+"_bucket", match) {
-		if !rec.hasLE {
+		if !rec.is(recHasLE) {
 			continue
 		}
 		inc, _, _, n := v.counterIncrease(rec, lo, hi)
@@ -622,14 +622,14 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 		// Sum the series of equal bounds (e.g. is_streaming=true|false).
 		merged := false
 		for i := range buckets {
-			if buckets[i].upper == rec.le {
+			if buckets[i].upper == rec.set.le {
 				buckets[i].count += inc
 				merged = true
 				break
 			}
 		}
 		if !merged {
-			buckets = append(buckets, bucket{upper: rec.le, count: inc})
+			buckets = append(buckets, bucket{upper: rec.set.le, count: inc})
 		}
 	}
 	v.d.buckets = buckets[:0] // kept for the next call, grown

@@ -519,6 +519,40 @@ func TestRetentionBound(t *testing.T) {
 	})
 }
 
+// Two series of a replica whose hashes meet are both held, looked up and
+// freed, each on its own: the later one among the collided series, where a
+// third of the same hash is not put while the series map's slot is free.
+func TestSeriesHashCollision(t *testing.T) {
+	r := newReplica("r", "t", "", &labelSets{})
+	const h = 42 // as if the three hashed alike
+	a, b, c := smp("a_total", 1), smp("b_total", 1, "x", "y"), smp("c_total", 1)
+	ra, rb := r.create(h, &a), r.create(h, &b)
+	if got := r.lookup(h, a.Name, a.Labels); got != ra {
+		t.Fatalf("lookup(a) = %v, want the series made first", got)
+	}
+	if got := r.lookup(h, b.Name, b.Labels); got != rb || len(r.collided[h]) != 1 {
+		t.Fatalf("lookup(b) = %v with %d collided series, want the collided series", got, len(r.collided[h]))
+	}
+	if got := r.lookup(h, c.Name, c.Labels); got != nil {
+		t.Fatalf("lookup(c) = %v before it was made", got)
+	}
+	rb.pts.put(5, 1, nil) // b holds a point at seq 5, a none
+	r.times.restart(3)
+	r.sweep()
+	if r.lookup(h, a.Name, a.Labels) != nil || r.lookup(h, b.Name, b.Labels) != rb || r.nSeries != 1 || len(r.families[a.Name]) != 0 {
+		t.Fatalf("after a fell out of the window: a %v, b %v, %d series", r.lookup(h, a.Name, a.Labels), r.lookup(h, b.Name, b.Labels), r.nSeries)
+	}
+	rc := r.create(h, &c)
+	if r.series[h] != rc || r.lookup(h, b.Name, b.Labels) != rb || r.lookup(h, c.Name, c.Labels) != rc {
+		t.Fatal("a series made after the first was freed: want it in the series map, b still collided")
+	}
+	r.times.restart(10)
+	r.sweep()
+	if r.nSeries != 0 || len(r.series) != 0 || len(r.collided) != 0 || r.bytes != 0 {
+		t.Errorf("after every series fell out of the window: %d series, %d in the map, %d collided, %d bytes; want none", r.nSeries, len(r.series), len(r.collided), r.bytes)
+	}
+}
+
 func TestSeriesLimit(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	s, err := New(Options{Retention: time.Hour, MaxSeriesPerReplica: 3}, reg)
