@@ -27,5 +27,5 @@ func (d *Decoder) Decode(body []byte, maxSeries int) ([]series.Group, error) {
 	if d.raw, err = d.parser.Parse(d.raw[:0], body); err != nil {
 		return nil, err
 	}
-	return d.norm.normalize(d.raw, maxSeries)
+	return d.norm.normalizeParsed(d.raw, maxSeries, d.parser)
 }

@@ -3,7 +3,9 @@ package scrape
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -55,6 +57,25 @@ func FuzzParse(f *testing.F) {
 		}
 		sameAsFresh(t, warm, body)
 		sameAsFresh(t, warm, body)
+		// Normalized by one normalizer three times, its values moved each
+		// time, the body read from the cache is normalized by the plan the
+		// second read made, and as normalizing it afresh does.
+		norm := newScrapeNormalizer()
+		rng := rand.New(rand.NewPCG(uint64(len(body)), 1))
+		for range 3 {
+			raw, err := warm.Parse(nil, withValues(body, rng))
+			if err != nil {
+				break
+			}
+			got, gotErr := norm.normalizeParsed(raw, fuzzMaxSeries, warm)
+			want, wantErr := newNormalizer().normalize(raw, fuzzMaxSeries)
+			if !errors.Is(gotErr, wantErr) {
+				t.Fatalf("normalized with the plan: %v, afresh: %v", gotErr, wantErr)
+			}
+			if g, w := renderGroupsInOrder(got), renderGroupsInOrder(want); !slices.Equal(g, w) {
+				t.Fatalf("normalized with the plan:\n%s\nafresh:\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+			}
+		}
 
 		p := NewParser()
 		all, err := p.Parse(nil, body)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
@@ -46,6 +47,116 @@ type normalizer struct {
 	outLabels  []series.Label
 	outSamples []series.Sample
 	outGroups  []series.Group
+
+	// plan is what the last normalize did with each sample, when it may be
+	// applied to the next scrape (normalizeParsed).
+	plan normPlan
+}
+
+// normPlan records where a normalize put each raw sample, so that the
+// next scrape of the same series in the same order, which is nearly every
+// scrape (a replica's series change only their values, and a fleet of one
+// model exposes the same series), is normalized by combining its values as
+// recorded (applyPlan): no name resolved, no label filtered, sorted or
+// hashed. The entries, groups and dropped flags that normalize left stay as
+// they are; only values and DP-rank parts are made again, by the same merge
+// in the same order, so the output is what normalize would return, bit for
+// bit (TestPlannedNormalizationIsNormalization).
+//
+// A scrape has the plan's series when each sample, position by position,
+// normalizes as the recorded one did (alike): the same name, and the same
+// labels but for the values of those normalize drops whatever they are
+// (ignoredLabel), process ids above all, which differ between the replicas
+// a pooled scraper reads in turn. Most samples are the very strings and
+// label arrays recorded, which the parser's cache holds and never changes
+// (textParser.fromCache): a plan is recorded only from such a parse, and as
+// the plan refers to them their addresses are not reused, so equal
+// addresses and lengths settle a sample without comparing its labels.
+type normPlan struct {
+	valid     bool
+	maxSeries int
+	names     []string
+	labels    [][]series.Label
+	steps     []planStep
+}
+
+// planStep is what normalize did with one raw sample.
+type planStep struct {
+	entry   int32  // the entry it went to
+	dp      string // its dp_rank
+	first   bool   // it made the entry (add), else merge
+	percent bool   // a percent-valued hit rate, made a fraction above 1
+}
+
+// matches reports whether raw has the plan's series in the plan's order
+// (see normPlan) and maxSeries is the plan's.
+func (pl *normPlan) matches(raw []RawSample, maxSeries int) bool {
+	if !pl.valid || pl.maxSeries != maxSeries || len(raw) != len(pl.steps) {
+		return false
+	}
+	for i := range raw {
+		rs := &raw[i]
+		same := unsafe.StringData(rs.Name) == unsafe.StringData(pl.names[i]) && len(rs.Name) == len(pl.names[i]) &&
+			unsafe.SliceData(rs.Labels) == unsafe.SliceData(pl.labels[i]) && len(rs.Labels) == len(pl.labels[i])
+		if !same && !alike(rs.Name, rs.Labels, pl.names[i], pl.labels[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// alike reports whether two samples normalize alike: the same name and the
+// same labels in the same order, but for the values of ignored labels.
+func alike(name string, labels []series.Label, otherName string, other []series.Label) bool {
+	if name != otherName || len(labels) != len(other) {
+		return false
+	}
+	for i, l := range labels {
+		if l.Name != other[i].Name || (l.Value != other[i].Value && !ignoredLabel(l.Name)) {
+			return false
+		}
+	}
+	return true
+}
+
+// ignoredLabel reports whether normalize drops the label whatever its
+// value: which process and which TP, PP or MoE EP rank wrote a sample.
+func ignoredLabel(name string) bool {
+	switch name {
+	case labelPID, labelTPRank, labelPPRank, labelMoEEPRank:
+		return true
+	}
+	return false
+}
+
+// normalizeParsed is normalize of what parser's last Parse returned,
+// applying the plan when it matches (normPlan), and recording one when the
+// samples are the parser's cache's.
+func (n *normalizer) normalizeParsed(raw []RawSample, maxSeries int, parser Parser) ([]series.Group, error) {
+	if n.plan.matches(raw, maxSeries) {
+		return n.applyPlan(raw), nil
+	}
+	tp, ok := parser.(*textParser)
+	return n.run(raw, maxSeries, ok && tp.fromCache)
+}
+
+// applyPlan is normalize by the plan (see normPlan), which matches raw.
+func (n *normalizer) applyPlan(raw []RawSample) []series.Group {
+	n.parts = n.parts[:0]
+	for i, st := range n.plan.steps {
+		e := &n.entries[st.entry]
+		v := raw[i].Value
+		if st.percent && v > 1 {
+			v /= 100
+		}
+		if st.first {
+			// As add made it; its dp is the one add gave it.
+			e.value, e.parts = v, -1
+			continue
+		}
+		n.merge(e, st.dp, v)
+	}
+	return n.output()
 }
 
 // entry is one output series while its contributions are being combined.
@@ -108,7 +219,16 @@ func newNormalizer() *normalizer {
 //
 // maxSeries > 0 bounds the number of output series (errTooManySeries).
 func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, error) {
+	return n.run(raw, maxSeries, false)
+}
+
+// run is normalize, recording a plan of it when record is set (see
+// normPlan) and forgetting the last one either way.
+func (n *normalizer) run(raw []RawSample, maxSeries int, record bool) ([]series.Group, error) {
 	n.reset(len(raw))
+	pl := &n.plan
+	pl.valid, pl.maxSeries = false, maxSeries
+	pl.names, pl.labels, pl.steps = pl.names[:0], pl.labels[:0], pl.steps[:0]
 	legacy, priorities := false, false
 
 	for i := range raw {
@@ -119,7 +239,7 @@ func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, 
 		priority := false
 		kept := n.kept[:0]
 		for _, l := range rs.Labels {
-			if l.Value == "" {
+			if l.Value == "" || ignoredLabel(l.Name) {
 				// Empty is absent in Prometheus; the gateway pads missing
 				// labels with "" when it merges engines.
 				continue
@@ -133,7 +253,6 @@ func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, 
 				engineType = l.Value
 			case labelDPRank:
 				dp = l.Value
-			case labelPID, labelTPRank, labelPPRank, labelMoEEPRank:
 			case labelLegacyRoute:
 				if info.legacy {
 					l.Name = labelEndpoint
@@ -179,12 +298,18 @@ func (n *normalizer) normalize(raw []RawSample, maxSeries int) ([]series.Group, 
 			if maxSeries > 0 && len(n.entries) >= maxSeries {
 				return nil, errTooManySeries
 			}
+			idx = int32(len(n.entries))
 			n.add(h, g, info, kept, dp, v)
-			n.entries[len(n.entries)-1].priority = priority
-			continue
+			n.entries[idx].priority = priority
+		} else {
+			n.merge(&n.entries[idx], dp, v)
 		}
-		n.merge(&n.entries[idx], dp, v)
+		if record {
+			pl.names, pl.labels = append(pl.names, rs.Name), append(pl.labels, rs.Labels)
+			pl.steps = append(pl.steps, planStep{entry: idx, dp: dp, first: !ok, percent: info.percentHitRate})
+		}
 	}
+	pl.valid = record
 
 	if legacy {
 		n.dropShadowedLegacy()

@@ -291,7 +291,7 @@ func (s *scraper) collect(ctx context.Context, t Target, sc *series.Scrape) *fet
 		// Parse errors quote a line number and a short token, not the URL.
 		return &fetchError{reason: series.FailureParse, status: http.StatusOK, msg: err.Error()}
 	}
-	groups, err := s.norm.normalize(raw, s.maxSeries)
+	groups, err := s.norm.normalizeParsed(raw, s.maxSeries, s.parser)
 	if err != nil {
 		return &fetchError{reason: series.FailureTooManySeries, status: http.StatusOK, msg: fmt.Sprintf("more than %d series after normalization", s.maxSeries)}
 	}
