@@ -125,8 +125,8 @@ func (m *movingFixture) next(tb testing.TB, now time.Time) []series.Sample {
 	return m.samples
 }
 
-// movingScrapes caches movingSequence: the simulator is the slow part of
-// the tests that use it, under -race most of all.
+// movingScrapes caches movingCycle: the simulator is the slow part of the
+// tests that use it, under -race most of all.
 var movingScrapes struct {
 	once sync.Once
 	seq  [][]series.Sample
@@ -136,10 +136,20 @@ var movingScrapes struct {
 // for the production retention plus one chunk. Callers must not modify it.
 func movingSequence(tb testing.TB) [][]series.Sample {
 	tb.Helper()
+	opts := productionOptions()
+	return movingCycle(tb)[:int(opts.Retention/opts.ScrapeInterval)+samplesPerChunk]
+}
+
+// movingCycle is movingSequence and then one whole cycle of what a
+// window holds: maxThinnedSpan scrapes more, after which chunks are sealed,
+// thinned, merged and dropped at the same scrapes as before. Callers must
+// not modify it.
+func movingCycle(tb testing.TB) [][]series.Sample {
+	tb.Helper()
 	movingScrapes.once.Do(func() {
 		opts := productionOptions()
 		mf := newMovingFixture(tb, t0, 1, false)
-		seq := make([][]series.Sample, int(opts.Retention/opts.ScrapeInterval)+samplesPerChunk)
+		seq := make([][]series.Sample, int(opts.Retention/opts.ScrapeInterval)+samplesPerChunk+maxThinnedSpan)
 		for i := range seq {
 			seq[i] = slices.Clone(mf.next(tb, t0.Add(time.Duration(i)*opts.ScrapeInterval)))
 		}
