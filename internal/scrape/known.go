@@ -39,7 +39,11 @@ import (
 func (p *textParser) known(dst []RawSample, body []byte) ([]RawSample, bool) {
 	n0 := len(dst)
 	p.family, p.ftype = p.family[:0], model.MetricTypeUnknown
-	family := "" // p.family, interned
+	// family is p.family as the cache holds it, once a kept sample under
+	// the TYPE line matched it (familyRead): compared then as bytes, it
+	// is compared as the cache's own string after, and the TYPE lines of
+	// families keep drops are not looked up at all.
+	family, familyRead := "", true
 	// The keep decision of the last sample's name: a histogram's buckets
 	// are a run of lines of one name.
 	var lastName []byte
@@ -62,7 +66,7 @@ func (p *textParser) known(dst []RawSample, body []byte) ([]RawSample, bool) {
 			if !p.knownType(line) {
 				return dst[:n0], false
 			}
-			family = p.intern(p.family)
+			familyRead = false
 			continue
 		}
 		if n := len(lastName); n == 0 || n >= len(line) || !isNameEnd(line[n]) || !bytes.Equal(line[:n], lastName) {
@@ -84,6 +88,12 @@ func (p *textParser) known(dst []RawSample, body []byte) ([]RawSample, bool) {
 			c = p.order[k]
 		} else if c, ok = p.splits[string(text)]; !ok {
 			return dst[:n0], false
+		}
+		if !familyRead {
+			if c.family != string(p.family) {
+				return dst[:n0], false
+			}
+			family, familyRead = c.family, true
 		}
 		if c.ftype != p.ftype || c.family != family {
 			return dst[:n0], false

@@ -60,7 +60,7 @@ func TestKnownBodiesReadAsTextparseReadsThem(t *testing.T) {
 	const typ = "# HELP sglang:num_running_reqs Running.\n# TYPE sglang:num_running_reqs gauge\n"
 	const run = `sglang:num_running_reqs{model_name="m",tp_rank="0"}`
 	const hist = "# TYPE sglang:time_to_first_token_seconds histogram\n" +
-		`sglang:time_to_first_token_seconds_bucket{le="0.5",model_name="m"} 3` + "\n" +
+		`sglang:time_to_first_token_seconds_bucket{le="0.50",model_name="m"} 3` + "\n" +
 		`sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 4` + "\n" +
 		`sglang:time_to_first_token_seconds_sum{model_name="m"} 1.5` + "\n" +
 		`sglang:time_to_first_token_seconds_count{model_name="m"} 4` + "\n"
@@ -98,6 +98,10 @@ func TestKnownBodiesReadAsTextparseReadsThem(t *testing.T) {
 		{"a carriage return", typ + run + " 3\r\n", false},
 		{"the same text under another TYPE line", "# TYPE sglang:num_running_reqs counter\n" + run + " 3\n", false},
 		{"a histogram's bucket as a gauge's", strings.Replace(hist, "histogram", "gauge", 1), false},
+		// Under its own family's TYPE line the bound reads 0.5; under
+		// another's it is no bound, and stays as written.
+		{"a bucket under another histogram's TYPE line", "# TYPE sglang:other_seconds histogram\n" +
+			`sglang:time_to_first_token_seconds_bucket{le="0.50",model_name="m"} 3` + "\n", false},
 		{"no TYPE line", run + " 3\n", false},
 		{"a TYPE line with two blanks", "# TYPE sglang:num_running_reqs  gauge\n" + run + " 3\n", false},
 		{"a TYPE line with an unknown type", "# TYPE sglang:num_running_reqs gaugee\n" + run + " 3\n", false},
