@@ -101,13 +101,13 @@ func TestWindowMemoryAtProductionRetention(t *testing.T) {
 				t.Fatal(err)
 			}
 			n := max(1, c.replicas)
-			append := func(i int) {
+			scrapeAt := func(i int) {
 				for k := range n {
 					mustAppend(t, s, okScrape("r"+strconv.Itoa(k), t0.Add(time.Duration(i)*opts.ScrapeInterval), all[i]...))
 				}
 			}
 			for i := range window {
-				append(i)
+				scrapeAt(i)
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&after)
@@ -131,7 +131,7 @@ func TestWindowMemoryAtProductionRetention(t *testing.T) {
 			// it. The bound holds at its peak.
 			sum, peak := 0, 0
 			for i := window; i < len(all); i++ {
-				append(i)
+				scrapeAt(i)
 				b := 0
 				for k := range n {
 					b += s.replicas["r"+strconv.Itoa(k)].bytes
