@@ -65,11 +65,12 @@ func familiesOf(t *testing.T, body []byte) []string {
 	var out []string
 	for _, g := range groups {
 		for _, s := range g.Samples {
-			base := s.Name
-			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-				base = strings.TrimSuffix(base, suffix)
+			out = append(out, s.Name)
+			for _, suf := range histogramSuffixes {
+				if base, ok := strings.CutSuffix(s.Name, suf); ok {
+					out = append(out, base)
+				}
 			}
-			out = append(out, s.Name, base)
 		}
 	}
 	return out
@@ -116,13 +117,7 @@ func TestPlannedNormalizationIsNormalization(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	// One parser and one normalizer read every body in turn, as a pooled
 	// scraper reads whichever target is due.
-	all := bytes.Join(func() [][]byte {
-		var bs [][]byte
-		for _, b := range bodies {
-			bs = append(bs, b)
-		}
-		return bs
-	}(), nil)
+	all := bytes.Join(slices.Collect(maps.Values(bodies)), nil)
 	p := newTextParser(newKeepSet(familiesOf(t, all)).filter())
 	n := newScrapeNormalizer()
 	var raw []RawSample
