@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/fleetbench"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
 )
@@ -15,7 +16,7 @@ const benchUsage = `usage: watchdog bench fleet [flags]
 Measure what watching a fleet costs. Serves --replicas simulated SGLang
 replicas from one loopback listener (http://127.0.0.1:<port>/replicas/<i>/metrics),
 runs this daemon against them as a child process (production defaults, the
-given interval), optionally Prometheus beside it on the same fleet, and after
+given intervals), optionally Prometheus beside it on the same fleet, and after
 the warm-up reports their CPU and memory from /proc and the daemon's own scrape
 latency, evaluation round time and samples ingested per second.
 
@@ -34,7 +35,8 @@ func benchCmd(ctx context.Context, args []string, _ map[string]string, dio daemo
 	replicas := fs.Int("replicas", 1000, fmt.Sprintf("simulated replicas to watch, 1 to %d", sim.MaxLoopbackReplicas))
 	duration := fs.Duration("duration", 2*time.Minute, "how long to measure, after the warm-up")
 	warmup := fs.Duration("warmup", time.Minute, "how long to run before measuring (at least until every replica was scraped)")
-	interval := fs.Duration("interval", 5*time.Second, "scrape and evaluation interval of the daemon and of Prometheus")
+	interval := fs.Duration("interval", 5*time.Second, "scrape interval of the daemon and of Prometheus")
+	evaluation := fs.Duration("evaluation-interval", config.DefaultEvaluationInterval, "the daemon's evaluation interval (evaluation.interval)")
 	prometheus := fs.String("prometheus", "", "a Prometheus executable to run on the same fleet for comparison, e.g. /usr/bin/prometheus")
 	incident := fs.String("incident", "", "put one replica in eight into this incident, --warmup after the fleet starts: "+
 		sim.ClassPreemptStorm+", "+sim.ClassCacheCollapse+", "+sim.ClassRetryAvalanche+" or "+sim.ClassCrash)
@@ -51,7 +53,7 @@ func benchCmd(ctx context.Context, args []string, _ map[string]string, dio daemo
 		return fmt.Errorf("bench: the daemon's executable: %w", err)
 	}
 	r, err := fleetbench.Run(ctx, fleetbench.Options{
-		Replicas: *replicas, Duration: *duration, Warmup: *warmup, Interval: *interval,
+		Replicas: *replicas, Duration: *duration, Warmup: *warmup, Interval: *interval, EvaluationInterval: *evaluation,
 		Incident: *incident, Watchdog: exe, Prometheus: *prometheus,
 		Clock: systemClock{}, Progress: dio.stderr,
 	})

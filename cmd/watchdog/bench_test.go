@@ -150,7 +150,7 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	// of /proc's 10 ms ticks, not a coin toss between none and one.
 	const replicas = 160
 	var stdout, stderr bytes.Buffer
-	err = run(t.Context(), []string{"bench", "fleet", "--replicas", strconv.Itoa(replicas), "--interval", "1s",
+	err = run(t.Context(), []string{"bench", "fleet", "--replicas", strconv.Itoa(replicas), "--interval", "1s", "--evaluation-interval", "1s",
 		"--warmup", "1s", "--duration", "2s", "--prometheus", exe, "--output", "json"}, map[string]string{}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench fleet: %v\nstderr:\n%s", err, stderr.String())
@@ -160,8 +160,8 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 		t.Fatalf("report is not JSON: %v\n%s", err, stdout.String())
 	}
 
-	if r.Replicas != replicas || r.IntervalSeconds != 1 || r.WindowSeconds < 2 || r.HostCPUs < 1 {
-		t.Errorf("replicas %d, interval %vs, window %vs; want %d, 1s, at least 2s", r.Replicas, r.IntervalSeconds, r.WindowSeconds, replicas)
+	if r.Replicas != replicas || r.IntervalSeconds != 1 || r.EvaluationIntervalSeconds != 1 || r.WindowSeconds < 2 || r.HostCPUs < 1 {
+		t.Errorf("replicas %d, interval %vs, evaluation %vs, window %vs; want %d, 1s, 1s, at least 2s", r.Replicas, r.IntervalSeconds, r.EvaluationIntervalSeconds, r.WindowSeconds, replicas)
 	}
 	w := r.Watchdog
 	if w.CPUCores <= 0 || w.CPUCores > 2 || w.RSSBytes < 1<<20 || w.SamplesPerSecond <= 0 {

@@ -46,7 +46,10 @@ func newHistory(cfg config.Config, dio daemonIO, app promsource.Appender, lookba
 		}
 	}
 	if cfg.FromPrometheus() {
-		h.poller = promsource.NewPoller(reader, app, cfg.Evaluation.Interval, h.keep, logger)
+		// Every step, not every round: a poll appends the newest sample
+		// Prometheus holds of each replica, so polling less often than
+		// Prometheus scrapes would drop samples from the windows.
+		h.poller = promsource.NewPoller(reader, app, reader.Step(), h.keep, logger)
 		h.poller.BackfillNew(lookback)
 	}
 	return h, nil

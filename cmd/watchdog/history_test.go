@@ -331,6 +331,46 @@ func TestSourcePrometheusPagesLive(t *testing.T) {
 	})
 }
 
+// TestSourcePrometheusReadsEveryStepBetweenRounds: with source:
+// prometheus a poll appends the newest sample Prometheus holds of each
+// replica, so the daemon polls every history.step (the scrape interval),
+// not every evaluation round: with the default 15 s rounds and Prometheus
+// scraping every 5 s, polling once a round would keep one sample in three.
+func TestSourcePrometheusReadsEveryStepBetweenRounds(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	synctest.Test(t, func(t *testing.T) {
+		engines := map[string]*fakeEngine{"r": newFakeEngine("org/model", healthyLoad())}
+		prom := newFakePrometheus()
+		stop := make(chan struct{})
+		scraped := make(chan struct{})
+		go func() { prom.scrapeEvery(5*time.Second, engines, stop); close(scraped) }()
+		time.Sleep(time.Minute)
+		run := startDaemonWith(t, "scrape: {interval: 5s, health_probe: {enabled: false}}\nsource: prometheus\n", nil, func(n *memnet.Network, cfg *config.Config) {
+			if cfg.Evaluation.Interval != 15*time.Second {
+				t.Errorf("default evaluation interval %s, want 15s", cfg.Evaluation.Interval)
+			}
+			prom.serveOn(t, n, cfg)
+		})
+		time.Sleep(2 * time.Minute)
+		if err := run.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+		close(stop)
+		<-scraped
+		polls := 0
+		for _, q := range prom.asked() {
+			if strings.HasPrefix(q, "/api/v1/query ") && strings.HasSuffix(q, "[10000ms]") {
+				polls++
+			}
+		}
+		// A poll at start and one every 5 s over two minutes: 25 (8 or 9
+		// at one a round).
+		if polls < 24 || polls > 26 {
+			t.Errorf("%d polls of the newest samples in 2 minutes, want one every 5 s (25); asked:\n%s", polls, strings.Join(prom.asked(), "\n"))
+		}
+	})
+}
+
 // TestHistoryDownTheDaemonStartsAnyway: a Prometheus that answers 503
 // (or not at all, past history.startup_budget) costs the backfill, never
 // the start: the daemon says what it could not fill and watches its

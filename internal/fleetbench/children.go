@@ -216,7 +216,7 @@ func startWatchdog(ctx context.Context, o Options, dir, fleetAddr string) (*chil
 	}
 	cfg := watchdogConfig{
 		ListenAddress: addr, LogLevel: "warn",
-		Scrape: intervalSetting{o.Interval.String()}, Evaluation: intervalSetting{o.Interval.String()},
+		Scrape: intervalSetting{o.Interval.String()}, Evaluation: intervalSetting{o.EvaluationInterval.String()},
 	}
 	for i := range o.Replicas {
 		cfg.Targets = append(cfg.Targets, watchdogTarget{Name: replicaName(i), URL: "http://" + fleetAddr + sim.MetricsPath(i), Kind: "engine"})

@@ -38,7 +38,11 @@ type Options struct {
 	Replicas int           // 1..sim.MaxLoopbackReplicas
 	Duration time.Duration // measured, after Warmup
 	Warmup   time.Duration
-	Interval time.Duration // scrape and evaluation interval of both children
+	Interval time.Duration // scrape interval of both children
+	// EvaluationInterval is the daemon's evaluation.interval: how often it
+	// runs its detectors over every window (Prometheus evaluates nothing
+	// here).
+	EvaluationInterval time.Duration
 	// Incident is an incident class the fleet's sources put one replica in
 	// eight into, Warmup after the fleet starts ("": healthy throughout).
 	Incident string
@@ -75,6 +79,9 @@ func (o *Options) validate() error {
 	}
 	if o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--interval %s: must be at least 1s", o.Interval))
+	}
+	if o.EvaluationInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--evaluation-interval %s: must be at least 1s", o.EvaluationInterval))
 	}
 	if o.Watchdog == "" {
 		errs = append(errs, errors.New("no watchdog executable"))
@@ -213,7 +220,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 	window := end[0].at.Sub(begin[0].at)
 	r := Report{
-		Replicas: o.Replicas, IntervalSeconds: o.Interval.Seconds(), WarmupSeconds: o.Warmup.Seconds(),
+		Replicas: o.Replicas, IntervalSeconds: o.Interval.Seconds(), EvaluationIntervalSeconds: o.EvaluationInterval.Seconds(),
+		WarmupSeconds: o.Warmup.Seconds(),
 		WindowSeconds: window.Seconds(), Incident: o.Incident,
 	}
 	for k := range children {

@@ -19,7 +19,9 @@ import (
 type Report struct {
 	Replicas        int     `json:"replicas"`
 	IntervalSeconds float64 `json:"interval_seconds"`
-	WarmupSeconds   float64 `json:"warmup_seconds"`
+	// EvaluationIntervalSeconds is the daemon's evaluation.interval.
+	EvaluationIntervalSeconds float64 `json:"evaluation_interval_seconds"`
+	WarmupSeconds             float64 `json:"warmup_seconds"`
 	// WindowSeconds is how long the measurement really lasted: at least
 	// the duration asked for.
 	WindowSeconds float64 `json:"window_seconds"`
@@ -327,8 +329,8 @@ func (r Report) Write(w io.Writer, format string) error {
 		e.SetIndent("", "  ")
 		return e.Encode(r)
 	}
-	head := fmt.Sprintf("%d loopback replicas at %s, measured over %s after a %s warm-up",
-		r.Replicas, secs(r.IntervalSeconds), secs(r.WindowSeconds), secs(r.WarmupSeconds))
+	head := fmt.Sprintf("%d loopback replicas at %s (the watchdog evaluating every %s), measured over %s after a %s warm-up",
+		r.Replicas, secs(r.IntervalSeconds), secs(r.EvaluationIntervalSeconds), secs(r.WindowSeconds), secs(r.WarmupSeconds))
 	if r.Incident != "" {
 		head += fmt.Sprintf(" (incident %s on one replica in eight)", r.Incident)
 	}

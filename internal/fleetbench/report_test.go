@@ -121,13 +121,13 @@ func TestSlopeIsTheMemoryTrendPerMinute(t *testing.T) {
 }
 
 func TestReportFormats(t *testing.T) {
-	r := Report{Replicas: 1000, IntervalSeconds: 5, WarmupSeconds: 60, WindowSeconds: 120, HostCPUs: 2, HostLoad1m: 1.25,
+	r := Report{Replicas: 1000, IntervalSeconds: 5, EvaluationIntervalSeconds: 15, WarmupSeconds: 60, WindowSeconds: 120, HostCPUs: 2, HostLoad1m: 1.25,
 		Watchdog: Measurement{CPUCores: 0.1, RSSBytes: 200 << 20, ReplicasScraped: 1000, Daemon: &DaemonTimings{Scrapes: 24000, ScrapeP50: Quantile{Seconds: 0.002}, RoundP99: Quantile{8.192, true}}}}
 	var text bytes.Buffer
 	if err := r.Write(&text, FormatText); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1000 loopback replicas at 5s, measured over 2m0s after a 1m0s warm-up; host: 2 CPUs, load average 1.2 at the end", "CPU, cores (average)", "0.100", "200.0", "1000/1000", "2.00 / 0.00", "0.00 / ≥8192.00"} {
+	for _, want := range []string{"1000 loopback replicas at 5s (the watchdog evaluating every 15s), measured over 2m0s after a 1m0s warm-up; host: 2 CPUs, load average 1.2 at the end", "CPU, cores (average)", "0.100", "200.0", "1000/1000", "2.00 / 0.00", "0.00 / ≥8192.00"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
