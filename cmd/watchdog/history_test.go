@@ -195,6 +195,15 @@ func (p *fakePrometheus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": "matrix", "result": rows}})
 }
 
+// scrapingEvery5s is a fake Prometheus scraping engines every 5 s until
+// the returned stop, which waits for its last scrape.
+func scrapingEvery5s(engines map[string]*fakeEngine) (*fakePrometheus, func()) {
+	prom := newFakePrometheus()
+	stop, scraped := make(chan struct{}), make(chan struct{})
+	go func() { prom.scrapeEvery(5*time.Second, engines, stop); close(scraped) }()
+	return prom, func() { close(stop); <-scraped }
+}
+
 // serveOn serves the fake on the bubble's network and points history at it.
 func (p *fakePrometheus) serveOn(t *testing.T, network *memnet.Network, cfg *config.Config) {
 	ln, err := network.Listen("tcp", "127.0.0.1:0")
@@ -231,10 +240,7 @@ func TestRestartWithHistoryPagesACollapseTwoMinutesIn(t *testing.T) {
 		t.Run(fmt.Sprintf("history=%v", withHistory), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				engines := map[string]*fakeEngine{"r": newFakeEngine("org/model", healthyLoad())}
-				prom := newFakePrometheus()
-				stop := make(chan struct{})
-				scraped := make(chan struct{})
-				go func() { prom.scrapeEvery(5*time.Second, engines, stop); close(scraped) }()
+				prom, stopScraping := scrapingEvery5s(engines)
 				time.Sleep(15 * time.Minute) // Prometheus' history before the restart
 
 				var setup func(*memnet.Network, *config.Config)
@@ -248,8 +254,7 @@ func TestRestartWithHistoryPagesACollapseTwoMinutesIn(t *testing.T) {
 				if err := run.stop(); err != nil {
 					t.Fatalf("daemon: %v", err)
 				}
-				close(stop)
-				<-scraped
+				stopScraping()
 
 				var paged bool
 				for _, ev := range run.events() {
@@ -282,10 +287,7 @@ func TestSourcePrometheusPagesLive(t *testing.T) {
 	keepSignalMachineryOutOfBubble(t)
 	synctest.Test(t, func(t *testing.T) {
 		engines := map[string]*fakeEngine{"r1": newFakeEngine("org/model", healthyLoad()), "r2": newFakeEngine("org/model", healthyLoad())}
-		prom := newFakePrometheus()
-		stop := make(chan struct{})
-		scraped := make(chan struct{})
-		go func() { prom.scrapeEvery(5*time.Second, engines, stop); close(scraped) }()
+		prom, stopScraping := scrapingEvery5s(engines)
 		time.Sleep(15 * time.Minute)
 
 		run := startDaemonWith(t, historyRestartConfig+"source: prometheus\n", nil, func(n *memnet.Network, cfg *config.Config) {
@@ -302,8 +304,7 @@ func TestSourcePrometheusPagesLive(t *testing.T) {
 		if err := run.stop(); err != nil {
 			t.Fatalf("daemon: %v", err)
 		}
-		close(stop)
-		<-scraped
+		stopScraping()
 
 		got := map[string]string{}
 		for _, ev := range run.events() {
@@ -340,10 +341,7 @@ func TestSourcePrometheusReadsEveryStepBetweenRounds(t *testing.T) {
 	keepSignalMachineryOutOfBubble(t)
 	synctest.Test(t, func(t *testing.T) {
 		engines := map[string]*fakeEngine{"r": newFakeEngine("org/model", healthyLoad())}
-		prom := newFakePrometheus()
-		stop := make(chan struct{})
-		scraped := make(chan struct{})
-		go func() { prom.scrapeEvery(5*time.Second, engines, stop); close(scraped) }()
+		prom, stopScraping := scrapingEvery5s(engines)
 		time.Sleep(time.Minute)
 		run := startDaemonWith(t, "scrape: {interval: 5s, health_probe: {enabled: false}}\nsource: prometheus\n", nil, func(n *memnet.Network, cfg *config.Config) {
 			if cfg.Evaluation.Interval != 15*time.Second {
@@ -355,8 +353,7 @@ func TestSourcePrometheusReadsEveryStepBetweenRounds(t *testing.T) {
 		if err := run.stop(); err != nil {
 			t.Fatalf("daemon: %v", err)
 		}
-		close(stop)
-		<-scraped
+		stopScraping()
 		polls := 0
 		for _, q := range prom.asked() {
 			if strings.HasPrefix(q, "/api/v1/query ") && strings.HasSuffix(q, "[10000ms]") {
