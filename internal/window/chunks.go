@@ -1017,8 +1017,9 @@ func (p *points) appendIntSample(gap uint64, first bool, dd int64) {
 
 // maxIntTokenBytes is the most bytes one token of an integer chunk
 // takes: a sample's change of step, zigzagged and shifted, and its gap,
-// two uvarints of at most 10 bytes (a run token takes at most 22).
-const maxIntTokenBytes = 2*binary.MaxVarintLen64 + 2
+// two uvarints of at most 10 bytes (a run token takes at most 8: two
+// marker bytes and two uvarints below 2^16).
+const maxIntTokenBytes = 2 * binary.MaxVarintLen64
 
 // appendHead appends a token to the integer head. When the head is full
 // it grows by an eighth of its length (at least the token, and up to the
