@@ -602,6 +602,7 @@ type decoder struct {
 	// lastHead is the series whose head segment was decoded last: the
 	// next series asked for often holds the same head (sameHead).
 	lastHead *points
+	answers  answers
 }
 
 // seqCache is the last few times a View turned into seqs, and the seqs:
@@ -613,13 +614,12 @@ type seqCache struct {
 }
 
 // segmentMemo holds the segments a View decoded: a piece of one series
-// decoded as a unit, a sealed chunk of p (k its index) or the head chunk
-// with the unencoded newest value (k = -1). A round looks segments up
-// about four times as often as it decodes one, about 800 times a replica,
-// so the table is open-addressed on the points' address (which the
-// collector never moves) rather than a Go map, whose hashing of the key
-// was a tenth of a round; and it is emptied slot by slot, only those
-// filled.
+// decoded as a unit, a sealed chunk or the head chunk with the unencoded
+// newest value (memoKey). A round looks segments up about four times as
+// often as it decodes one, about 800 times a replica, so the table is
+// open-addressed on an address (which the collector never moves) rather
+// than a Go map, whose hashing of the key was a tenth of a round; and it
+// is emptied slot by slot, only those filled.
 type segmentMemo struct {
 	slots []memoSlot // a power of two long, at most half filled
 	shift uint       // 64 - log2(len(slots))
@@ -627,45 +627,76 @@ type segmentMemo struct {
 }
 
 type memoSlot struct {
-	p   *points // nil: empty
-	k   int
+	key memoKey // at nil: empty
 	seg decoded
 }
 
-// slot is where probing for (p, k) starts: Fibonacci hashing of the
-// address, offset by the chunk.
-func (m *segmentMemo) slot(p *points, k int) int {
-	x := uint64(uintptr(unsafe.Pointer(p))) + uint64(k+1)*0x9E3779B97F4A7C15
+// memoKey names a segment by what its values are decoded from. A sealed
+// chunk is named by its bytes, not by its series: the buckets of a
+// histogram that hold equal chunks hold one copy of the bytes
+// (chunkShare), and a round reads them one after the other, so a third of
+// the sealed chunks a round decoded were bytes it had decoded already. The
+// same bytes decode to the same values when they start at the same seq,
+// are read in the same encoding and span as many seqs (a gap before the
+// next chunk is NaN).
+type memoKey struct {
+	at    unsafe.Pointer // the sealed chunk's bytes, or the series (points) of a head
+	first uint64         // the sealed chunk's first seq; 0 for a head
+	shape uint64         // the sealed chunk's encoding and span (sealedShape); headShape for a head
+}
+
+// headShape is no sealed chunk's shape: a span is below 2^32.
+const headShape = math.MaxUint64
+
+func headKey(p *points) memoKey { return memoKey{at: unsafe.Pointer(p), shape: headShape} }
+
+func sealedKey(p *points, k int) memoKey {
+	c := &p.sealed[k]
+	return memoKey{at: unsafe.Pointer(c.data), first: c.first, shape: uint64(c.run.enc)<<32 | (p.sealedEnd(k) - c.first)}
+}
+
+// segmentKey is sealedKey for k >= 0, headKey for k = -1.
+func segmentKey(p *points, k int) memoKey {
+	if k < 0 {
+		return headKey(p)
+	}
+	return sealedKey(p, k)
+}
+
+// slot is where probing for key starts: Fibonacci hashing of the
+// address, offset by the first seq.
+func (m *segmentMemo) slot(key memoKey) int {
+	x := uint64(uintptr(key.at)) + (key.first+1)*0x9E3779B97F4A7C15
 	return int((x * 0x9E3779B97F4A7C15) >> m.shift)
 }
 
-func (m *segmentMemo) get(p *points, k int) (decoded, bool) {
+func (m *segmentMemo) get(key memoKey) (decoded, bool) {
 	if len(m.slots) == 0 {
 		return decoded{}, false
 	}
 	mask := len(m.slots) - 1
-	for i := m.slot(p, k); ; i = (i + 1) & mask {
+	for i := m.slot(key); ; i = (i + 1) & mask {
 		s := &m.slots[i]
-		if s.p == nil {
+		if s.key.at == nil {
 			return decoded{}, false
 		}
-		if s.p == p && s.k == k {
+		if s.key == key {
 			return s.seg, true
 		}
 	}
 }
 
 // put adds a segment that get did not find.
-func (m *segmentMemo) put(p *points, k int, seg decoded) {
+func (m *segmentMemo) put(key memoKey, seg decoded) {
 	if 2*(len(m.used)+1) > len(m.slots) {
 		m.grow()
 	}
 	mask := len(m.slots) - 1
-	i := m.slot(p, k)
-	for m.slots[i].p != nil {
+	i := m.slot(key)
+	for m.slots[i].key.at != nil {
 		i = (i + 1) & mask
 	}
-	m.slots[i] = memoSlot{p: p, k: k, seg: seg}
+	m.slots[i] = memoSlot{key: key, seg: seg}
 	m.used = append(m.used, i)
 }
 
@@ -675,14 +706,14 @@ func (m *segmentMemo) grow() {
 	m.slots, m.shift = make([]memoSlot, n), uint(64-bits.Len(uint(n-1)))
 	m.used = m.used[:0]
 	for _, s := range old {
-		if s.p != nil {
-			m.put(s.p, s.k, s.seg)
+		if s.key.at != nil {
+			m.put(s.key, s.seg)
 		}
 	}
 }
 
 // reset empties the table, keeping its memory, and lets go of the View's
-// series and values.
+// series, bytes and values.
 func (m *segmentMemo) reset() {
 	for _, i := range m.used {
 		m.slots[i] = memoSlot{}
@@ -705,6 +736,7 @@ const minSlab = 1 << 15
 // end forgets the View's values, keeping the memory for the next one.
 func (d *decoder) end() {
 	d.memo.reset()
+	d.answers.reset()
 	d.lastHead = nil
 	d.seqs = seqCache{}
 	d.slab = d.slab[:0]
@@ -735,7 +767,8 @@ func (d *decoder) segmentValues(p *points, k int) []float64 { return d.segment(p
 
 // segment is segmentValues with whether the values are rising.
 func (d *decoder) segment(p *points, k int) decoded {
-	if seg, ok := d.memo.get(p, k); ok {
+	key := segmentKey(p, k)
+	if seg, ok := d.memo.get(key); ok {
 		return seg
 	}
 	if k < 0 {
@@ -745,8 +778,8 @@ func (d *decoder) segment(p *points, k int) decoded {
 		// observation, those below): comparing the bytes costs a
 		// fraction of decoding them.
 		if q := d.lastHead; q != nil && sameHead(q, p) {
-			if seg, ok := d.memo.get(q, -1); ok {
-				d.memo.put(p, k, seg)
+			if seg, ok := d.memo.get(headKey(q)); ok {
+				d.memo.put(key, seg)
 				return seg
 			}
 		}
@@ -761,7 +794,7 @@ func (d *decoder) segment(p *points, k int) decoded {
 		} else {
 			d.readHead(p, seg.vals, lo, hi)
 		}
-		d.memo.put(p, k, seg)
+		d.memo.put(key, seg)
 		return seg
 	}
 	seg := decoded{vals: d.fill(p, lo, hi), rising: true}
@@ -774,7 +807,7 @@ func (d *decoder) segment(p *points, k int) decoded {
 		}
 		prev = x
 	}
-	d.memo.put(p, k, seg)
+	d.memo.put(key, seg)
 	return seg
 }
 
@@ -796,6 +829,28 @@ func sameHead(a, b *points) bool {
 	default:
 		return bytes.Equal(a.xor.chunk.Bytes(), b.xor.chunk.Bytes())
 	}
+}
+
+// sameReads reports whether a and b read the same from seq lo on: the same
+// sealed chunks (bytes, seqs, summary) from the one holding lo to the
+// newest, and the same head (sameHead). false says nothing.
+func sameReads(a, b *points, lo uint64) bool {
+	if !sameHead(a, b) {
+		return false
+	}
+	i, j := len(a.sealed)-1, len(b.sealed)-1
+	for ; i >= 0 && j >= 0; i, j = i-1, j-1 {
+		if a.sealed[i] != b.sealed[j] {
+			return false
+		}
+		// Equal chunks end alike: at the next, equal, chunk's first, or
+		// at the equal heads'.
+		if a.sealed[i].first <= lo {
+			return true
+		}
+	}
+	// The one with chunks left must hold none that reaches lo.
+	return (i < 0 || a.sealedEnd(i) <= lo) && (j < 0 || b.sealedEnd(j) <= lo)
 }
 
 // summarisedRising reports whether the summaries show segment k rising

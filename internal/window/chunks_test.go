@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
@@ -254,35 +255,55 @@ func infAt(seq, at uint64) float64 {
 	return float64(seq)
 }
 
-// A View's memo finds every segment put in it, under its series and chunk
-// both, through collisions and growth, nothing it was not given, and
-// nothing after a reset.
+// A View's memo finds every segment put in it, under its bytes, first seq
+// and shape, or its series' head, through collisions and growth; nothing
+// it was not given, and nothing after a reset.
 func TestSegmentMemoFindsExactlyWhatWasPut(t *testing.T) {
 	series := make([]points, 300)
+	chunkBytes := make([]byte, 300)
+	// keys are segment i's keys: its series' head, and chunks of its bytes
+	// at six first seqs, each in two shapes (encoding, span).
+	keys := func(i int) []memoKey {
+		ks := []memoKey{headKey(&series[i])}
+		for first := range uint64(6) {
+			for _, shape := range []uint64{uint64(encInts)<<32 | 120, uint64(encXOR)<<32 | 120} {
+				ks = append(ks, memoKey{at: unsafe.Pointer(&chunkBytes[i]), first: first, shape: shape})
+			}
+		}
+		return ks
+	}
+	never := func(i int) []memoKey {
+		return []memoKey{
+			{at: unsafe.Pointer(&chunkBytes[i]), first: 6, shape: uint64(encInts)<<32 | 120},
+			{at: unsafe.Pointer(&chunkBytes[i]), first: 0, shape: uint64(encInts)<<32 | 119},
+			{at: unsafe.Pointer(&series[i]), first: 0, shape: uint64(encInts)<<32 | 120},
+		}
+	}
 	var m segmentMemo
 	for round := range 3 {
 		for i := range series {
-			for k := -1; k < 6; k++ {
-				if _, ok := m.get(&series[i], k); ok {
-					t.Fatalf("round %d: segment (%d, %d) found before it was put", round, i, k)
+			for j, k := range keys(i) {
+				if _, ok := m.get(k); ok {
+					t.Fatalf("round %d: segment (%d, %d) found before it was put", round, i, j)
 				}
-				m.put(&series[i], k, decoded{vals: []float64{float64(i*100 + k)}})
+				m.put(k, decoded{vals: []float64{float64(i*100 + j)}})
 			}
 		}
 		for i := range series {
-			for k := -1; k < 8; k++ {
-				seg, ok := m.get(&series[i], k)
-				switch {
-				case k >= 6 && ok:
-					t.Fatalf("round %d: segment (%d, %d) found, never put", round, i, k)
-				case k < 6 && (!ok || seg.vals[0] != float64(i*100+k)):
-					t.Fatalf("round %d: segment (%d, %d) = %v, %v; want %d", round, i, k, seg.vals, ok, i*100+k)
+			for j, k := range keys(i) {
+				if seg, ok := m.get(k); !ok || seg.vals[0] != float64(i*100+j) {
+					t.Fatalf("round %d: segment (%d, %d) = %v, %v; want %d", round, i, j, seg.vals, ok, i*100+j)
+				}
+			}
+			for j, k := range never(i) {
+				if seg, ok := m.get(k); ok {
+					t.Fatalf("round %d: key %d of %d, never put, found %v", round, j, i, seg.vals)
 				}
 			}
 		}
 		m.reset()
 	}
-	// Keys that start probing at the same slot: two chunks of one series,
+	// Keys that start probing at the same slot: chunks of the same bytes,
 	// and the heads of two series (of 257 keys, two share one of 256
 	// slots).
 	var small segmentMemo
@@ -290,36 +311,32 @@ func TestSegmentMemoFindsExactlyWhatWasPut(t *testing.T) {
 	if len(small.slots) != 256 {
 		t.Fatalf("a new memo has %d slots, the test assumes 256", len(small.slots))
 	}
-	type key struct {
-		p *points
-		k int
-	}
-	colliding := func(keys []key) (a, b key) {
-		seen := map[int]key{}
+	colliding := func(keys []memoKey) (a, b memoKey) {
+		seen := map[int]memoKey{}
 		for _, c := range keys {
-			if o, ok := seen[small.slot(c.p, c.k)]; ok {
+			if o, ok := seen[small.slot(c)]; ok {
 				return o, c
 			}
-			seen[small.slot(c.p, c.k)] = c
+			seen[small.slot(c)] = c
 		}
 		t.Fatal("no two keys share a slot")
 		return
 	}
-	var chunks, heads []key
-	for k := -1; k < 256; k++ {
-		chunks = append(chunks, key{&series[0], k})
+	var chunks, heads []memoKey
+	for first := range uint64(257) {
+		chunks = append(chunks, memoKey{at: unsafe.Pointer(&chunkBytes[0]), first: first, shape: 120})
 	}
 	for i := range 257 {
-		heads = append(heads, key{&series[i], -1})
+		heads = append(heads, headKey(&series[i]))
 	}
-	for _, keys := range [][]key{chunks, heads} {
+	for _, keys := range [][]memoKey{chunks, heads} {
 		a, b := colliding(keys)
-		small.put(a.p, a.k, decoded{vals: []float64{1}})
-		small.put(b.p, b.k, decoded{vals: []float64{2}})
-		if seg, ok := small.get(a.p, a.k); !ok || seg.vals[0] != 1 {
+		small.put(a, decoded{vals: []float64{1}})
+		small.put(b, decoded{vals: []float64{2}})
+		if seg, ok := small.get(a); !ok || seg.vals[0] != 1 {
 			t.Errorf("the first of two colliding segments = %v, %v", seg.vals, ok)
 		}
-		if seg, ok := small.get(b.p, b.k); !ok || seg.vals[0] != 2 {
+		if seg, ok := small.get(b); !ok || seg.vals[0] != 2 {
 			t.Errorf("the second of two colliding segments = %v, %v", seg.vals, ok)
 		}
 		small.reset()

@@ -241,3 +241,46 @@ func TestChunkShareKeys(t *testing.T) {
 		t.Errorf("nil chunkShare: shared %v, copied %v", shared, &got[0] != &a[0])
 	}
 }
+
+// Equal bytes can hold other values: a counter of integers and one of
+// tenths whose digits are the same integers seal the same deltas. The
+// series share the bytes, and a View, which decodes a chunk's bytes once
+// for every series that holds them, still reads each its own values, in
+// whichever order they are asked for.
+func TestSharedBytesReadInEachSeriesEncoding(t *testing.T) {
+	opts := Options{Retention: 30 * time.Minute, ScrapeInterval: 5 * time.Second}
+	s := newTestStore(t, opts)
+	const scrapes = 2*samplesPerChunk + 30
+	value := func(i int) float64 { return float64(3*i + i%4) } // steps of 4, 4, 4, 0
+	var now time.Time
+	for i := range scrapes {
+		now = t0.Add(time.Duration(i) * opts.ScrapeInterval)
+		n := value(i)
+		mustAppend(t, s, okScrape("r", now, smp("whole_total", n), smp("tenths_total", n/10)))
+	}
+	r := s.replicas["r"]
+	whole, tenths := &r.families["whole_total"][0].pts, &r.families["tenths_total"][0].pts
+	if len(whole.sealed) != 2 || whole.sealed[1].data != tenths.sealed[1].data || whole.sealed[1].run.enc == tenths.sealed[1].run.enc {
+		t.Fatalf("want the newest sealed chunk's bytes shared in two encodings, got %d chunks (%v, %v)",
+			len(whole.sealed), whole.sealed[len(whole.sealed)-1].run.enc, tenths.sealed[len(tenths.sealed)-1].run.enc)
+	}
+	// From the middle of the shared chunk (a range holds the scrapes after
+	// its start) to the newest scrape.
+	from := t0.Add(time.Duration(samplesPerChunk+samplesPerChunk/2) * opts.ScrapeInterval)
+	first := samplesPerChunk + samplesPerChunk/2 + 1
+	wantWhole := value(scrapes-1) - value(first)
+	wantTenths := value(scrapes-1)/10 - value(first)/10
+	for _, order := range [][]string{{"whole_total", "tenths_total"}, {"tenths_total", "whole_total"}} {
+		withView(t, s, "r", func(w detect.Window) {
+			for _, name := range order {
+				want := wantWhole
+				if name == "tenths_total" {
+					want = wantTenths
+				}
+				if got, ok := w.Increase(detect.Sel(name), from, now); !ok || got != want {
+					t.Errorf("read %v: Increase(%s) = %v, %v; want %v", order, name, got, ok, want)
+				}
+			}
+		})
+	}
+}

@@ -394,6 +394,17 @@ func (v view) increase(name string, ms []detect.Match, from, to time.Time) (inc 
 	if hi-lo < 2 {
 		return 0, 0, false
 	}
+	if a, ok := v.d.answers.increase(name, ms, lo, hi); ok {
+		return a.val, a.span, a.ok
+	}
+	a := v.d.answers.question(name, ms, 0, lo, hi)
+	a.val, a.span, a.ok = v.computeIncrease(name, ms, lo, hi)
+	v.d.answers.putIncrease(a)
+	return a.val, a.span, a.ok
+}
+
+// computeIncrease is increase over the seqs [lo, hi), not asked before.
+func (v view) computeIncrease(name string, ms []detect.Match, lo, hi uint64) (inc float64, span time.Duration, ok bool) {
 	var minSeq, maxSeq uint64
 	for _, rec := range v.selected(name, ms) {
 		d, first, last, n := v.counterIncrease(rec, lo, hi)
@@ -610,12 +621,32 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 	if hi-lo < 2 {
 		return 0, false
 	}
+	if a, ok := v.d.answers.quantile(q, family, match, lo, hi); ok {
+		return a.val, a.ok
+	}
+	a := v.d.answers.question(family, match, q, lo, hi)
+	a.val, a.ok = v.computeQuantile(q, family, match, lo, hi)
+	v.d.answers.quantiles = append(v.d.answers.quantiles, a)
+	return a.val, a.ok
+}
+
+// computeQuantile is Quantile over the seqs [lo, hi), not asked before.
+func (v view) computeQuantile(q float64, family string, match []detect.Match, lo, hi uint64) (float64, bool) {
 	buckets := v.d.buckets[:0]
+	var prev *points
+	var inc float64
+	var n int
 	for _, rec := range v.selected(family+"_bucket", match) {
 		if !rec.is(recHasLE) {
 			continue
 		}
-		inc, _, _, n := v.counterIncrease(rec, lo, hi)
+		// The buckets above every observation hold what the +Inf bucket
+		// holds, those below none hold zero: a bucket that reads what the
+		// one before it read has its increase.
+		if prev == nil || !sameReads(prev, &rec.pts, lo) {
+			inc, _, _, n = v.counterIncrease(rec, lo, hi)
+		}
+		prev = &rec.pts
 		if n < 2 {
 			continue
 		}

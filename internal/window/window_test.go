@@ -725,3 +725,106 @@ func TestMaxOverWholeChunks(t *testing.T) {
 		}
 	})
 }
+
+// A bucket whose head holds what the bucket before it holds is not taken
+// to read what it read over an older range: after a restart the buckets
+// le=2 and le=4 of lat count alike (nothing falls between them), before
+// it they did not; late's le=2 appears only at scrape 120, where its le=4
+// drops to what le=2 holds, and both then hold the same chunk. A quantile
+// over a range reaching back past either reads each bucket from its own
+// chunks, as the oracle does.
+func TestQuantileReadsEachBucketsOwnChunks(t *testing.T) {
+	opts := Options{Retention: 30 * time.Minute, ScrapeInterval: 5 * time.Second}
+	s := newTestStore(t, opts)
+	o := newOracle(s.Options())
+	const restart, scrapes = 150, 300
+	var now time.Time
+	for i := range scrapes {
+		now = t0.Add(time.Duration(i) * opts.ScrapeInterval)
+		perBucket := [4]float64{2, 3, 5, 6} // le 1, 2, 4, +Inf
+		j := i
+		if i >= restart {
+			perBucket, j = [4]float64{1, 3, 3, 4}, i-restart
+		}
+		var samples []series.Sample
+		for b, le := range []string{"1", "2", "4", "+Inf"} {
+			samples = append(samples, smp("lat_bucket", perBucket[b]*float64(j), "le", le))
+		}
+		samples = append(samples, smp("lat_count", perBucket[3]*float64(j)))
+		if i < samplesPerChunk {
+			samples = append(samples, smp("late_bucket", float64(1000+3*i), "le", "4"))
+		} else {
+			// le=4 drops to what le=2, new, holds; +Inf is new too.
+			v := float64(i - samplesPerChunk + 5)
+			samples = append(samples, smp("late_bucket", v, "le", "4"), smp("late_bucket", v, "le", "2"), smp("late_bucket", 2*v, "le", "+Inf"))
+		}
+		o.append(now, samples)
+		mustAppend(t, s, okScrape("r", now, samples...))
+	}
+	r := s.replicas["r"]
+	two, four := &r.families["lat_bucket"][1].pts, &r.families["lat_bucket"][2].pts
+	if !sameHead(two, four) || len(two.sealed) != 2 || two.sealed[1] == four.sealed[1] {
+		t.Fatal("lat: want le=2 and le=4 with equal heads and unequal chunks before them")
+	}
+	four, two = &r.families["late_bucket"][0].pts, &r.families["late_bucket"][1].pts
+	if !sameHead(two, four) || len(four.sealed) != 2 || len(two.sealed) != 1 || four.sealed[1] != two.sealed[0] {
+		t.Fatal("late: want le=4 then le=2, with equal heads and chunks, le=4 with an older chunk")
+	}
+	withView(t, s, "r", func(w detect.Window) {
+		ov := oracleView{o: o, real: w}
+		for _, ago := range []time.Duration{time.Minute, 4 * time.Minute, 8 * time.Minute, 15 * time.Minute, 24 * time.Minute} {
+			for _, q := range []float64{0.2, 0.5, 0.75, 0.8, 0.9} {
+				for _, h := range []string{"lat", "late"} {
+					got, gok := w.Quantile(q, h, nil, now.Add(-ago), now)
+					want, wok := ov.Quantile(q, h, nil, now.Add(-ago), now)
+					if gok != wok || !near(got, want) {
+						t.Errorf("Quantile(%v, %s) over the last %s = %v, %v; oracle %v, %v", q, h, ago, got, gok, want, wok)
+					}
+				}
+			}
+		}
+	})
+}
+
+// A View answers a question asked again from what it found the first time,
+// and only the same question: the same family, matches, quantile and
+// range. A caller that reuses its slice of matches for another question
+// gets that question's answer.
+func TestViewAnswersOnlyTheSameQuestionAgain(t *testing.T) {
+	s := newTestStore(t, Options{})
+	for i := range 30 {
+		n := float64(i)
+		mustAppend(t, s, okScrape("r", at(float64(5*i)),
+			smp("resp_total", 2*n, "code", "500"), smp("resp_total", 3*n, "code", "404"),
+			smp("lat_bucket", n, "le", "1"), smp("lat_bucket", 4*n, "le", "2"), smp("lat_bucket", 4*n, "le", "+Inf")))
+	}
+	from, to := at(50), at(145)
+	withView(t, s, "r", func(w detect.Window) {
+		ms := []detect.Match{{Label: "code", Value: "5", Prefix: true}}
+		for range 2 {
+			if got, ok := w.Increase(detect.Selector{Name: "resp_total", Match: ms}, from, to); !ok || got != 2*18 {
+				t.Errorf("Increase(5xx) = %v, %v; want 36", got, ok)
+			}
+		}
+		ms[0].Value = "4" // the same slice, another question
+		if got, ok := w.Increase(detect.Selector{Name: "resp_total", Match: ms}, from, to); !ok || got != 3*18 {
+			t.Errorf("Increase(4xx) after Increase(5xx) with the same slice = %v, %v; want 54", got, ok)
+		}
+		if got, ok := w.Increase(detect.Sel("resp_total"), from, to); !ok || got != 5*18 {
+			t.Errorf("Increase(all) = %v, %v; want 90", got, ok)
+		}
+		if got, ok := w.Increase(detect.Sel("resp_total"), from, at(95)); !ok || got != 5*8 {
+			t.Errorf("Increase(all) over a shorter range = %v, %v; want 40", got, ok)
+		}
+		// The range holds 19 scrapes, 18 steps. Increases per bound 18,
+		// 72, 72: p25 is rank 18, the top of (0, 1]; p50 rank 36 in (1, 2]
+		// holding 54, 18 below.
+		for range 2 {
+			for _, c := range []struct{ q, want float64 }{{0.25, 1}, {0.5, 1 + 18.0/54}, {0.25, 1}} {
+				if got, ok := w.Quantile(c.q, "lat", nil, from, to); !ok || !near(got, c.want) {
+					t.Errorf("Quantile(%v) = %v, %v; want %v", c.q, got, ok, c.want)
+				}
+			}
+		}
+	})
+}
