@@ -642,7 +642,7 @@ type memoSlot struct {
 type memoKey struct {
 	at    unsafe.Pointer // the sealed chunk's bytes, or the series (points) of a head
 	first uint64         // the sealed chunk's first seq; 0 for a head
-	shape uint64         // the sealed chunk's encoding and span (sealedShape); headShape for a head
+	shape uint64         // the sealed chunk's encoding and span (sealedKey); headShape for a head
 }
 
 // headShape is no sealed chunk's shape: a span is below 2^32.
