@@ -15,9 +15,11 @@ import (
 // which reads every bucket. The answers are exact: a View's windows do not
 // change while it is open.
 //
-// An increase is looked for among the latest few only, as the repeats
-// come close together and most increases are asked once; a quantile among
-// every quantile of the View, about twenty.
+// An increase is looked for among the latest few only: a round asks about
+// two hundred, most of them once, and the look-back's repeat, thirty a
+// round, comes right after the first (a dozen others, further apart, are
+// computed again). A quantile is looked for among every quantile of the
+// View, about twenty.
 type answers struct {
 	increases [8]answer // a ring; next is replaced next
 	next      int
