@@ -76,6 +76,8 @@ func (as *answers) quantile(q float64, name string, ms []detect.Match, lo, hi ui
 	return answer{}, false
 }
 
+func (as *answers) putQuantile(a answer) { as.quantiles = append(as.quantiles, a) }
+
 // reset forgets the View's answers, keeping the memory.
 func (as *answers) reset() {
 	as.increases, as.next = [8]answer{}, 0

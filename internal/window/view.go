@@ -626,7 +626,7 @@ func (v view) Quantile(q float64, family string, match []detect.Match, from, to 
 	}
 	a := v.d.answers.question(family, match, q, lo, hi)
 	a.val, a.ok = v.computeQuantile(q, family, match, lo, hi)
-	v.d.answers.quantiles = append(v.d.answers.quantiles, a)
+	v.d.answers.putQuantile(a)
 	return a.val, a.ok
 }
 
@@ -641,8 +641,8 @@ func (v view) computeQuantile(q float64, family string, match []detect.Match, lo
 			continue
 		}
 		// The buckets above every observation hold what the +Inf bucket
-		// holds, those below none hold zero: a bucket that reads what the
-		// one before it read has its increase.
+		// holds, and those below every observation hold zero: a bucket
+		// that reads what the one before it read has its increase.
 		if prev == nil || !sameReads(prev, &rec.pts, lo) {
 			inc, _, _, n = v.counterIncrease(rec, lo, hi)
 		}
