@@ -41,7 +41,7 @@ func TestWindowMemoryAtProductionRetention(t *testing.T) {
 		// other series of the read families hold.
 		noBuckets bool
 		replicas  int // of the same exposition; 0: one
-		bound    int // bytes per replica
+		bound     int // bytes per replica
 	}{
 		// The families the keep filter keeps (289 of the 477 series);
 		// measured 339 KiB: histogram buckets older than 15 minutes
