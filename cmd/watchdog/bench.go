@@ -18,7 +18,9 @@ replicas from one loopback listener (http://127.0.0.1:<port>/replicas/<i>/metric
 runs this daemon against them as a child process (production defaults, the
 given intervals), optionally Prometheus beside it on the same fleet, and after
 the warm-up reports their CPU and memory from /proc and the daemon's own scrape
-latency, evaluation round time and samples ingested per second.
+latency, evaluation round time and samples ingested per second. With
+--profile-dir it also saves the daemon's CPU profile over the measurement and
+its heap profile at the end, for go tool pprof.
 
 flags:
 `
@@ -41,6 +43,8 @@ func benchCmd(ctx context.Context, args []string, _ map[string]string, dio daemo
 	incident := fs.String("incident", "", "put one replica in eight into this incident, --warmup after the fleet starts: "+
 		sim.ClassPreemptStorm+", "+sim.ClassCacheCollapse+", "+sim.ClassRetryAvalanche+" or "+sim.ClassCrash)
 	output := fs.String("output", fleetbench.FormatText, "report format: text, markdown or json")
+	profileDir := fs.String("profile-dir", "", "a directory (created when missing) for the daemon's profiles: "+fleetbench.CPUProfileFile+
+		" over the measurement and "+fleetbench.HeapProfileFile+" at the end; the daemon then runs with --web.enable-pprof")
 	if err := parseFlags(fs, args[1:], dio, false); err != nil {
 		return err
 	}
@@ -54,7 +58,7 @@ func benchCmd(ctx context.Context, args []string, _ map[string]string, dio daemo
 	}
 	r, err := fleetbench.Run(ctx, fleetbench.Options{
 		Replicas: *replicas, Duration: *duration, Warmup: *warmup, Interval: *interval, EvaluationInterval: *evaluation,
-		Incident: *incident, Watchdog: exe, Prometheus: *prometheus,
+		Incident: *incident, Watchdog: exe, Prometheus: *prometheus, ProfileDir: *profileDir,
 		Clock: systemClock{}, Progress: dio.stderr,
 	})
 	if err != nil {

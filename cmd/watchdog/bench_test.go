@@ -11,12 +11,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -149,9 +152,10 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	// Enough replicas that the stand-in's CPU over the window is several
 	// of /proc's 10 ms ticks, not a coin toss between none and one.
 	const replicas = 160
+	profiles := filepath.Join(t.TempDir(), "profiles") // made by the run
 	var stdout, stderr bytes.Buffer
 	err = run(t.Context(), []string{"bench", "fleet", "--replicas", strconv.Itoa(replicas), "--interval", "1s", "--evaluation-interval", "1s",
-		"--warmup", "1s", "--duration", "2s", "--prometheus", exe, "--output", "json"}, map[string]string{}, &stdout, &stderr)
+		"--warmup", "1s", "--duration", "2s", "--prometheus", exe, "--output", "json", "--profile-dir", profiles}, map[string]string{}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench fleet: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -196,6 +200,18 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	if r.Ratios == nil || r.Ratios.CPU != w.CPUCores/p.CPUCores || r.Ratios.RSS != float64(w.RSSBytes)/float64(p.RSSBytes) {
 		t.Errorf("ratios %+v do not compare %v/%v cores, %v/%v bytes", r.Ratios, w.CPUCores, p.CPUCores, w.RSSBytes, p.RSSBytes)
 	}
+	// The daemon's profiles: its CPU over the 2 s measured, its heap at
+	// the end.
+	cpuFile, heapFile := filepath.Join(profiles, fleetbench.CPUProfileFile), filepath.Join(profiles, fleetbench.HeapProfileFile)
+	if !slices.Equal(r.Profiles, []string{cpuFile, heapFile}) {
+		t.Errorf("profiles %q, want %q and %q", r.Profiles, cpuFile, heapFile)
+	}
+	if cpu := readProfile(t, cpuFile); cpu != nil && (cpu.DurationNanos < 2e9 || !hasSampleType(cpu, "cpu")) {
+		t.Errorf("CPU profile of %v over %s, want cpu samples over at least 2 s", cpu.SampleType, time.Duration(cpu.DurationNanos))
+	}
+	if heap := readProfile(t, heapFile); heap != nil && (!hasSampleType(heap, "inuse_space") || len(heap.Sample) == 0) {
+		t.Errorf("heap profile of %v with %d samples, want inuse_space samples", heap.SampleType, len(heap.Sample))
+	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("the run left %v in its temporary directory", left)
 	}
@@ -214,7 +230,32 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	}
 }
 
+// readProfile parses a pprof profile file; nil after reporting why not.
+func readProfile(t *testing.T, file string) *profile.Profile {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Errorf("%s: %v", file, err)
+		return nil
+	}
+	return p
+}
+
+func hasSampleType(p *profile.Profile, typ string) bool {
+	return slices.ContainsFunc(p.SampleType, func(st *profile.ValueType) bool { return st.Type == typ })
+}
+
 func TestBenchFleetRefusesBadArguments(t *testing.T) {
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -226,6 +267,7 @@ func TestBenchFleetRefusesBadArguments(t *testing.T) {
 		{[]string{"bench", "fleet", "--output", "yaml"}, `unknown output format "yaml"`},
 		{[]string{"bench", "fleet", "--prometheus", "/nonexistent/prometheus"}, "--prometheus"},
 		{[]string{"bench", "fleet", "--replicas", "2", "--incident", "meltdown"}, `unknown incident class "meltdown"`},
+		{[]string{"bench", "fleet", "--replicas", "2", "--profile-dir", notADir}, "--profile-dir: mkdir " + notADir + ": not a directory"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(t.Context(), tc.args, map[string]string{}, &stdout, &stderr)

@@ -133,7 +133,7 @@ var errHelp = errors.New("help printed")
 // daemonFlags are the flags of run and demo.
 type daemonFlags struct {
 	configFile, listenAddress, logLevel, logFormat string
-	enableLifecycle                                bool
+	enableLifecycle, enablePprof                   bool
 	watchInterval                                  time.Duration
 	fs                                             *flag.FlagSet
 }
@@ -151,6 +151,7 @@ func addDaemonFlags(fs *flag.FlagSet, base config.Config) *daemonFlags {
 	fs.StringVar(&f.logLevel, "log.level", base.LogLevel, "debug, info, warn or error (env WATCHDOG_LOG_LEVEL, YAML log_level)")
 	fs.StringVar(&f.logFormat, "log.format", base.LogFormat, "json, logfmt or console (env WATCHDOG_LOG_FORMAT, YAML log_format)")
 	fs.BoolVar(&f.enableLifecycle, "web.enable-lifecycle", false, "enable POST /-/reload (same-origin requests only)")
+	fs.BoolVar(&f.enablePprof, "web.enable-pprof", false, "serve Go's runtime profiles under /debug/pprof/ (CPU, heap, goroutines, traces)")
 	fs.DurationVar(&f.watchInterval, "config.watch-interval", defaultConfigWatchInterval, "how often the configuration file is checked for changes, which reload it; 0 turns watching off (env WATCHDOG_CONFIG_WATCH_INTERVAL)")
 	return f
 }
@@ -172,6 +173,7 @@ func (f *daemonFlags) settings(env map[string]string, dio *daemonIO) (config.Fla
 		LogLevel: pick("log.level", &f.logLevel), LogFormat: pick("log.format", &f.logFormat),
 	}
 	dio.lifecycle = f.enableLifecycle
+	dio.pprof = f.enablePprof
 	dio.watchInterval = f.watchInterval
 	if v, ok := env["WATCHDOG_CONFIG_WATCH_INTERVAL"]; ok && !given["config.watch-interval"] {
 		d, err := time.ParseDuration(v)

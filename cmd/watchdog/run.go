@@ -85,6 +85,8 @@ type daemonIO struct {
 	flags config.Flags
 	// lifecycle enables POST /-/reload (--web.enable-lifecycle).
 	lifecycle bool
+	// pprof serves /debug/pprof/ (--web.enable-pprof).
+	pprof bool
 	// configFile is watched for changes every watchInterval (0: not
 	// watched); a change reloads as SIGHUP does. "" for none.
 	configFile    string
@@ -359,6 +361,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		StaleAfter: loopStaleAfter(cfg.Evaluation.Interval), Listen: dio.listen,
 		Incidents: incident.Handler(journal, book.Markdown), Workspace: workspace,
 		Silences: silence.NewHandler(silence.HandlerOptions{Store: silences, Token: string(cfg.API.Token), Standby: standby, Now: time.Now, Logger: logger.Named("silences")}),
+		Pprof:    dio.pprof,
 	})
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -229,7 +230,36 @@ func startWatchdog(ctx context.Context, o Options, dir, fleetAddr string) (*chil
 	if err != nil {
 		return nil, err
 	}
-	return start(ctx, dir, "watchdog", addr, o.Watchdog, "run", "--config.file="+path)
+	args := []string{"run", "--config.file=" + path}
+	if o.ProfileDir != "" {
+		args = append(args, "--web.enable-pprof")
+	}
+	return start(ctx, dir, "watchdog", addr, o.Watchdog, args...)
+}
+
+// profile saves what the child's pprof endpoint path answers into file. A
+// CPU profile takes as long as it asks for, so no client timeout bounds
+// it: ctx and the child's end do.
+func (c *child) profile(ctx context.Context, path, file string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url(path), nil)
+	resp, err := (&http.Client{Transport: c.client.Transport}).Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", c.name, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s %s: HTTP %d: %s", c.name, path, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	out, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		out.Close()
+		return fmt.Errorf("%s %s: %w", c.name, path, err)
+	}
+	return out.Close()
 }
 
 // prometheusConfig scrapes every replica of the fleet: one target group per

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -52,6 +53,12 @@ type Options struct {
 	// Prometheus is a Prometheus server executable to run beside it on the
 	// same fleet ("": none).
 	Prometheus string
+	// ProfileDir, when set, receives the daemon's profiles: its CPU over
+	// the measurement (CPUProfileFile) and its heap after a collection at
+	// the end (HeapProfileFile). The daemon then runs with
+	// --web.enable-pprof, and Go's profiler sampling it at 100 Hz costs it
+	// a little CPU, which the report includes. Created when missing.
+	ProfileDir string
 	// SampleEvery is how often the children's memory is sampled for the
 	// growth rate; default 5 s.
 	SampleEvery time.Duration
@@ -62,6 +69,12 @@ type Options struct {
 	// Progress gets one line per stage; nil: discarded.
 	Progress io.Writer
 }
+
+// The profiles Run writes into Options.ProfileDir, for go tool pprof.
+const (
+	CPUProfileFile  = "watchdog-cpu.pb.gz"
+	HeapProfileFile = "watchdog-heap.pb.gz"
+)
 
 // pollEvery is how often readiness and scrape coverage are checked.
 const pollEvery = 100 * time.Millisecond
@@ -111,6 +124,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.Prometheus != "" {
 		if _, err := os.Stat(o.Prometheus); err != nil {
 			return Report{}, fmt.Errorf("--prometheus: %w", err)
+		}
+	}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return Report{}, fmt.Errorf("--profile-dir: %w", err)
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -184,6 +202,16 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		scrapesBefore[k] = fleet.ScrapeCounts(k)
 	}
 	fmt.Fprintf(o.Progress, "measuring: %s\n", o.Duration)
+	var cpuProfile chan error
+	if o.ProfileDir != "" {
+		// Whole seconds, at least the duration: the measurement lasts at
+		// least that long.
+		seconds := int64(math.Ceil(o.Duration.Seconds()))
+		cpuProfile = make(chan error, 1)
+		go func() {
+			cpuProfile <- wd.profile(ctx, "/debug/pprof/profile?seconds="+strconv.FormatInt(seconds, 10), filepath.Join(o.ProfileDir, CPUProfileFile))
+		}()
+	}
 	memory := make([][]memPoint, len(children))
 	for i := range children {
 		memory[i] = []memPoint{{begin[i].at, begin[i].rss}}
@@ -214,6 +242,17 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	var profiles []string
+	if cpuProfile != nil {
+		if err := <-cpuProfile; err != nil {
+			return Report{}, err
+		}
+		heap := filepath.Join(o.ProfileDir, HeapProfileFile)
+		if err := wd.profile(ctx, "/debug/pprof/heap?gc=1", heap); err != nil {
+			return Report{}, err
+		}
+		profiles = []string{filepath.Join(o.ProfileDir, CPUProfileFile), heap}
+	}
 	for i := range children {
 		memory[i] = append(memory[i], memPoint{end[i].at, end[i].rss})
 	}
@@ -222,7 +261,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	r := Report{
 		Replicas: o.Replicas, IntervalSeconds: o.Interval.Seconds(), EvaluationIntervalSeconds: o.EvaluationInterval.Seconds(),
 		WarmupSeconds: o.Warmup.Seconds(),
-		WindowSeconds: window.Seconds(), Incident: o.Incident,
+		WindowSeconds: window.Seconds(), Incident: o.Incident, Profiles: profiles,
 	}
 	for k := range children {
 		m, err := measure(o.Replicas, begin[k], end[k], memory[k])

@@ -37,6 +37,9 @@ type Report struct {
 	// Ratios are watchdog ÷ Prometheus; per replica they are the same, as
 	// both watch the same fleet.
 	Ratios *Ratios `json:"ratios_watchdog_to_prometheus,omitempty"`
+	// Profiles are the daemon's profile files (Options.ProfileDir): its
+	// CPU over the measurement, then its heap at the end.
+	Profiles []string `json:"profiles,omitempty"`
 }
 
 // Measurement is one child's cost over the window.
@@ -344,14 +347,21 @@ func (r Report) Write(w io.Writer, format string) error {
 				fmt.Fprintf(w, "|%s\n", strings.Repeat(" --- |", len(row)))
 			}
 		}
-		return nil
+	} else {
+		fmt.Fprintf(w, "sglang-watchdog bench fleet: %s\n\n", head)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, row := range rows {
+			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(w, "sglang-watchdog bench fleet: %s\n\n", head)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, row := range rows {
-		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	if len(r.Profiles) > 0 {
+		_, err := fmt.Fprintf(w, "\nthe daemon's profiles (go tool pprof -top FILE): %s\n", strings.Join(r.Profiles, ", "))
+		return err
 	}
-	return tw.Flush()
+	return nil
 }
 
 // rows is the report as a table: a header, then one row per quantity.

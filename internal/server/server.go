@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"time"
 
@@ -67,6 +68,11 @@ type Options struct {
 	}
 	// Silences serves the silences API and pages (silences.go); nil: none.
 	Silences http.Handler
+	// Pprof serves Go's runtime profiles under /debug/pprof/
+	// (--web.enable-pprof): off by default, as a CPU profile or an
+	// execution trace costs the daemon while it runs and anyone who
+	// reaches the port could ask for one.
+	Pprof bool
 }
 
 // Server is the HTTP server.
@@ -141,6 +147,9 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /runbooks/", s.opts.Runbooks)
 	}
 	s.routeSilences(mux)
+	if s.opts.Pprof {
+		routePprof(mux)
+	}
 	if s.opts.Incidents != nil {
 		for _, pattern := range incident.Routes {
 			mux.Handle(pattern, s.opts.Incidents)
@@ -157,6 +166,19 @@ func (s *Server) Handler() http.Handler {
 		w.Write([]byte("sglang-watchdog\n\n/api/v1/alerts\n/api/v1/watchdog/alerts\n/api/v1/targets\n/metrics\n/-/healthy\n/-/ready\n/runbooks/\n"))
 	})
 	return mux
+}
+
+// routePprof mounts net/http/pprof's handlers, all but cmdline: the
+// daemon's command line is nobody's business over HTTP. A CPU profile or
+// trace may last longer than the server's write timeout: pprof moves the
+// connection's deadline by the duration asked for.
+func routePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // and every named profile: heap, goroutine, allocs…
+	mux.HandleFunc("GET /debug/pprof/cmdline", http.NotFound)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 func (s *Server) reload(w http.ResponseWriter, _ *http.Request) {
