@@ -57,7 +57,9 @@ type Options struct {
 	// the measurement (CPUProfileFile) and its heap after a collection at
 	// the end (HeapProfileFile). The daemon then runs with
 	// --web.enable-pprof, and Go's profiler sampling it at 100 Hz costs it
-	// a little CPU, which the report includes. Created when missing.
+	// a little CPU, which the report includes. Created when missing. A
+	// profile that cannot be taken is said on Progress and missing from
+	// Report.Profiles; the measurement stands.
 	ProfileDir string
 	// SampleEvery is how often the children's memory is sampled for the
 	// growth rate; default 5 s.
@@ -242,16 +244,21 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	// A profile that failed is said on Progress and left out: the
+	// measurement stands without it.
 	var profiles []string
 	if cpuProfile != nil {
 		if err := <-cpuProfile; err != nil {
-			return Report{}, err
+			fmt.Fprintf(o.Progress, "no CPU profile: %v\n", err)
+		} else {
+			profiles = append(profiles, filepath.Join(o.ProfileDir, CPUProfileFile))
 		}
 		heap := filepath.Join(o.ProfileDir, HeapProfileFile)
 		if err := wd.profile(ctx, "/debug/pprof/heap?gc=1", heap); err != nil {
-			return Report{}, err
+			fmt.Fprintf(o.Progress, "no heap profile: %v\n", err)
+		} else {
+			profiles = append(profiles, heap)
 		}
-		profiles = []string{filepath.Join(o.ProfileDir, CPUProfileFile), heap}
 	}
 	for i := range children {
 		memory[i] = append(memory[i], memPoint{end[i].at, end[i].rss})
