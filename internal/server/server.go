@@ -168,13 +168,13 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// routePprof mounts net/http/pprof's handlers, all but cmdline: the
-// daemon's command line is nobody's business over HTTP. A CPU profile or
-// trace may last longer than the server's write timeout: pprof moves the
-// connection's deadline by the duration asked for.
+// routePprof mounts net/http/pprof's handlers, all but Cmdline: the
+// daemon's command line is nobody's business over HTTP (Index answers
+// /debug/pprof/cmdline 404, as no runtime profile has that name). A CPU
+// profile or trace may last longer than the server's write timeout: pprof
+// moves the connection's deadline by the duration asked for.
 func routePprof(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index) // and every named profile: heap, goroutine, allocs…
-	mux.HandleFunc("GET /debug/pprof/cmdline", http.NotFound)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)

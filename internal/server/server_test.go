@@ -233,29 +233,21 @@ func TestReloadDisabledByDefault(t *testing.T) {
 // line. (A CPU profile is taken end to end by watchdog bench fleet's test.)
 func TestPprofOnlyWhenEnabled(t *testing.T) {
 	for _, enabled := range []bool{false, true} {
-		srv, err := New("127.0.0.1:0", Options{Gatherer: prometheus.NewRegistry(), Alerts: &fakeAlerts{ready: make(chan struct{})},
-			Logger: zap.NewNop(), Now: time.Now, Pprof: enabled})
-		if err != nil {
-			t.Fatal(err)
+		h := (&Server{opts: Options{Now: time.Now, Pprof: enabled}}).Handler()
+		get := func(path string) (int, string) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			return rec.Code, rec.Body.String()
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- srv.Run(ctx) }()
-		base := "http://" + srv.Addr()
-
-		code, body := get(t, base+"/debug/pprof/")
+		code, body := get("/debug/pprof/")
 		if want := map[bool]int{false: 404, true: 200}[enabled]; code != want || enabled != strings.Contains(body, "goroutine") {
 			t.Errorf("pprof %v: GET /debug/pprof/ %d, want %d and the profiles listed when enabled:\n%.300s", enabled, code, want, body)
 		}
-		if code, body := get(t, base+"/debug/pprof/heap?debug=1"); enabled != (code == 200 && strings.Contains(body, "heap profile:")) {
+		if code, body := get("/debug/pprof/heap?debug=1"); enabled != (code == 200 && strings.Contains(body, "heap profile:")) {
 			t.Errorf("pprof %v: GET /debug/pprof/heap %d %.100q", enabled, code, body)
 		}
-		if code, _ := get(t, base+"/debug/pprof/cmdline"); code != 404 {
+		if code, _ := get("/debug/pprof/cmdline"); code != 404 {
 			t.Errorf("pprof %v: GET /debug/pprof/cmdline %d, want 404", enabled, code)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
 		}
 	}
 }
