@@ -201,16 +201,19 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 		t.Errorf("ratios %+v do not compare %v/%v cores, %v/%v bytes", r.Ratios, w.CPUCores, p.CPUCores, w.RSSBytes, p.RSSBytes)
 	}
 	// The daemon's profiles: its CPU over the 2 s measured, its heap at
-	// the end.
+	// the end. runtime/pprof dates a CPU profile from when its writer
+	// goroutine first runs, which on a loaded machine is tens of
+	// milliseconds after the profile started (1.965 s was seen in CI), so
+	// 1.5 s tells the 2 s asked for from a second less.
 	cpuFile, heapFile := filepath.Join(profiles, fleetbench.CPUProfileFile), filepath.Join(profiles, fleetbench.HeapProfileFile)
 	if !slices.Equal(r.Profiles, []string{cpuFile, heapFile}) {
 		t.Errorf("profiles %q, want %q and %q", r.Profiles, cpuFile, heapFile)
 	}
-	if cpu := readProfile(t, cpuFile); cpu != nil && (cpu.DurationNanos < 2e9 || !hasSampleType(cpu, "cpu")) {
-		t.Errorf("CPU profile of %v over %s, want cpu samples over at least 2 s", cpu.SampleType, time.Duration(cpu.DurationNanos))
+	if cpu := readProfile(t, cpuFile); cpu != nil && (cpu.DurationNanos < 1.5e9 || !hasSampleType(cpu, "cpu")) {
+		t.Errorf("CPU profile of %v over %s, want cpu samples over about 2 s, at least 1.5 s", sampleTypes(cpu), time.Duration(cpu.DurationNanos))
 	}
 	if heap := readProfile(t, heapFile); heap != nil && (!hasSampleType(heap, "inuse_space") || len(heap.Sample) == 0) {
-		t.Errorf("heap profile of %v with %d samples, want inuse_space samples", heap.SampleType, len(heap.Sample))
+		t.Errorf("heap profile of %v with %d samples, want inuse_space samples", sampleTypes(heap), len(heap.Sample))
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("the run left %v in its temporary directory", left)
@@ -248,7 +251,15 @@ func readProfile(t *testing.T, file string) *profile.Profile {
 }
 
 func hasSampleType(p *profile.Profile, typ string) bool {
-	return slices.ContainsFunc(p.SampleType, func(st *profile.ValueType) bool { return st.Type == typ })
+	return slices.Contains(sampleTypes(p), typ)
+}
+
+func sampleTypes(p *profile.Profile) []string {
+	types := make([]string, len(p.SampleType))
+	for i, st := range p.SampleType {
+		types[i] = st.Type
+	}
+	return types
 }
 
 func TestBenchFleetRefusesBadArguments(t *testing.T) {
