@@ -239,7 +239,9 @@ func startWatchdog(ctx context.Context, o Options, dir, fleetAddr string) (*chil
 
 // profile saves what the child's pprof endpoint path answers into file. A
 // CPU profile takes as long as it asks for, so no client timeout bounds
-// it: ctx and the child's end do.
+// it: ctx and the child's end do. On failure no file is left behind: a
+// truncated profile would still open in go tool pprof, showing less than
+// was measured.
 func (c *child) profile(ctx context.Context, path, file string) error {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url(path), nil)
 	resp, err := (&http.Client{Transport: c.client.Transport}).Do(req)
@@ -257,9 +259,14 @@ func (c *child) profile(ctx context.Context, path, file string) error {
 	}
 	if _, err := io.Copy(out, resp.Body); err != nil {
 		out.Close()
+		os.Remove(file)
 		return fmt.Errorf("%s %s: %w", c.name, path, err)
 	}
-	return out.Close()
+	if err := out.Close(); err != nil {
+		os.Remove(file)
+		return err
+	}
+	return nil
 }
 
 // prometheusConfig scrapes every replica of the fleet: one target group per
