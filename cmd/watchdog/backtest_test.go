@@ -82,11 +82,11 @@ func liveEventLine(ev notify.Event) string {
 	for _, f := range notify.Shown(ev.Evidence) {
 		evidence = append(evidence, notify.FormatField(f))
 	}
-	return eventLine(ev.At, string(ev.Kind), ev.Severity, ev.Class, ev.Replica, ev.Fingerprint, ev.Seq, notify.Headline(ev), evidence)
+	return eventLine(ev.At, string(ev.Kind), ev.Severity.String(), ev.Class, ev.Replica, ev.Fingerprint, ev.Seq, notify.Headline(ev), evidence)
 }
 
 func reportEventLine(e backtest.ReportEvent) string {
-	return eventLine(e.At, e.Kind, e.Severity, e.Class, e.Replica, e.Fingerprint, e.Seq, e.Headline, e.Evidence)
+	return eventLine(e.At, e.Kind, e.Severity.String(), e.Class, e.Replica, e.Fingerprint, e.Seq, e.Headline, e.Evidence)
 }
 
 func eventLine(at time.Time, kind, severity, class, replica, fingerprint string, seq uint64, headline string, evidence []string) string {

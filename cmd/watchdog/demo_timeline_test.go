@@ -22,6 +22,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/memnet"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -324,7 +325,7 @@ func (run demoRun) episodes() []episode {
 			}
 		}
 		e := &out[i]
-		if r.integration == notify.IntegrationPagerDuty && r.ev.Severity == "critical" && r.ev.Kind != notify.KindResolve && !e.critical {
+		if r.integration == notify.IntegrationPagerDuty && r.ev.Severity == detect.Critical && r.ev.Kind != notify.KindResolve && !e.critical {
 			e.critical, e.criticalAt = true, r.ev.At
 		}
 	}
@@ -555,19 +556,19 @@ func TestDemoTimelineCheck(t *testing.T) {
 		sim.ClassCrash:          "replica down: connection refused",
 	}
 	seq := map[string]uint64{}
-	event := func(kind notify.Kind, severity, class string, inc scriptedIncident, key string, at time.Duration, headline string) []recorded {
+	event := func(kind notify.Kind, severity detect.Severity, class string, inc scriptedIncident, key string, at time.Duration, headline string) []recorded {
 		seq[key]++
 		ev := notify.Event{Kind: kind, Severity: severity, Class: class, Replica: inc.replicas[0], Fingerprint: key,
 			Seq: seq[key], At: start.Add(at), Headline: inc.replicas[0] + ": " + headline}
 		out := []recorded{{integration: notify.IntegrationSlack, ev: ev}}
-		if severity == "critical" {
+		if severity == detect.Critical {
 			out = append(out, recorded{integration: notify.IntegrationPagerDuty, ev: ev})
 		}
 		return out
 	}
 	pageAs := func(inc scriptedIncident, key, class, headline string, firing, resolved time.Duration) []recorded {
-		return append(event(notify.KindTrigger, "critical", class, inc, key, firing, headline),
-			event(notify.KindResolve, "critical", class, inc, key, resolved, headline)...)
+		return append(event(notify.KindTrigger, detect.Critical, class, inc, key, firing, headline),
+			event(notify.KindResolve, detect.Critical, class, inc, key, resolved, headline)...)
 	}
 	page := func(inc scriptedIncident, key string, firing, resolved time.Duration) []recorded {
 		class := map[string]string{sim.ClassCrash: "replica_down"}[inc.class]
@@ -597,7 +598,7 @@ func TestDemoTimelineCheck(t *testing.T) {
 			name: "a consequence re-titled in place when its cause appears",
 			edit: func(rs []recorded) []recorded {
 				// The storm's page starts as queue_latency 10 s earlier.
-				first := event(notify.KindTrigger, "critical", "queue_latency", storm, "cause-0", storm.start+10*time.Second, "TTFT p99 5.9 s")
+				first := event(notify.KindTrigger, detect.Critical, "queue_latency", storm, "cause-0", storm.start+10*time.Second, "TTFT p99 5.9 s")
 				for i := range first {
 					first[i].ev.Seq = 1
 				}
@@ -622,21 +623,21 @@ func TestDemoTimelineCheck(t *testing.T) {
 		{
 			name: "a warning escalated to critical is a critical page",
 			extra: func() []recorded {
-				return append(event(notify.KindTrigger, "warning", "decode_slowdown", avalanche, "slow", avalanche.start+5*time.Second, "decode slow"),
-					event(notify.KindUpdate, "critical", "decode_slowdown", avalanche, "slow", avalanche.start+15*time.Second, "decode slow")...)
+				return append(event(notify.KindTrigger, detect.Warning, "decode_slowdown", avalanche, "slow", avalanche.start+5*time.Second, "decode slow"),
+					event(notify.KindUpdate, detect.Critical, "decode_slowdown", avalanche, "slow", avalanche.start+15*time.Second, "decode slow")...)
 			},
 			want: []string{"retry_avalanche on sim-2 at 3:30–4:20: 2 critical pages"},
 		},
 		{
 			name: "a warning is not a critical page",
 			extra: func() []recorded {
-				return event(notify.KindTrigger, "warning", "kv_saturation", storm, "kv", storm.start+5*time.Second, "KV 95%")
+				return event(notify.KindTrigger, detect.Warning, "kv_saturation", storm, "kv", storm.start+5*time.Second, "KV 95%")
 			},
 		},
 		{
 			name: "the cause paged again during the drain",
 			extra: func() []recorded {
-				return event(notify.KindTrigger, "critical", "preempt_storm", storm, "cause-0", storm.recovered+25*time.Second, "preempted again")
+				return event(notify.KindTrigger, detect.Critical, "preempt_storm", storm, "cause-0", storm.recovered+25*time.Second, "preempted again")
 			},
 			want: []string{"preempt_storm on sim-0 at 0:45–1:45: 2 critical pages"},
 		},
@@ -694,7 +695,7 @@ func TestDemoTimelineCheck(t *testing.T) {
 						if r.integration == notify.IntegrationPagerDuty {
 							continue
 						}
-						r.ev.Severity = "warning"
+						r.ev.Severity = detect.Warning
 					}
 					out = append(out, r)
 				}

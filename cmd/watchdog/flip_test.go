@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -397,7 +398,7 @@ func TestFleetFlipCheck(t *testing.T) {
 	ev := func(kind notify.Kind, fp, replica string, fleet bool, at time.Duration) notify.Event {
 		seq[fp]++
 		return notify.Event{Kind: kind, Fingerprint: fp, Seq: seq[fp], Replica: replica, Fleet: fleet,
-			Class: "cache_collapse", Severity: "warning", At: start.Add(at)}
+			Class: "cache_collapse", Severity: detect.Warning, At: start.Add(at)}
 	}
 	story := func() []notify.Event {
 		clear(seq)
@@ -485,7 +486,7 @@ func TestCauseAfterEffectCheck(t *testing.T) {
 	ev := func(kind notify.Kind, fp, class string, at time.Duration, headline string) notify.Event {
 		seq[fp]++
 		return notify.Event{Kind: kind, Fingerprint: fp, Seq: seq[fp], Replica: "r0", Class: class,
-			Severity: "critical", At: start.Add(at), Headline: "r0: " + headline}
+			Severity: detect.Critical, At: start.Add(at), Headline: "r0: " + headline}
 	}
 	story := func() []notify.Event {
 		clear(seq)

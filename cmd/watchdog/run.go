@@ -295,8 +295,8 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	}
 
 	// Page links are set once the listen address is bound (pipeline.links).
-	tracker := alert.NewTracker(cfg.Alerts, alert.Links{})
-	var saved []alert.Alert
+	tracker := alert.NewTracker(cfg.Alerts)
+	var saved []alert.Incident
 	if err := stateStore.Load(eval.AlertsDocument, &saved, now); err != nil {
 		logger.Error("alert state unreadable; starting without it", zap.Error(err))
 	}
@@ -367,7 +367,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return fmt.Errorf("listen %s: %w", cfg.ListenAddress, err)
 	}
 	p.listen = srv.Addr()
-	tracker.SetConfig(cfg.Alerts, p.links(cfg, logger)) // before the first round
+	loop.SetLinks(p.links(cfg, logger)) // before the first round
 	logger.Info("watchdog started", zap.String("version", promversion.Version), zap.String("revision", promversion.GetRevision()), zap.String("listen", srv.Addr()),
 		zap.Int("targets", len(targets)), zap.Int("detectors", len(detectors)), zap.Strings("integrations", dispatcher.Integrations()),
 		zap.String("state_dir", stateDir.Path()))

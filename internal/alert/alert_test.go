@@ -19,9 +19,28 @@ func finding(replica string, class detect.Class, sev detect.Severity) detect.Fin
 		Evidence: []detect.Evidence{{Name: "x", Value: 2, Baseline: 1, HasBaseline: true}}}
 }
 
+// pager is the tracker with the links its pages carry: what the
+// evaluation loop does with a round, silences aside.
+type pager struct {
+	*Tracker
+	links Links
+}
+
+func newPager(cfg Config, links Links) *pager { return &pager{NewTracker(cfg), links} }
+
+// Update applies the round and returns its pages as events.
+func (p *pager) Update(round assess.Round) []notify.Event {
+	return p.links.Events(p.Tracker.Update(round), round)
+}
+
+// Retire retires replicas and returns the pages as events.
+func (p *pager) Retire(gone func(string) bool, reason string, now time.Time) []notify.Event {
+	return p.links.Events(p.Tracker.Retire(gone, reason, now), assess.Round{At: now})
+}
+
 // update runs one round of findings through the correlation, as the
 // assessment does, then the tracker.
-func update(tr *Tracker, findings []detect.Finding, now time.Time) []notify.Event {
+func update(tr *pager, findings []detect.Finding, now time.Time) []notify.Event {
 	return tr.Update(roundOf(now, findings...))
 }
 
@@ -34,7 +53,7 @@ func roundOf(now time.Time, findings ...detect.Finding) assess.Round {
 			reps = append(reps, detect.Replica{Name: f.Replica, Model: f.Model})
 		}
 	}
-	return assess.Round{At: now, Incidents: correlate.Correlate(correlate.DefaultConfig(), findings, reps)}
+	return assess.Round{At: now, Groups: correlate.Correlate(correlate.DefaultConfig(), findings, reps)}
 }
 
 func testConfig() Config {
@@ -56,7 +75,7 @@ func kinds(evs []notify.Event) []string {
 
 // step runs the tracker every 10 s from start for n rounds with the findings
 // fn returns, collecting every event.
-func step(tr *Tracker, start time.Time, n int, fn func(i int) []detect.Finding) []notify.Event {
+func step(tr *pager, start time.Time, n int, fn func(i int) []detect.Finding) []notify.Event {
 	var all []notify.Event
 	for i := 0; i < n; i++ {
 		all = append(all, update(tr, fn(i), start.Add(time.Duration(i)*10*time.Second))...)
@@ -65,14 +84,14 @@ func step(tr *Tracker, start time.Time, n int, fn func(i int) []detect.Finding) 
 }
 
 func TestLifecyclePendingFiringResolved(t *testing.T) {
-	tr := NewTracker(testConfig(), Links{ExternalURL: "http://wd:9402"})
+	tr := newPager(testConfig(), Links{ExternalURL: "http://wd:9402"})
 	storm := finding("r1", detect.PreemptStorm, detect.Critical)
 
 	// Pending for < for: no event.
 	if evs := step(tr, t0, 3, func(int) []detect.Finding { return []detect.Finding{storm} }); len(evs) != 0 {
 		t.Fatalf("events while pending: %v", kinds(evs))
 	}
-	if a := tr.Alerts(); len(a) != 1 || a[0].State != StatePending {
+	if a := tr.Incidents(); len(a) != 1 || a[0].State != StatePending {
 		t.Fatalf("want one pending alert, got %+v", a)
 	}
 	// At t0+30s it fires once.
@@ -110,17 +129,17 @@ func TestLifecyclePendingFiringResolved(t *testing.T) {
 		t.Errorf("postmortem link: trigger %q, resolve %q, want none then %q", trig.PostmortemURL, evs[0].PostmortemURL, want)
 	}
 	// Kept for retention, then forgotten.
-	if a := tr.Alerts(); len(a) != 1 || a[0].State != StateResolved {
+	if a := tr.Incidents(); len(a) != 1 || a[0].State != StateResolved {
 		t.Fatalf("resolved alert not retained: %+v", a)
 	}
 	update(tr, nil, t0.Add(100*time.Second+10*time.Minute))
-	if a := tr.Alerts(); len(a) != 0 {
+	if a := tr.Incidents(); len(a) != 0 {
 		t.Fatalf("resolved alert not dropped after retention: %+v", a)
 	}
 }
 
 func TestBlipNeverPages(t *testing.T) {
-	tr := NewTracker(testConfig(), Links{})
+	tr := newPager(testConfig(), Links{})
 	evs := step(tr, t0, 20, func(i int) []detect.Finding {
 		if i%4 == 0 { // present one round in four: never 30 s in a row
 			return []detect.Finding{finding("r1", detect.CacheCollapse, detect.Warning)}
@@ -133,7 +152,7 @@ func TestBlipNeverPages(t *testing.T) {
 }
 
 func TestHysteresisKeepsFlappingConditionAsOneIncident(t *testing.T) {
-	tr := NewTracker(testConfig(), Links{})
+	tr := newPager(testConfig(), Links{})
 	evs := step(tr, t0, 60, func(i int) []detect.Finding {
 		// Steady for 1 minute, then flapping on/off every 20 s.
 		if i < 6 || (i/2)%2 == 0 {
@@ -150,7 +169,7 @@ func TestEscalationAndRepeat(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
 	cfg.RepeatInterval = time.Minute
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	evs := step(tr, t0, 13, func(i int) []detect.Finding {
 		sev := detect.Warning
 		if i >= 3 {
@@ -163,7 +182,7 @@ func TestEscalationAndRepeat(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("got %v want %v", got, want)
 	}
-	if evs[1].Severity != "critical" {
+	if evs[1].Severity != detect.Critical {
 		t.Errorf("escalation event severity %q", evs[1].Severity)
 	}
 	// A severity drop does not re-page.
@@ -175,7 +194,7 @@ func TestEscalationAndRepeat(t *testing.T) {
 func TestCauseAndEffectOnOneReplicaPageOnce(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	evs := update(tr, []detect.Finding{
 		finding("r1", detect.PreemptStorm, detect.Critical),
 		finding("r1", detect.CacheCollapse, detect.Warning),
@@ -185,7 +204,7 @@ func TestCauseAndEffectOnOneReplicaPageOnce(t *testing.T) {
 		t.Fatalf("got %s", got)
 	}
 	for _, e := range evs {
-		if e.Replica == "r1" && (len(e.Explains) != 1 || e.Explains[0] != "preempt_storm" || e.Severity != "critical") {
+		if e.Replica == "r1" && (len(e.Explains) != 1 || e.Explains[0] != "preempt_storm" || e.Severity != detect.Critical) {
 			t.Errorf("r1 collapse: explains %v, severity %s; want the storm it causes, critical", e.Explains, e.Severity)
 		}
 		if e.Replica == "r2" && len(e.Explains) != 0 {
@@ -206,7 +225,7 @@ func sortedKinds(ks ...string) string {
 
 func TestConsequenceFiredFirstIsRetitledInPlaceWhenItsCauseAppears(t *testing.T) {
 	cfg := testConfig()
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	queue := finding("r1", detect.QueueLatency, detect.Critical)
 	storm := finding("r1", detect.PreemptStorm, detect.Critical)
 	var evs []notify.Event
@@ -230,7 +249,7 @@ func TestConsequenceFiredFirstIsRetitledInPlaceWhenItsCauseAppears(t *testing.T)
 	if len(evs) != 0 {
 		t.Fatalf("the drain paged: %v", kinds(evs))
 	}
-	if a := tr.Alerts(); len(a) != 1 || a[0].State != StateFiring || a[0].Class != detect.PreemptStorm || !a[0].Draining {
+	if a := tr.Incidents(); len(a) != 1 || a[0].State != StateFiring || a[0].Class != detect.PreemptStorm || !a[0].Draining {
 		t.Fatalf("want the storm incident open and draining, got %+v", a)
 	}
 	// The backlog is gone: one resolve after keep_firing_for.
@@ -241,12 +260,12 @@ func TestConsequenceFiredFirstIsRetitledInPlaceWhenItsCauseAppears(t *testing.T)
 }
 
 func TestPendingConsequenceAndLaterCauseFireOnce(t *testing.T) {
-	tr := NewTracker(testConfig(), Links{})
+	tr := newPager(testConfig(), Links{})
 	queue := finding("r1", detect.QueueLatency, detect.Warning)
 	storm := finding("r1", detect.PreemptStorm, detect.Critical)
 	evs := step(tr, t0, 2, func(int) []detect.Finding { return []detect.Finding{queue} })
 	evs = append(evs, step(tr, t0.Add(20*time.Second), 6, func(int) []detect.Finding { return []detect.Finding{queue, storm} })...)
-	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Class != "preempt_storm" || evs[0].Severity != "critical" {
+	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Class != "preempt_storm" || evs[0].Severity != detect.Critical {
 		t.Fatalf("want one critical storm trigger, got %v", kinds(evs))
 	}
 	if !evs[0].StartsAt.Equal(t0.Add(30 * time.Second)) {
@@ -257,14 +276,14 @@ func TestPendingConsequenceAndLaterCauseFireOnce(t *testing.T) {
 func TestFleetIncidentAbsorbsReplicaAlertsWithoutResolvingThem(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	reps := []detect.Replica{{Name: "m-0", Model: "m"}, {Name: "m-1", Model: "m"}, {Name: "m-2", Model: "m"}, {Name: "m-3", Model: "m"}}
 	round := func(now time.Time, on ...int) assess.Round {
 		var fs []detect.Finding
 		for _, i := range on {
 			fs = append(fs, finding(reps[i].Name, detect.CacheCollapse, detect.Warning))
 		}
-		return assess.Round{At: now, Incidents: correlate.Correlate(correlate.DefaultConfig(), fs, reps)}
+		return assess.Round{At: now, Groups: correlate.Correlate(correlate.DefaultConfig(), fs, reps)}
 	}
 	var evs []notify.Event
 	// One replica degrades, then a second, a round apart: a replica page,
@@ -315,7 +334,7 @@ func TestFleetIncidentAbsorbsReplicaAlertsWithoutResolvingThem(t *testing.T) {
 
 func TestRestoreContinuesIncidentAndResolvesIfGone(t *testing.T) {
 	cfg := testConfig()
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	storm := finding("r1", detect.PreemptStorm, detect.Critical)
 	step(tr, t0, 4, func(int) []detect.Finding { return []detect.Finding{storm} })
 	saved := tr.Snapshot()
@@ -325,7 +344,7 @@ func TestRestoreContinuesIncidentAndResolvesIfGone(t *testing.T) {
 
 	// Restart 1: still firing -> no new trigger, sequence continues.
 	restart := t0.Add(10 * time.Minute)
-	tr2 := NewTracker(cfg, Links{})
+	tr2 := newPager(cfg, Links{})
 	tr2.Restore(saved, restart)
 	evs := step(tr2, restart, 10, func(i int) []detect.Finding {
 		if i < 3 { // windows empty right after restart
@@ -339,7 +358,7 @@ func TestRestoreContinuesIncidentAndResolvesIfGone(t *testing.T) {
 
 	// Restart 2: the incident ended while down -> resolved after the grace,
 	// with the original fingerprint and the next sequence number.
-	tr3 := NewTracker(cfg, Links{})
+	tr3 := newPager(cfg, Links{})
 	tr3.Restore(saved, restart)
 	if e := update(tr3, nil, restart.Add(time.Minute)); len(e) != 0 {
 		t.Fatalf("resolved inside restore grace: %v", kinds(e))
@@ -353,7 +372,7 @@ func TestRestoreContinuesIncidentAndResolvesIfGone(t *testing.T) {
 func TestRetireResolvesRemovedTargets(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	update(tr, []detect.Finding{finding("a", detect.ReplicaDown, detect.Critical), finding("b", detect.ReplicaDown, detect.Critical)}, t0)
 	evs := tr.Retire(func(r string) bool { return r == "a" }, "target removed", t0.Add(time.Second))
 	if len(evs) != 1 || evs[0].Replica != "a" || evs[0].Status != notify.StatusResolved || !strings.HasPrefix(evs[0].Summary, "target removed") {
@@ -388,7 +407,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 func TestEvictionCollapseIsExplainedByTheStormNotTheReverse(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	collapse := finding("r1", detect.CacheCollapse, detect.Warning)
 	collapse.Layer = detect.LayerMemory // hit rate fell because KV pressure evicts prefixes
 	evs := update(tr, []detect.Finding{finding("r1", detect.PreemptStorm, detect.Critical), collapse}, t0)
@@ -399,10 +418,10 @@ func TestEvictionCollapseIsExplainedByTheStormNotTheReverse(t *testing.T) {
 
 func TestRestoreIncidentsFromNotifierRecords(t *testing.T) {
 	cfg := testConfig()
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	restart := t0.Add(time.Hour)
 	open := []notify.Event{{Fingerprint: Fingerprint("r9", detect.PreemptStorm), Seq: 4, Kind: notify.KindTrigger, Status: notify.StatusFiring,
-		Class: "preempt_storm", Severity: "critical", Replica: "r9", StartsAt: t0, At: t0}}
+		Class: "preempt_storm", Severity: detect.Critical, Replica: "r9", StartsAt: t0, At: t0}}
 	if n := tr.RestoreIncidents(open, restart); n != 1 {
 		t.Fatalf("restored %d", n)
 	}
@@ -418,7 +437,7 @@ func TestRestoreIncidentsFromNotifierRecords(t *testing.T) {
 func TestLayerTriageReachesThePage(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	f := finding("r1", "queue_latency", detect.Warning)
 	f.Layer, f.Triage = detect.LayerQueue, "admission bottleneck: 8 running, 47 waiting. Next step: raise --max-running-requests"
 	evs := update(tr, []detect.Finding{f}, t0)
@@ -433,7 +452,7 @@ func TestLayerTriageReachesThePage(t *testing.T) {
 func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	crit := finding("r1", detect.PreemptStorm, detect.Critical)
 	crit.Summary = "Preemption storm: 3 retracted requests/s"
 	warn := crit
@@ -449,7 +468,7 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 		t.Fatalf("got %v", kinds(evs))
 	}
 	res := evs[1]
-	if res.Severity != "critical" {
+	if res.Severity != detect.Critical {
 		t.Errorf("resolve severity %s, want the critical the incident paged at", res.Severity)
 	}
 	if res.Headline != "r1: preempt storm over after 1 min; now queue 3, p99 TTFT 0.4 s" {
@@ -463,7 +482,7 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 func TestConsequenceAfterItsCauseResolvedIsTheDrainNotANewPage(t *testing.T) {
 	cfg := testConfig()
 	cfg.Aftermath = 3 * time.Minute
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	retry := finding("r1", detect.RetryAvalanche, detect.Critical)
 	queue := finding("r1", detect.QueueLatency, detect.Critical)
 	evs := step(tr, t0, 10, func(int) []detect.Finding { return []detect.Finding{retry} })
@@ -488,7 +507,7 @@ func TestConsequenceAfterItsCauseResolvedIsTheDrainNotANewPage(t *testing.T) {
 		t.Errorf("paged %s after the resolve, inside the aftermath", at)
 	}
 	// The cause itself coming back pages as usual.
-	tr2 := NewTracker(cfg, Links{})
+	tr2 := newPager(cfg, Links{})
 	step(tr2, t0, 10, func(int) []detect.Finding { return []detect.Finding{retry} })
 	step(tr2, t0.Add(100*time.Second), 7, func(int) []detect.Finding { return nil })
 	evs = step(tr2, resolvedAt.Add(10*time.Second), 4, func(int) []detect.Finding { return []detect.Finding{retry} })
@@ -519,7 +538,7 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 		"r2": "r2: TTFT p99 8.1 s (baseline 0.3 s); queue 294",
 		"r3": "r3: unreachable: 3 scrapes refused",
 	}
-	for _, ev := range NewTracker(cfg, Links{}).Update(round) {
+	for _, ev := range newPager(cfg, Links{}).Update(round) {
 		if ev.Headline != want[ev.Replica] {
 			t.Errorf("%s headline %q, want %q", ev.Replica, ev.Headline, want[ev.Replica])
 		}
@@ -530,7 +549,7 @@ func TestResolveWaitsForTheBacklogTheIncidentBuilt(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
 	cfg.Aftermath = 5 * time.Minute
-	tr := NewTracker(cfg, Links{})
+	tr := newPager(cfg, Links{})
 	storm := finding("r1", detect.PreemptStorm, detect.Critical)
 	update(tr, []detect.Finding{storm}, t0)
 	backlog := func(now time.Time, waiting bool) assess.Round {
@@ -547,7 +566,7 @@ func TestResolveWaitsForTheBacklogTheIncidentBuilt(t *testing.T) {
 		t.Fatalf("want the resolve once the queue drained, got %v", kinds(evs))
 	}
 	// A queue that never drains holds the resolve only for the aftermath.
-	tr = NewTracker(cfg, Links{})
+	tr = newPager(cfg, Links{})
 	update(tr, []detect.Finding{storm}, t0)
 	var evs []notify.Event
 	for i := 1; i <= 40; i++ {
@@ -562,7 +581,7 @@ func TestResolveWaitsForTheBacklogTheIncidentBuilt(t *testing.T) {
 // incident, the resolve included when the replica is gone from the round,
 // and survive a restart through the notifiers' records.
 func TestTargetLabelsReachEveryEventOfTheIncident(t *testing.T) {
-	tr := NewTracker(testConfig(), Links{ExternalURL: "http://wd:9402"})
+	tr := newPager(testConfig(), Links{ExternalURL: "http://wd:9402"})
 	storm := finding("r1", detect.PreemptStorm, detect.Critical)
 	labels := map[string]string{"namespace": "llm-prod", "team": "inference"}
 	withReplica := func(now time.Time) assess.Round {
@@ -577,9 +596,9 @@ func TestTargetLabelsReachEveryEventOfTheIncident(t *testing.T) {
 	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || evs[0].Labels["team"] != "inference" || evs[0].Labels["namespace"] != "llm-prod" {
 		t.Fatalf("trigger: %v labels %v", kinds(evs), evs)
 	}
-	restored := NewTracker(testConfig(), Links{ExternalURL: "http://wd:9402"})
+	restored := newPager(testConfig(), Links{ExternalURL: "http://wd:9402"})
 	restored.RestoreIncidents(evs, t0.Add(time.Minute))
-	for _, tracker := range []*Tracker{tr, restored} {
+	for _, tracker := range []*pager{tr, restored} {
 		var resolve []notify.Event
 		for i := 1; i <= 40 && len(resolve) == 0; i++ {
 			resolve = tracker.Update(roundOf(t0.Add(time.Minute + time.Duration(i)*10*time.Second)))

@@ -84,8 +84,8 @@ type Round struct {
 	At time.Time `json:"at"`
 	// Replicas by name.
 	Replicas []Replica `json:"replicas"`
-	// Incidents are the correlated findings: what may page.
-	Incidents []correlate.Incident `json:"-"`
+	// Groups are the correlated findings: what may page.
+	Groups []correlate.Group `json:"-"`
 }
 
 // Findings are every replica's findings, in replica order.
@@ -140,7 +140,7 @@ func (a *Assessor) Assess(ws Windows, now time.Time) Round {
 		round.Replicas = append(round.Replicas, st)
 		all = append(all, st.Findings...)
 	}
-	round.Incidents = correlate.Correlate(a.cfg.Correlation, all, reps)
+	round.Groups = correlate.Correlate(a.cfg.Correlation, all, reps)
 	return round
 }
 
@@ -149,9 +149,9 @@ func (a *Assessor) Assess(ws Windows, now time.Time) Round {
 func (a *Assessor) AssessWindow(w detect.Window, now time.Time) Round {
 	st := a.replica(w, now)
 	return Round{
-		At:        now,
-		Replicas:  []Replica{st},
-		Incidents: correlate.Correlate(a.cfg.Correlation, st.Findings, []detect.Replica{st.Replica}),
+		At:       now,
+		Replicas: []Replica{st},
+		Groups:   correlate.Correlate(a.cfg.Correlation, st.Findings, []detect.Replica{st.Replica}),
 	}
 }
 

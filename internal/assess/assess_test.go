@@ -95,8 +95,8 @@ func TestRoundHasOneSnapshotAndOneTriagePerReplica(t *testing.T) {
 			t.Errorf("%s carries triage %q, want the replica's one triage %q", f.Class, f.Triage, r1.Triage.String())
 		}
 	}
-	if len(round.Incidents) != 1 || round.Incidents[0].Cause() != detect.PreemptStorm || !round.Incidents[0].Shows("r1", detect.QueueLatency) {
-		t.Fatalf("want one storm incident explaining the queue latency, got %+v", round.Incidents)
+	if len(round.Groups) != 1 || round.Groups[0].Cause() != detect.PreemptStorm || !round.Groups[0].Shows("r1", detect.QueueLatency) {
+		t.Fatalf("want one storm incident explaining the queue latency, got %+v", round.Groups)
 	}
 	if len(round.Findings()) != 2 {
 		t.Errorf("findings %d", len(round.Findings()))

@@ -90,7 +90,8 @@ func Run(src Source, s Settings) (Result, error) {
 	var res Result
 	loop := eval.New(eval.Options{
 		Assessor: assess.New(detectors, assess.Config{Triage: s.Detectors.Triage, Correlation: s.Correlation}),
-		Tracker:  alert.NewTracker(s.Alerts, s.Links),
+		Tracker:  alert.NewTracker(s.Alerts),
+		Links:    s.Links,
 		Windows:  store,
 		Sender:   collect{&res.Events},
 		Logger:   zap.NewNop(),

@@ -10,6 +10,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
@@ -75,17 +76,17 @@ func TestReplayPagesEachIncidentClass(t *testing.T) {
 			onset := start.Add(sim.IncidentBaseline)
 			paged := false
 			for _, ev := range res.Events {
-				if ev.Severity == "critical" && ev.Kind != notify.KindResolve && ev.At.Before(onset) {
+				if ev.Severity == detect.Critical && ev.Kind != notify.KindResolve && ev.At.Before(onset) {
 					t.Errorf("critical %s before the incident: %s", ev.Class, ev.Headline)
 				}
-				if ev.Class == want && ev.Replica == "sim-0" && ev.Severity == "critical" && (ev.Kind == notify.KindTrigger || ev.Kind == notify.KindUpdate) {
+				if ev.Class == want && ev.Replica == "sim-0" && ev.Severity == detect.Critical && (ev.Kind == notify.KindTrigger || ev.Kind == notify.KindUpdate) {
 					paged = true
 				}
 			}
 			if !paged {
 				var lines []string
 				for _, ev := range res.Events {
-					lines = append(lines, ev.At.Sub(start).String()+" "+string(ev.Kind)+" "+ev.Severity+" "+ev.Class+" "+ev.Headline)
+					lines = append(lines, ev.At.Sub(start).String()+" "+string(ev.Kind)+" "+ev.Severity.String()+" "+ev.Class+" "+ev.Headline)
 				}
 				t.Errorf("no critical %s page on sim-0; events:\n%s", want, strings.Join(lines, "\n"))
 			}
@@ -101,7 +102,7 @@ func TestReplayOfHealthyLoadPagesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ev := range res.Events {
-		if ev.Severity != "info" {
+		if ev.Severity != detect.Info {
 			t.Errorf("%s %s %s: %s", ev.Kind, ev.Severity, ev.Class, ev.Headline)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -27,14 +28,14 @@ type Report struct {
 
 // ReportEvent is one event of the timeline.
 type ReportEvent struct {
-	At          time.Time `json:"at"`
-	Kind        string    `json:"kind"`
-	Severity    string    `json:"severity"`
-	Class       string    `json:"class"`
-	Replica     string    `json:"replica"`
-	Fingerprint string    `json:"fingerprint"`
-	Seq         uint64    `json:"seq"`
-	Headline    string    `json:"headline"`
+	At          time.Time       `json:"at"`
+	Kind        string          `json:"kind"`
+	Severity    detect.Severity `json:"severity"`
+	Class       string          `json:"class"`
+	Replica     string          `json:"replica"`
+	Fingerprint string          `json:"fingerprint"`
+	Seq         uint64          `json:"seq"`
+	Headline    string          `json:"headline"`
 	// Evidence are the numbers as a page shows them: "name: value
 	// (baseline b; rule r)".
 	Evidence []string `json:"evidence,omitempty"`

@@ -1,17 +1,17 @@
-// Package correlate turns one evaluation round's findings into incidents,
+// Package correlate groups one evaluation round's findings by cause,
 // between the detectors and the alert tracker, so that one cause pages once:
 //
 //   - On one replica, findings that are cause and effect (detect.Explains:
 //     cache collapse -> KV pressure -> retractions -> queueing -> client
-//     retries -> failed requests) become one incident named after the
+//     retries -> failed requests) become one group named after the
 //     earliest cause, listing the consequences it explains.
 //   - The same cause on most replicas of one model at once becomes one
-//     fleet incident (likely a router, deploy or client change) instead of N
+//     fleet group (likely a router, deploy or client change) instead of N
 //     pages.
 //
-// It is pure and stateless: findings in, incidents out. Continuity across
+// It is pure and stateless: findings in, groups out. Continuity across
 // rounds (a cause found a round after its effect, a fleet share hovering at
-// the threshold) is the alert tracker's, which matches these incidents to
+// the threshold) is the alert tracker's, which matches these groups to
 // the ones it already holds.
 package correlate
 
@@ -65,8 +65,9 @@ func FleetReplica(model string) string {
 	return "fleet/" + model
 }
 
-// Incident is one cause and what it explains.
-type Incident struct {
+// Group is one cause and what it explains in one round. The alert
+// tracker turns groups into incidents, which live across rounds.
+type Group struct {
 	// Finding is what the page shows: the root cause with its consequences
 	// folded in (their classes, evidence and a sentence in the diagnosis),
 	// as severe as its worst member. For a fleet incident, the fleet-wide
@@ -74,18 +75,18 @@ type Incident struct {
 	Finding detect.Finding
 	// Fleet marks an incident over most replicas of Finding.Model.
 	Fleet bool
-	// Members are the detectors' findings the incident groups, the root
+	// Members are the detectors' findings the group holds, the root
 	// first. For a fleet incident: every member replica's root and
 	// consequences.
 	Members []detect.Finding
 }
 
-// Cause is the class the incident is named after.
-func (i Incident) Cause() detect.Class { return i.Finding.Class }
+// Cause is the class the group is named after.
+func (g Group) Cause() detect.Class { return g.Finding.Class }
 
-// Shows reports whether replica shows class as part of this incident.
-func (i Incident) Shows(replica string, class detect.Class) bool {
-	for _, m := range i.Members {
+// Shows reports whether replica shows class as part of this group.
+func (g Group) Shows(replica string, class detect.Class) bool {
+	for _, m := range g.Members {
 		if m.Replica == replica && m.Class == class {
 			return true
 		}
@@ -94,9 +95,9 @@ func (i Incident) Shows(replica string, class detect.Class) bool {
 }
 
 // Classes are the distinct member classes, sorted.
-func (i Incident) Classes() []detect.Class {
+func (g Group) Classes() []detect.Class {
 	var out []detect.Class
-	for _, m := range i.Members {
+	for _, m := range g.Members {
 		if !slices.Contains(out, m.Class) {
 			out = append(out, m.Class)
 		}
@@ -107,14 +108,14 @@ func (i Incident) Classes() []detect.Class {
 
 // Correlate groups the findings of one round. replicas is every replica
 // being watched (the denominator of "most of the fleet").
-func Correlate(cfg Config, findings []detect.Finding, replicas []detect.Replica) []Incident {
+func Correlate(cfg Config, findings []detect.Finding, replicas []detect.Replica) []Group {
 	findings = strongest(findings)
-	var out []Incident
+	var out []Group
 	if cfg.FoldConsequences {
 		out = fold(findings)
 	} else {
 		for _, f := range findings {
-			out = append(out, Incident{Finding: f, Members: []detect.Finding{f}})
+			out = append(out, Group{Finding: f, Members: []detect.Finding{f}})
 		}
 	}
 	return fleet(cfg, out, replicas)
@@ -147,7 +148,7 @@ func strongest(findings []detect.Finding) []detect.Finding {
 // fold merges, per replica, every finding explained by another into its
 // root cause. A finding explained by several roots goes to the first root in
 // class order, so the output is deterministic.
-func fold(findings []detect.Finding) []Incident {
+func fold(findings []detect.Finding) []Group {
 	byReplica := map[string][]int{}
 	for i, f := range findings {
 		byReplica[f.Replica] = append(byReplica[f.Replica], i)
@@ -166,12 +167,12 @@ func fold(findings []detect.Finding) []Incident {
 			}
 		}
 	}
-	out := make([]Incident, 0, len(findings))
+	out := make([]Group, 0, len(findings))
 	for i, f := range findings {
 		if absorbed[i] {
 			continue
 		}
-		inc := Incident{Finding: f, Members: []detect.Finding{f}}
+		inc := Group{Finding: f, Members: []detect.Finding{f}}
 		for _, c := range consequences[i] {
 			inc.Members = append(inc.Members, findings[c])
 		}
@@ -226,9 +227,9 @@ func hasEvidence(es []detect.Evidence, name string) bool {
 	return false
 }
 
-// fleet replaces, per model and cause, the incidents of most of the model's
-// replicas by one fleet incident.
-func fleet(cfg Config, incidents []Incident, replicas []detect.Replica) []Incident {
+// fleet replaces, per model and cause, the groups of most of the model's
+// replicas by one fleet group.
+func fleet(cfg Config, incidents []Group, replicas []detect.Replica) []Group {
 	size := map[string]int{}
 	for _, r := range replicas {
 		size[r.Model]++
@@ -253,7 +254,7 @@ func fleet(cfg Config, incidents []Incident, replicas []detect.Replica) []Incide
 		return keys[a].class < keys[b].class
 	})
 	drop := make([]bool, len(incidents))
-	var fleets []Incident
+	var fleets []Group
 	for _, k := range keys {
 		idx := groups[k]
 		n := size[k.model]
@@ -263,12 +264,12 @@ func fleet(cfg Config, incidents []Incident, replicas []detect.Replica) []Incide
 		for _, i := range idx {
 			drop[i] = true
 		}
-		fleets = append(fleets, FleetIncident(k.model, k.class, n, pick(incidents, idx)))
+		fleets = append(fleets, FleetGroup(k.model, k.class, n, pick(incidents, idx)))
 	}
 	if len(fleets) == 0 {
 		return incidents
 	}
-	out := make([]Incident, 0, len(incidents))
+	out := make([]Group, 0, len(incidents))
 	for i, inc := range incidents {
 		if !drop[i] {
 			out = append(out, inc)
@@ -277,17 +278,17 @@ func fleet(cfg Config, incidents []Incident, replicas []detect.Replica) []Incide
 	return append(out, fleets...)
 }
 
-func pick(incidents []Incident, idx []int) []Incident {
-	out := make([]Incident, 0, len(idx))
+func pick(incidents []Group, idx []int) []Group {
+	out := make([]Group, 0, len(idx))
 	for _, i := range idx {
 		out = append(out, incidents[i])
 	}
 	return out
 }
 
-// FleetIncident is the incident of class across members, replica incidents
+// FleetGroup is the group of class across members, replica groups
 // of one model (fleetSize replicas).
-func FleetIncident(model string, class detect.Class, fleetSize int, members []Incident) Incident {
+func FleetGroup(model string, class detect.Class, fleetSize int, members []Group) Group {
 	first := members[0].Finding
 	f := detect.Finding{
 		Class:     class,
@@ -299,7 +300,7 @@ func FleetIncident(model string, class detect.Class, fleetSize int, members []In
 		RootCause: first.RootCause,
 		Runbook:   "/runbooks/fleet",
 	}
-	inc := Incident{Fleet: true}
+	inc := Group{Fleet: true}
 	var names []string
 	for _, m := range members {
 		names = append(names, m.Finding.Replica)

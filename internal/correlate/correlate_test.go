@@ -22,7 +22,7 @@ func replicas(model string, n int) []detect.Replica {
 	return out
 }
 
-func classes(is []Incident) []string {
+func classes(is []Group) []string {
 	var out []string
 	for _, x := range is {
 		out = append(out, string(x.Finding.Class)+"@"+x.Finding.Replica)

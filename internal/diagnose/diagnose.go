@@ -461,7 +461,7 @@ func analyzeReplica(tr *TargetReport, w detect.Window, assessor *assess.Assessor
 	tr.Layer.Runbook = runbookLink(opts.RunbookBase, tr.Layer.Runbook)
 
 	explainedBy := map[detect.Class][]detect.Class{}
-	for _, inc := range round.Incidents {
+	for _, inc := range round.Groups {
 		for _, m := range inc.Members[1:] {
 			explainedBy[m.Class] = append(explainedBy[m.Class], inc.Cause())
 		}

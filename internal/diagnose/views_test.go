@@ -76,7 +76,7 @@ func TestDiagnoseAPIAndDaemonAgreeOnOneWindow(t *testing.T) {
 	}
 	loop := eval.New(eval.Options{Interval: step,
 		Assessor: assess.New(ds, assess.Config{Triage: cfg.Triage, Correlation: correlate.DefaultConfig()}),
-		Tracker:  alert.NewTracker(alert.DefaultConfig(), alert.Links{}), Windows: store, Sender: dropEvents{}, Logger: zap.NewNop()},
+		Tracker:  alert.NewTracker(alert.DefaultConfig()), Windows: store, Sender: dropEvents{}, Logger: zap.NewNop()},
 		prometheus.NewRegistry())
 	now := obs.Scrapes[len(obs.Scrapes)-1].At
 	loop.Evaluate(now)

@@ -101,7 +101,7 @@ func benchPipeline(b *testing.B, next func(at time.Time) []byte) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()}), Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}),
+	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()}), Tracker: alert.NewTracker(alert.DefaultConfig()),
 		Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
 	// The daemon's path: only the families the assessment reads are kept.
 	dec := scrape.NewKeepingDecoder(assess.Reads(detect.DefaultConfig()))

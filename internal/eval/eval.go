@@ -1,9 +1,9 @@
 // Package eval is the evaluation loop: every interval it assesses every
-// replica's window (internal/assess: snapshot, triage, findings,
-// incidents), feeds the round to the alert tracker, holds back the events
-// of alerts a silence mutes (mute.go), hands the rest to the notifier,
-// persists firing alerts, and publishes the round and the alert state for
-// the API.
+// replica's window (internal/assess: snapshot, triage, findings, groups),
+// feeds the round to the alert tracker, holds back the pages of incidents
+// a silence mutes (mute.go), turns the rest into events for the notifier,
+// hands the round's transitions to the incident journal, persists firing
+// incidents, and publishes the round and the incidents for the API.
 package eval
 
 import (
@@ -47,7 +47,9 @@ type Options struct {
 	Persister Persister // nil: nothing persisted
 	// Silences mute alerts (mute.go); nil: nothing is muted.
 	Silences Silences
-	Logger   *zap.Logger
+	// Links are the URLs pages carry.
+	Links  alert.Links
+	Logger *zap.Logger
 	// Observer, when set, is told of every round before it reads the
 	// windows and again when it is done (watchdog record writes the instant
 	// and keeps appends out of the round).
@@ -56,10 +58,11 @@ type Options struct {
 	Journal Journal
 }
 
-// Journal records each round: the round, the alerts after it and the
-// events it produced, before they are handed to the notifier.
+// Journal records each round: the round, the incidents after it, what
+// changed (the tracker's transitions) and the events it produced, before
+// they are handed to the notifier.
 type Journal interface {
-	Observe(round assess.Round, alerts []alert.Alert, events []notify.Event, now time.Time)
+	Observe(round assess.Round, incidents []alert.Incident, changes []alert.Transition, events []notify.Event, now time.Time)
 }
 
 // RoundObserver sees the rounds: BeginRound is called before a round at
@@ -73,8 +76,8 @@ type Loop struct {
 	opts    Options
 	metrics *metrics
 
-	mu     sync.RWMutex // guards everything below and opts.Assessor/Tracker swaps
-	alerts []alert.Alert
+	mu     sync.RWMutex // guards everything below and opts.Assessor/Tracker/Links swaps
+	alerts []alert.Incident
 	// alertGauges are watchdog_alerts' children; alertCounts is scratch
 	// for the counts of a round.
 	alertGauges map[alertKey]prometheus.Gauge
@@ -140,18 +143,27 @@ func (l *Loop) initMetrics() {
 	}
 }
 
-// Reconfigure swaps the assessment (detectors, triage, correlation) and
-// alert timing (hot reload); windows and alert state are kept.
+// Reconfigure swaps the assessment (detectors, triage, correlation),
+// alert timing and page links (hot reload); windows and incidents are
+// kept.
 func (l *Loop) Reconfigure(a *assess.Assessor, alerts alert.Config, links alert.Links) {
 	l.mu.Lock()
 	l.opts.Assessor = a
-	l.opts.Tracker.SetConfig(alerts, links)
+	l.opts.Tracker.SetConfig(alerts)
+	l.opts.Links = links
 	l.mu.Unlock()
 	l.initMetrics()
 }
 
-// Evaluate runs one round at now and returns the events it sent (those of
-// alerts a silence mutes are held back, mute.go).
+// SetLinks changes the URLs pages carry (known once the daemon listens).
+func (l *Loop) SetLinks(links alert.Links) {
+	l.mu.Lock()
+	l.opts.Links = links
+	l.mu.Unlock()
+}
+
+// Evaluate runs one round at now and returns the events it sent (the
+// pages of incidents a silence mutes are held back, mute.go).
 func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	if l.opts.Observer != nil {
 		defer l.opts.Observer.BeginRound(now)()
@@ -166,39 +178,38 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	for _, f := range round.Findings() {
 		l.metrics.findings.WithLabelValues(string(f.Class), f.Severity.String()).Inc()
 	}
-	events := l.opts.Tracker.Update(round)
+	changes := l.opts.Tracker.Update(round)
 	l.decideSilences(now)
-	events = append(l.muteEvents(events), l.releaseHeld(round)...)
+	pages := l.mutePages(changes)
+	released := l.releaseHeld(round)
+	pages = append(pages, released...)
 	l.publish(round)
-	l.journal(round, events, now)
+	return l.deliver(round, append(changes, released...), pages, now)
+}
+
+// Retire resolves the incidents of replicas that no longer exist.
+func (l *Loop) Retire(gone func(replica string) bool, reason string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	changes := l.opts.Tracker.Retire(gone, reason, now)
+	l.publishAlerts()
+	l.deliver(assess.Round{At: now}, changes, l.mutePages(changes), now)
+}
+
+// deliver turns the pages into events, records the round in the journal
+// before the events are sent (so that each delivery attempt finds its
+// incident's record), sends them and persists the incidents.
+func (l *Loop) deliver(round assess.Round, changes, pages []alert.Transition, now time.Time) []notify.Event {
+	events := l.opts.Links.Events(pages, round)
+	if l.opts.Journal != nil {
+		l.opts.Journal.Observe(round, l.alerts, changes, events, now)
+	}
 	for _, ev := range events {
 		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
 		l.opts.Sender.Send(ev)
 	}
 	l.persist()
 	return events
-}
-
-// Retire resolves the alerts of replicas that no longer exist.
-func (l *Loop) Retire(gone func(replica string) bool, reason string, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	events := l.muteEvents(l.opts.Tracker.Retire(gone, reason, now))
-	l.publishAlerts()
-	l.journal(assess.Round{At: now}, events, now)
-	for _, ev := range events {
-		l.metrics.events.WithLabelValues(ev.Class, string(ev.Kind)).Inc()
-		l.opts.Sender.Send(ev)
-	}
-	l.persist()
-}
-
-// journal records the round before its events are sent, so that each
-// delivery attempt finds its incident's record.
-func (l *Loop) journal(round assess.Round, events []notify.Event, now time.Time) {
-	if l.opts.Journal != nil {
-		l.opts.Journal.Observe(round, l.alerts, events, now)
-	}
 }
 
 func (l *Loop) publish(round assess.Round) {
@@ -210,7 +221,7 @@ func (l *Loop) publish(round assess.Round) {
 }
 
 func (l *Loop) publishAlerts() {
-	l.alerts = l.opts.Tracker.Alerts()
+	l.alerts = l.opts.Tracker.Incidents()
 	for i := range l.alerts {
 		l.alerts[i].SilencedBy = l.mute.silencedBy[l.alerts[i].Fingerprint]
 	}
@@ -290,18 +301,11 @@ func (l *Loop) Takeover(open []notify.Event, now time.Time) {
 	l.publishAlerts()
 }
 
-// Alerts returns the alerts as of the last round.
-func (l *Loop) Alerts() []alert.Alert {
+// Alerts returns the incidents as of the last round.
+func (l *Loop) Alerts() []alert.Incident {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return slices.Clone(l.alerts)
-}
-
-// Findings returns the findings of the last round.
-func (l *Loop) Findings() []detect.Finding {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return l.round.Findings()
 }
 
 // Round returns the last assessment round (zero before the first). Its

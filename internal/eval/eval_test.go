@@ -66,7 +66,7 @@ type recorder struct{ events []notify.Event }
 func (r *recorder) Send(ev notify.Event) { r.events = append(r.events, ev) }
 
 type savesTo struct {
-	saved [][]alert.Alert
+	saved [][]alert.Incident
 	err   error
 }
 
@@ -74,7 +74,7 @@ func (s *savesTo) Save(_ string, v any) error {
 	if s.err != nil {
 		return s.err
 	}
-	s.saved = append(s.saved, v.([]alert.Alert))
+	s.saved = append(s.saved, v.([]alert.Incident))
 	return nil
 }
 
@@ -86,7 +86,7 @@ func newLoop(t *testing.T, ds []detect.Detector, reps []detect.Replica, p Persis
 	cfg.For = 0
 	a := assess.New(ds, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()})
 	l := New(Options{Interval: time.Second, Assessor: a,
-		Tracker: alert.NewTracker(cfg, alert.Links{}), Windows: fakeWindows{reps}, Sender: rec, Persister: p, Logger: zap.NewNop()}, reg)
+		Tracker: alert.NewTracker(cfg), Windows: fakeWindows{reps}, Sender: rec, Persister: p, Logger: zap.NewNop()}, reg)
 	return l, rec, reg
 }
 

@@ -19,13 +19,14 @@ type journalSpy struct {
 
 type journalRound struct {
 	at          time.Time
-	alerts      []alert.Alert
+	alerts      []alert.Incident
+	changes     []alert.Transition
 	events      []notify.Event
 	sentAlready int
 }
 
-func (j *journalSpy) Observe(round assess.Round, alerts []alert.Alert, events []notify.Event, now time.Time) {
-	j.rounds = append(j.rounds, journalRound{at: now, alerts: alerts, events: events, sentAlready: len(j.sent.events)})
+func (j *journalSpy) Observe(round assess.Round, alerts []alert.Incident, changes []alert.Transition, events []notify.Event, now time.Time) {
+	j.rounds = append(j.rounds, journalRound{at: now, alerts: alerts, changes: changes, events: events, sentAlready: len(j.sent.events)})
 }
 
 // The journal sees every round and every retirement with the alerts after
@@ -45,7 +46,7 @@ func TestJournalSeesEachRoundBeforeItsEventsAreSent(t *testing.T) {
 	}
 	first, retired := spy.rounds[0], spy.rounds[1]
 	if len(first.events) != 1 || first.events[0].Kind != notify.KindTrigger || first.sentAlready != 0 ||
-		len(first.alerts) != 1 || first.alerts[0].Incident != first.events[0].Incident {
+		len(first.alerts) != 1 || first.alerts[0].ID != first.events[0].Incident {
 		t.Errorf("first round: %+v", first)
 	}
 	if len(retired.events) != 1 || retired.events[0].Kind != notify.KindResolve || retired.sentAlready != 1 ||

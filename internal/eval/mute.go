@@ -59,16 +59,16 @@ type muting struct {
 // incident escalates or is renamed after a newly identified cause, and
 // that the next incident of the same replica and class does not share:
 // silencing "this incident" from its page matches on it.
-func AlertLabels(a alert.Alert) map[string]string {
+func AlertLabels(a alert.Incident) map[string]string {
 	out := maps.Clone(a.Labels)
 	if out == nil {
 		out = map[string]string{}
 	}
-	out["incident"] = a.Incident
+	out["incident"] = a.ID
 	out["replica"] = a.Replica
 	out["model"] = a.Model
 	out["class"] = string(a.Class)
-	out["severity"] = a.Severity
+	out["severity"] = a.Severity.String()
 	return out
 }
 
@@ -80,7 +80,7 @@ func (l *Loop) decideSilences(now time.Time) {
 	l.loadHeld(now)
 	l.opts.Silences.Sweep(now)
 	decided := map[string][]string{}
-	for _, a := range l.opts.Tracker.Alerts() {
+	for _, a := range l.opts.Tracker.Incidents() {
 		if ids := l.opts.Silences.Mutes(AlertLabels(a), now); len(ids) > 0 {
 			decided[a.Fingerprint] = ids
 		}
@@ -88,35 +88,39 @@ func (l *Loop) decideSilences(now time.Time) {
 	l.mute.silencedBy = decided
 }
 
-// muteEvents holds back the events of muted alerts and returns those to
-// send. A resolve goes out exactly when something of its incident was
-// delivered, silenced or not, so no page stays open at PagerDuty or Slack
-// and no resolve arrives for an incident nobody heard of. An event of an
-// alert whose trigger was held, arriving once the silence has ended, goes
-// out as that trigger.
-func (l *Loop) muteEvents(events []notify.Event) []notify.Event {
-	if l.opts.Silences == nil {
-		return events
-	}
-	out := events[:0:0]
-	for _, ev := range events {
-		fp := ev.Fingerprint
+// mutePages returns the paging transitions among changes whose pages go
+// out, holding back those of muted incidents. A resolve goes out exactly
+// when something of its incident was delivered, silenced or not, so no
+// page stays open at PagerDuty or Slack and no resolve arrives for an
+// incident nobody heard of. A page of an incident whose trigger was held,
+// arriving once the silence has ended, goes out as that trigger.
+func (l *Loop) mutePages(changes []alert.Transition) []alert.Transition {
+	var out []alert.Transition
+	for _, tr := range changes {
+		if tr.Page == "" {
+			continue
+		}
+		if l.opts.Silences == nil {
+			out = append(out, tr)
+			continue
+		}
+		fp := tr.Incident.Fingerprint
 		owed, held := l.mute.held[fp]
-		if ev.Kind == notify.KindResolve {
+		if tr.Page == notify.KindResolve {
 			if held {
 				l.setHeld(fp, "")
 			}
 			if owed == notify.KindTrigger {
-				l.mute.silenced.WithLabelValues(string(ev.Kind)).Inc()
+				l.mute.silenced.WithLabelValues(string(tr.Page)).Inc()
 				continue
 			}
-			out = append(out, ev)
+			out = append(out, tr)
 			continue
 		}
 		if len(l.mute.silencedBy[fp]) > 0 {
-			l.mute.silenced.WithLabelValues(string(ev.Kind)).Inc()
+			l.mute.silenced.WithLabelValues(string(tr.Page)).Inc()
 			switch {
-			case ev.Kind == notify.KindTrigger:
+			case tr.Page == notify.KindTrigger:
 				l.setHeld(fp, notify.KindTrigger)
 			case !held:
 				l.setHeld(fp, notify.KindUpdate)
@@ -126,26 +130,26 @@ func (l *Loop) muteEvents(events []notify.Event) []notify.Event {
 		if held {
 			l.setHeld(fp, "")
 			if owed == notify.KindTrigger {
-				ev.Kind = notify.KindTrigger
+				tr.Page = notify.KindTrigger
 			}
 		}
-		out = append(out, ev)
+		out = append(out, tr)
 	}
 	return out
 }
 
-// releaseHeld sends what is owed for the firing alerts whose silences have
-// all ended, with their content as of round. An alert that another
-// incident absorbed stays held: it sends nothing until it ends.
-func (l *Loop) releaseHeld(round assess.Round) []notify.Event {
+// releaseHeld pages what is owed for the firing incidents whose silences
+// have all ended, with their state as of round. An incident that another
+// absorbed stays held: it pages nothing until it ends.
+func (l *Loop) releaseHeld(round assess.Round) []alert.Transition {
 	if l.opts.Silences == nil || len(l.mute.held) == 0 {
 		return nil
 	}
-	open := map[string]alert.Alert{}
-	for _, a := range l.opts.Tracker.Alerts() {
+	open := map[string]alert.Incident{}
+	for _, a := range l.opts.Tracker.Incidents() {
 		open[a.Fingerprint] = a
 	}
-	var out []notify.Event
+	var out []alert.Transition
 	for _, fp := range slices.Sorted(maps.Keys(l.mute.held)) {
 		a, ok := open[fp]
 		if !ok || a.State == alert.StateResolved {
@@ -155,8 +159,8 @@ func (l *Loop) releaseHeld(round assess.Round) []notify.Event {
 		if len(l.mute.silencedBy[fp]) > 0 || a.AbsorbedBy != "" {
 			continue
 		}
-		if ev, ok := l.opts.Tracker.Renotify(fp, l.mute.held[fp], round); ok {
-			out = append(out, ev)
+		if tr, ok := l.opts.Tracker.Renotify(fp, l.mute.held[fp], round); ok {
+			out = append(out, tr)
 		}
 		l.setHeld(fp, "")
 	}

@@ -54,11 +54,11 @@ func newSilencedLoop(t *testing.T, dir docStore, now time.Time) silencedLoop {
 	}
 	cfg := alert.DefaultConfig()
 	cfg.For = 0
-	tracker := alert.NewTracker(cfg, alert.Links{})
+	tracker := alert.NewTracker(cfg)
 	var persister Persister
 	if dir != nil {
 		persister = dir
-		var saved []alert.Alert
+		var saved []alert.Incident
 		if err := dir.Load(AlertsDocument, &saved, now); err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestSilenceOfAnIncidentMutesItAndNotTheNext(t *testing.T) {
 	if evs := l.Evaluate(m0); len(evs) != 1 || evs[0].Kind != notify.KindTrigger {
 		t.Fatalf("first round sent %v, want the trigger", kinds(evs))
 	}
-	first := l.Alerts()[0].Incident
+	first := l.Alerts()[0].ID
 	id := l.silence(t, `incident="`+first+`"`, m0, m0.Add(2*time.Hour), m0)
 	if evs := l.Evaluate(m0.Add(time.Minute)); len(evs) != 0 || !slices.Equal(l.Alerts()[0].SilencedBy, []string{id}) {
 		t.Fatalf("silenced incident: sent %v, silenced by %v", kinds(evs), l.Alerts()[0].SilencedBy)
@@ -142,13 +142,13 @@ func TestSilenceOfAnIncidentMutesItAndNotTheNext(t *testing.T) {
 	}
 	l.storm.on["r1"] = true
 	evs := l.Evaluate(m0.Add(10 * time.Minute))
-	var next alert.Alert
+	var next alert.Incident
 	for _, a := range l.Alerts() {
 		if a.State == alert.StateFiring {
 			next = a
 		}
 	}
-	if next.Incident == "" || next.Incident == first {
+	if next.ID == "" || next.ID == first {
 		t.Fatalf("no new incident after the first resolved: %+v", l.Alerts())
 	}
 	if len(evs) != 1 || evs[0].Kind != notify.KindTrigger || len(next.SilencedBy) != 0 {

@@ -209,7 +209,7 @@ func BenchmarkStageRound(b *testing.B) {
 		b.Fatal(err)
 	}
 	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: f.cfg.Triage, Correlation: correlate.DefaultConfig()}),
-		Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}), Windows: f.store, Sender: discard{}, Logger: zap.NewNop()}, nil)
+		Tracker: alert.NewTracker(alert.DefaultConfig()), Windows: f.store, Sender: discard{}, Logger: zap.NewNop()}, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		loop.Evaluate(f.at)
@@ -336,7 +336,7 @@ func benchFleetRound(b *testing.B, cfg detect.Config, store *window.Store, repli
 		b.Fatal(err)
 	}
 	loop := New(Options{Assessor: assess.New(ds, assess.Config{Triage: cfg.Triage, Correlation: correlate.DefaultConfig()}),
-		Tracker: alert.NewTracker(alert.DefaultConfig(), alert.Links{}), Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
+		Tracker: alert.NewTracker(alert.DefaultConfig()), Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()

@@ -200,7 +200,8 @@ func (w *world) start(t *testing.T, name string) *daemon {
 	dm.loop = eval.New(eval.Options{
 		Interval: time.Second, // never ticks: the test calls Evaluate
 		Assessor: assess.New([]detect.Detector{dm.detector}, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()}),
-		Tracker:  alert.NewTracker(alert.Config{ResolvedRetention: time.Hour}, alert.Links{ExternalURL: "https://watchdog.example"}),
+		Tracker:  alert.NewTracker(alert.Config{ResolvedRetention: time.Hour}),
+		Links:    alert.Links{ExternalURL: "https://watchdog.example"},
 		Windows:  windows, Sender: d, Persister: store, Silences: dm.silences, Logger: logger,
 	}, reg)
 
@@ -544,7 +545,7 @@ func TestHALeaderlessGapIsCaughtUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var saved []alert.Alert
+	var saved []alert.Incident
 	if err := json.Unmarshal([]byte(cm.Data[eval.AlertsDocument]), &saved); err != nil || len(saved) != 0 {
 		t.Errorf("alerts document after the resolve = %s (%v), want no firing alert", cm.Data[eval.AlertsDocument], err)
 	}

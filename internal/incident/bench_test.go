@@ -15,8 +15,9 @@ import (
 )
 
 // stormFleet is a round in which n replicas each have a preempt storm
-// with 20 evidence numbers, and the tracker's alerts after it.
-func stormFleet(tr *alert.Tracker, n int, now time.Time) (assess.Round, []alert.Alert) {
+// with 20 evidence numbers, and the tracker's incidents and transitions
+// after it.
+func stormFleet(tr *alert.Tracker, n int, now time.Time) (assess.Round, []alert.Incident, []alert.Transition) {
 	var findings []detect.Finding
 	var reps []detect.Replica
 	for i := range n {
@@ -30,30 +31,30 @@ func stormFleet(tr *alert.Tracker, n int, now time.Time) (assess.Round, []alert.
 	}
 	cfg := correlate.DefaultConfig()
 	cfg.FleetMinReplicas = n + 1 // replica incidents, not one fleet incident
-	round := assess.Round{At: now, Incidents: correlate.Correlate(cfg, findings, reps)}
-	tr.Update(round)
-	return round, tr.Alerts()
+	round := assess.Round{At: now, Groups: correlate.Correlate(cfg, findings, reps)}
+	changes := tr.Update(round)
+	return round, tr.Incidents(), changes
 }
 
 // BenchmarkJournalObserve is one round of 100 open incidents, each with
 // 20 signals, in a journal already holding 240 points per signal: the
 // per-round cost the evaluation loop pays (no store).
 func BenchmarkJournalObserve(b *testing.B) {
-	tr := alert.NewTracker(alert.Config{Timing: alert.Timing{KeepFiringFor: time.Hour}}, alert.Links{})
+	tr := alert.NewTracker(alert.Config{Timing: alert.Timing{KeepFiringFor: time.Hour}})
 	j := New(Options{Retention: time.Hour, MaxIncidents: 500, MaxPoints: 240}, prometheus.NewRegistry(), t0)
 	at := t0
 	for range 300 {
-		round, alerts := stormFleet(tr, 100, at)
-		j.Observe(round, alerts, nil, at)
+		round, alerts, changes := stormFleet(tr, 100, at)
+		j.Observe(round, alerts, changes, nil, at)
 		at = at.Add(5 * time.Second)
 	}
-	round, alerts := stormFleet(tr, 100, at)
+	round, alerts, changes := stormFleet(tr, 100, at)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		at = at.Add(5 * time.Second)
 		round.At = at
-		j.Observe(round, alerts, nil, at)
+		j.Observe(round, alerts, changes, nil, at)
 	}
 }
 
@@ -61,12 +62,12 @@ func BenchmarkJournalObserve(b *testing.B) {
 // the default 120 points, a full timeline) stays under 250 KB of JSON,
 // so max_incidents bounds the document.
 func TestSavedRecordSizeIsBounded(t *testing.T) {
-	tr := alert.NewTracker(alert.Config{Timing: alert.Timing{KeepFiringFor: time.Hour}}, alert.Links{})
+	tr := alert.NewTracker(alert.Config{Timing: alert.Timing{KeepFiringFor: time.Hour}})
 	j := New(Options{Retention: time.Hour, MaxIncidents: 10, MaxPoints: 120}, prometheus.NewRegistry(), t0)
 	at := t0
 	for range 2000 {
-		round, alerts := stormFleet(tr, 1, at)
-		j.Observe(round, alerts, nil, at)
+		round, alerts, changes := stormFleet(tr, 1, at)
+		j.Observe(round, alerts, changes, nil, at)
 		at = at.Add(5 * time.Second)
 	}
 	r := j.Incidents()[0]

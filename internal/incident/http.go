@@ -4,10 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
+	"slices"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
-	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 // Routes are the patterns Handler serves; the server mounts the handler
@@ -20,32 +19,9 @@ var Routes = []string{
 	"GET /incidents/{id}/postmortem.md",
 }
 
-// Summary is one incident in the list: enough to pick it, without its
-// series.
-type Summary struct {
-	ID          string         `json:"id"`
-	Fingerprint string         `json:"fingerprint"`
-	Class       detect.Class   `json:"class"`
-	Replica     string         `json:"replica"`
-	Model       string         `json:"model,omitempty"`
-	Fleet       bool           `json:"fleet,omitempty"`
-	Replicas    []string       `json:"replicas"`
-	State       alert.State    `json:"state"`
-	Severity    string         `json:"severity"`
-	OpenedAt    time.Time      `json:"opened_at"`
-	FiredAt     time.Time      `json:"fired_at,omitzero"`
-	ResolvedAt  time.Time      `json:"resolved_at,omitzero"`
-	Headline    string         `json:"headline"`
-	Chain       []detect.Class `json:"chain"`
-	SilencedBy  []string       `json:"silenced_by,omitempty"`
-	// Postmortem is the draft's path, set once the incident resolved.
-	Postmortem string `json:"postmortem,omitempty"`
-}
-
 func summarize(r Record) Summary {
-	s := Summary{ID: r.ID, Fingerprint: r.Fingerprint, Class: r.Class, Replica: r.Replica, Model: r.Model, Fleet: r.Fleet,
-		Replicas: r.Replicas, State: r.State, Severity: r.Severity, OpenedAt: r.OpenedAt, FiredAt: r.FiredAt,
-		ResolvedAt: r.ResolvedAt, Headline: r.Headline, Chain: r.Chain, SilencedBy: r.SilencedBy}
+	s := r.Summary
+	s.Replicas, s.Chain, s.SilencedBy = slices.Clone(r.Replicas), slices.Clone(r.Chain), slices.Clone(r.SilencedBy)
 	if !r.Open() {
 		s.Postmortem = alert.PostmortemPath(r.ID)
 	}

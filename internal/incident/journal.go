@@ -140,9 +140,12 @@ func (j *Journal) Incident(id string) (Record, bool) {
 	return r.clone(), true
 }
 
-// Observe records one evaluation round: the round, the tracker's alerts
-// after it and the events it produced.
-func (j *Journal) Observe(round assess.Round, alerts []alert.Alert, events []notify.Event, now time.Time) {
+// Observe records one evaluation round: the round, the tracker's
+// incidents after it, what changed in it (the tracker's transitions) and
+// the events it produced. It matches nothing itself: incidents are found
+// by their ID, and which group an incident continued is the tracker's
+// Seen transition.
+func (j *Journal) Observe(round assess.Round, incidents []alert.Incident, changes []alert.Transition, events []notify.Event, now time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	page := map[string]notify.Event{}
@@ -151,27 +154,25 @@ func (j *Journal) Observe(round assess.Round, alerts []alert.Alert, events []not
 			page[ev.Incident] = ev
 		}
 	}
-	absorbed := map[string][]alert.Alert{}
-	for _, a := range alerts {
-		if a.AbsorbedBy != "" && a.State != alert.StateResolved {
-			absorbed[a.AbsorbedBy] = append(absorbed[a.AbsorbedBy], a)
-		}
+	changed := map[string][]alert.Transition{}
+	for _, tr := range changes {
+		changed[tr.Incident.ID] = append(changed[tr.Incident.ID], tr)
 	}
 	present := map[string]bool{}
-	for _, a := range alerts {
-		if a.Incident == "" {
+	for _, a := range incidents {
+		if a.ID == "" {
 			continue
 		}
-		present[a.Incident] = true
-		r := j.records[a.Incident]
+		present[a.ID] = true
+		r := j.records[a.ID]
 		if r == nil {
 			if a.State == alert.StateResolved {
 				continue // ended before the journal knew it (restart without its document)
 			}
 			r = j.begin(a)
 		}
-		ev, paged := page[a.Incident]
-		j.update(r, a, absorbed[a.Fingerprint], round, ev, paged, now)
+		ev, paged := page[a.ID]
+		j.update(r, a, changed[a.ID], round, ev, paged, now)
 	}
 	for id, r := range j.records {
 		if present[id] || !r.Open() {
@@ -193,12 +194,12 @@ func (j *Journal) Observe(round assess.Round, alerts []alert.Alert, events []not
 	j.save(now)
 }
 
-// begin opens the record of an alert seen for the first time.
-func (j *Journal) begin(a alert.Alert) *Record {
-	r := &Record{
-		ID: a.Incident, Fingerprint: a.Fingerprint, Class: a.Class, Replica: a.Replica, Model: a.Model, Fleet: a.Fleet,
+// begin opens the record of an incident seen for the first time.
+func (j *Journal) begin(a alert.Incident) *Record {
+	r := &Record{Summary: Summary{
+		ID: a.ID, Fingerprint: a.Fingerprint, Class: a.Class, Replica: a.Replica, Model: a.Model, Fleet: a.Fleet,
 		State: a.State, Severity: a.Severity, OpenedAt: a.ActiveAt, Chain: []detect.Class{a.Class},
-	}
+	}}
 	r.Timeline = append(r.Timeline, Event{At: a.ActiveAt, Kind: EventFirstFinding,
 		Text: fmt.Sprintf("%s found on %s (pending, %s): %s", a.Class, a.Replica, a.Severity, a.Finding.Summary)})
 	j.records[r.ID] = r
@@ -206,7 +207,9 @@ func (j *Journal) begin(a alert.Alert) *Record {
 	return r
 }
 
-func (j *Journal) update(r *Record, a alert.Alert, absorbed []alert.Alert, round assess.Round, ev notify.Event, paged bool, now time.Time) {
+// update applies incident a as the round left it, and its changes in the
+// round, to its record r.
+func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition, round assess.Round, ev notify.Event, paged bool, now time.Time) {
 	if !r.Open() {
 		return
 	}
@@ -215,12 +218,21 @@ func (j *Journal) update(r *Record, a alert.Alert, absorbed []alert.Alert, round
 	if a.ActiveAt.Before(r.OpenedAt) {
 		r.OpenedAt = a.ActiveAt // it absorbed an earlier symptom
 	}
-	if a.Class != r.Class {
-		j.event(r, Event{At: now, Kind: EventJoined,
-			Text: fmt.Sprintf("%s identified as the cause; the incident is named after it", a.Class)})
-		r.Class = a.Class
-		r.Chain = append([]detect.Class{a.Class}, slices.DeleteFunc(r.Chain, func(c detect.Class) bool { return c == a.Class })...)
+	var seen *correlate.Group
+	var absorbed []alert.Incident
+	for _, tr := range changes {
+		switch tr.Change {
+		case alert.Renamed:
+			j.event(r, Event{At: now, Kind: EventJoined,
+				Text: fmt.Sprintf("%s identified as the cause; the incident is named after it", a.Class)})
+			r.Chain = append([]detect.Class{a.Class}, slices.DeleteFunc(r.Chain, func(c detect.Class) bool { return c == a.Class })...)
+		case alert.Absorbed:
+			absorbed = append(absorbed, tr.Other)
+		case alert.Seen:
+			seen = &tr.Group
+		}
 	}
+	r.Class = a.Class
 	joined := slices.Clone(a.Members)
 	for _, b := range absorbed {
 		joined = append(joined, b.Class)
@@ -232,18 +244,21 @@ func (j *Journal) update(r *Record, a alert.Alert, absorbed []alert.Alert, round
 			j.event(r, Event{At: now, Kind: EventJoined, Text: fmt.Sprintf("%s joined as a consequence of %s", c, r.Class)})
 		}
 	}
-	for _, rep := range replicasOf(a, absorbed, round) {
+	for _, rep := range replicasOf(a, seen, absorbed) {
 		if !slices.Contains(r.Replicas, rep) {
 			r.Replicas = append(r.Replicas, rep)
 		}
 	}
 	r.Severity = a.Severity
-	if a.State == alert.StateFiring && prevState != alert.StateFiring {
-		r.FiredAt = a.FiredAt
-		j.event(r, Event{At: a.FiredAt, Kind: EventFired, Text: fmt.Sprintf("fired (%s) after %s pending",
-			a.Severity, notify.FormatDuration(a.FiredAt.Sub(r.OpenedAt)))})
-	} else if a.State == alert.StateFiring && severityRank(a.Severity) > severityRank(prevSeverity) {
-		j.event(r, Event{At: now, Kind: EventEscalated, Text: fmt.Sprintf("escalated from %s to %s", prevSeverity, a.Severity)})
+	for _, tr := range changes {
+		switch tr.Change {
+		case alert.Fired:
+			r.FiredAt = a.FiredAt
+			j.event(r, Event{At: a.FiredAt, Kind: EventFired, Text: fmt.Sprintf("fired (%s) after %s pending",
+				a.Severity, notify.FormatDuration(a.FiredAt.Sub(r.OpenedAt)))})
+		case alert.Escalated:
+			j.event(r, Event{At: now, Kind: EventEscalated, Text: fmt.Sprintf("escalated from %s to %s", tr.FromSeverity, a.Severity)})
+		}
 	}
 	for _, id := range a.SilencedBy {
 		if !slices.Contains(prevSilenced, id) {
@@ -266,8 +281,8 @@ func (j *Journal) update(r *Record, a alert.Alert, absorbed []alert.Alert, round
 		r.Emergency, r.RootCause, r.Runbook = slices.Clone(f.Emergency), slices.Clone(f.RootCause), f.Runbook
 	}
 	if a.State != alert.StateResolved {
-		if inc, ok := incidentOf(a, round); ok {
-			for _, e := range inc.Finding.Evidence {
+		if seen != nil {
+			for _, e := range seen.Finding.Evidence {
 				r.addPoint(e, round.At, j.opts.MaxPoints)
 			}
 		}
@@ -278,7 +293,10 @@ func (j *Journal) update(r *Record, a alert.Alert, absorbed []alert.Alert, round
 		j.noteUnseen(r, round)
 		j.grown = true
 	}
-	if a.State == alert.StateResolved {
+	for _, tr := range changes {
+		if tr.Change != alert.Resolved {
+			continue
+		}
 		r.ResolvedAt = a.ResolvedAt
 		text := "resolved"
 		if !r.FiredAt.IsZero() {
@@ -291,24 +309,16 @@ func (j *Journal) update(r *Record, a alert.Alert, absorbed []alert.Alert, round
 	}
 }
 
-// incidentOf is the round's correlated incident alert a continues.
-func incidentOf(a alert.Alert, round assess.Round) (correlate.Incident, bool) {
-	for _, inc := range round.Incidents {
-		if inc.Finding.Replica == a.Replica && inc.Fleet == a.Fleet && (inc.Cause() == a.Class || slices.Contains(a.Members, inc.Cause())) {
-			return inc, true
-		}
-	}
-	return correlate.Incident{}, false
-}
-
-// replicasOf are the replicas an alert covers this round.
-func replicasOf(a alert.Alert, absorbed []alert.Alert, round assess.Round) []string {
+// replicasOf are the replicas an incident covers this round: its own, or
+// the members of the fleet group it continued (seen), and those of the
+// incidents it took in.
+func replicasOf(a alert.Incident, seen *correlate.Group, absorbed []alert.Incident) []string {
 	var out []string
 	if !a.Fleet {
 		out = append(out, a.Replica)
-	} else if inc, ok := incidentOf(a, round); ok {
-		out = append(out, inc.Finding.AffectedReplicas...)
-		for _, m := range inc.Members {
+	} else if seen != nil {
+		out = append(out, seen.Finding.AffectedReplicas...)
+		for _, m := range seen.Members {
 			out = append(out, m.Replica)
 		}
 	}
@@ -604,9 +614,4 @@ func cloneSignals(s []Signal) []Signal {
 		out[i].Points = slices.Clone(out[i].Points)
 	}
 	return out
-}
-
-func severityRank(s string) int {
-	sev, _ := detect.ParseSeverity(s)
-	return int(sev)
 }

@@ -25,17 +25,18 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 // harness feeds a journal the way the evaluation loop does: a real
 // tracker's alerts and events after each round of findings.
 type harness struct {
-	tr *alert.Tracker
-	j  *Journal
+	tr    *alert.Tracker
+	links alert.Links
+	j     *Journal
 	// silence, when set, mutes alerts as the silences do: it sets
 	// SilencedBy on the alerts the journal is given.
-	silence func(a *alert.Alert)
+	silence func(a *alert.Incident)
 }
 
 func newHarness(t *testing.T, opts Options) *harness {
 	t.Helper()
 	cfg := alert.Config{Timing: alert.Timing{For: 30 * time.Second, KeepFiringFor: time.Minute}, ResolvedRetention: 10 * time.Minute}
-	return &harness{tr: alert.NewTracker(cfg, alert.Links{}), j: New(opts, prometheus.NewRegistry(), t0)}
+	return &harness{tr: alert.NewTracker(cfg), j: New(opts, prometheus.NewRegistry(), t0)}
 }
 
 func (h *harness) round(now time.Time, findings ...detect.Finding) []notify.Event {
@@ -43,15 +44,16 @@ func (h *harness) round(now time.Time, findings ...detect.Finding) []notify.Even
 	for _, f := range findings {
 		reps = append(reps, detect.Replica{Name: f.Replica, Model: f.Model})
 	}
-	round := assess.Round{At: now, Incidents: correlate.Correlate(correlate.DefaultConfig(), findings, reps)}
-	events := h.tr.Update(round)
-	alerts := h.tr.Alerts()
+	round := assess.Round{At: now, Groups: correlate.Correlate(correlate.DefaultConfig(), findings, reps)}
+	changes := h.tr.Update(round)
+	events := h.links.Events(changes, round)
+	alerts := h.tr.Incidents()
 	if h.silence != nil {
 		for i := range alerts {
 			h.silence(&alerts[i])
 		}
 	}
-	h.j.Observe(round, alerts, events, now)
+	h.j.Observe(round, alerts, changes, events, now)
 	return events
 }
 
@@ -82,8 +84,8 @@ func TestJournalKeepsTheIncidentAfterTheTrackerForgetsItAndAcrossRestarts(t *tes
 	}
 	h := newHarness(t, Options{Retention: 24 * time.Hour, MaxIncidents: 10, MaxPoints: 100, Store: dir})
 	end := h.play(t0, 10, 80, func(i int) float64 { return float64(i + 1) })
-	if len(h.tr.Alerts()) != 0 {
-		t.Fatalf("the tracker still holds %+v; the test needs it to have forgotten the incident", h.tr.Alerts())
+	if len(h.tr.Incidents()) != 0 {
+		t.Fatalf("the tracker still holds %+v; the test needs it to have forgotten the incident", h.tr.Incidents())
 	}
 	got := h.j.Incidents()
 	if len(got) != 1 {
@@ -205,7 +207,7 @@ func TestJournalRecordsDeliveriesSilencesAndConsequences(t *testing.T) {
 	decode := detect.Finding{Class: detect.DecodeSlowdown, Severity: detect.Warning, Replica: "r1", Model: "m", Summary: "slow",
 		Evidence: []detect.Evidence{{Name: "inter-token latency p99", Value: 0.5, Unit: "s"}}}
 	h.round(t0.Add(40*time.Second), storm(5), decode)
-	h.silence = func(a *alert.Alert) { a.SilencedBy = []string{"s-1"} }
+	h.silence = func(a *alert.Incident) { a.SilencedBy = []string{"s-1"} }
 	h.round(t0.Add(50*time.Second), storm(5), decode)
 	h.silence = nil
 	h.round(t0.Add(60*time.Second), storm(5), decode)

@@ -12,8 +12,9 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
-// Record is one incident as the journal holds it.
-type Record struct {
+// Summary is what identifies an incident and says where it stands: the
+// incident list serves it alone, a Record holds it and the history.
+type Summary struct {
 	ID          string       `json:"id"`
 	Fingerprint string       `json:"fingerprint"`
 	Class       detect.Class `json:"class"` // the cause it is named after
@@ -22,26 +23,35 @@ type Record struct {
 	Fleet       bool         `json:"fleet,omitempty"`
 	// Replicas are every replica the incident covered during its life
 	// (one, or a fleet incident's members).
-	Replicas []string    `json:"replicas"`
-	State    alert.State `json:"state"`
-	Severity string      `json:"severity"`
-	OpenedAt time.Time   `json:"opened_at"`
-	FiredAt  time.Time   `json:"fired_at,omitzero"`
+	Replicas []string        `json:"replicas"`
+	State    alert.State     `json:"state"`
+	Severity detect.Severity `json:"severity"`
+	OpenedAt time.Time       `json:"opened_at"`
+	FiredAt  time.Time       `json:"fired_at,omitzero"`
 	// ResolvedAt is zero while the incident is open.
 	ResolvedAt time.Time `json:"resolved_at,omitzero"`
-
-	// The last page's content.
-	Headline  string   `json:"headline"`
-	Diagnosis string   `json:"diagnosis"`
-	Triage    string   `json:"triage,omitempty"`
-	Emergency []string `json:"emergency_steps,omitempty"`
-	RootCause []string `json:"root_cause_steps,omitempty"`
-	Runbook   string   `json:"runbook"`
+	// Headline is the last page's.
+	Headline string `json:"headline"`
 	// Chain is the causal chain: the cause first, then every consequence
 	// it explained during the incident.
 	Chain []detect.Class `json:"chain"`
 	// SilencedBy are the silences muting it in the last round.
 	SilencedBy []string `json:"silenced_by,omitempty"`
+	// Postmortem is the draft's path, set in the incident list once the
+	// incident resolved.
+	Postmortem string `json:"postmortem,omitempty"`
+}
+
+// Record is one incident as the journal holds it.
+type Record struct {
+	Summary
+
+	// The last page's content besides its headline.
+	Diagnosis string   `json:"diagnosis"`
+	Triage    string   `json:"triage,omitempty"`
+	Emergency []string `json:"emergency_steps,omitempty"`
+	RootCause []string `json:"root_cause_steps,omitempty"`
+	Runbook   string   `json:"runbook"`
 
 	// Signals are the evidence of the incident's findings, one per
 	// evidence name, over the incident's span.

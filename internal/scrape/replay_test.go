@@ -79,8 +79,8 @@ func (p *replayPath) round(t *testing.T, now time.Time) (string, []detect.Findin
 	r := p.assessor.Assess(p.store, now)
 	b, err := json.Marshal(struct {
 		Replicas  []assess.Replica
-		Incidents []correlate.Incident
-	}{r.Replicas, r.Incidents})
+		Incidents []correlate.Group
+	}{r.Replicas, r.Groups})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ import (
 
 // Alerts is the alert state and assessment source (the evaluation loop).
 type Alerts interface {
-	Alerts() []alert.Alert
+	Alerts() []alert.Incident
 	Round() assess.Round
 	LastEvaluation() time.Time
 	Ready() <-chan struct{}
@@ -276,7 +276,7 @@ type apiAlert struct {
 	Fingerprint string            `json:"fingerprint"`
 	State       alert.State       `json:"state"`
 	Class       detect.Class      `json:"class"`
-	Severity    string            `json:"severity"`
+	Severity    detect.Severity   `json:"severity"`
 	Replica     string            `json:"replica"`
 	Model       string            `json:"model,omitempty"`
 	Layer       detect.Layer      `json:"layer,omitempty"`
@@ -389,7 +389,7 @@ func (s *Server) prometheusAlerts(w http.ResponseWriter, _ *http.Request) {
 			continue
 		}
 		f := a.Finding
-		labels := map[string]string{"alertname": string(a.Class), "severity": a.Severity, "replica": a.Replica, "fingerprint": a.Fingerprint}
+		labels := map[string]string{"alertname": string(a.Class), "severity": a.Severity.String(), "replica": a.Replica, "fingerprint": a.Fingerprint}
 		if a.Model != "" {
 			labels["model"] = a.Model
 		}

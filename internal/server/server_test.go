@@ -27,12 +27,12 @@ import (
 )
 
 type fakeAlerts struct {
-	alerts []alert.Alert
+	alerts []alert.Incident
 	round  assess.Round
 	ready  chan struct{}
 }
 
-func (f *fakeAlerts) Alerts() []alert.Alert     { return f.alerts }
+func (f *fakeAlerts) Alerts() []alert.Incident  { return f.alerts }
 func (f *fakeAlerts) Round() assess.Round       { return f.round }
 func (f *fakeAlerts) LastEvaluation() time.Time { return time.Unix(100, 0) }
 func (f *fakeAlerts) Ready() <-chan struct{}    { return f.ready }
@@ -60,8 +60,8 @@ func TestEndpoints(t *testing.T) {
 	}
 	store.Append(series.Scrape{Target: "r2", Kind: "engine", At: now, Reason: "refused", Error: "connection refused"})
 
-	fa := &fakeAlerts{ready: make(chan struct{}), alerts: []alert.Alert{
-		{Fingerprint: "f1", Class: detect.PreemptStorm, Replica: "r1", State: alert.StateFiring, Severity: "critical",
+	fa := &fakeAlerts{ready: make(chan struct{}), alerts: []alert.Incident{
+		{Fingerprint: "f1", Class: detect.PreemptStorm, Replica: "r1", State: alert.StateFiring, Severity: detect.Critical,
 			Finding: detect.Finding{Summary: "storm", Diagnosis: "KV full", Evidence: []detect.Evidence{{Name: "retractions/s", Value: 3}}, Emergency: []string{"lower --max-running-requests"}}},
 		{Fingerprint: "f2", Class: detect.CacheCollapse, Replica: "r1", State: alert.StateResolved},
 	}}
@@ -169,12 +169,12 @@ func TestEndpoints(t *testing.T) {
 // with labels, annotations, state, activeAt and value.
 func TestPrometheusShapedAlerts(t *testing.T) {
 	active := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	fa := &fakeAlerts{ready: make(chan struct{}), alerts: []alert.Alert{
-		{Fingerprint: "f1", Class: detect.PreemptStorm, Replica: "r1", Model: "m", State: alert.StateFiring, Severity: "critical", ActiveAt: active,
+	fa := &fakeAlerts{ready: make(chan struct{}), alerts: []alert.Incident{
+		{Fingerprint: "f1", Class: detect.PreemptStorm, Replica: "r1", Model: "m", State: alert.StateFiring, Severity: detect.Critical, ActiveAt: active,
 			Finding: detect.Finding{Layer: detect.LayerMemory, Summary: "storm", Diagnosis: "KV full", Runbook: "/runbooks/preempt_storm",
 				Evidence: []detect.Evidence{{Name: "retractions/s", Value: 3}}}},
-		{Fingerprint: "f2", Class: detect.CacheCollapse, Replica: "r1", State: alert.StatePending, Severity: "warning", ActiveAt: active},
-		{Fingerprint: "f3", Class: detect.ReplicaDown, Replica: "r2", State: alert.StateResolved, Severity: "critical"},
+		{Fingerprint: "f2", Class: detect.CacheCollapse, Replica: "r1", State: alert.StatePending, Severity: detect.Warning, ActiveAt: active},
+		{Fingerprint: "f3", Class: detect.ReplicaDown, Replica: "r2", State: alert.StateResolved, Severity: detect.Critical},
 	}}
 	h := (&Server{opts: Options{Alerts: fa, Now: time.Now}}).Handler()
 	rec := httptest.NewRecorder()
@@ -287,7 +287,7 @@ func TestProbesFollowTheEvaluationLoop(t *testing.T) {
 		loop := eval.New(eval.Options{
 			Interval: 5 * time.Second, Windows: windows, Sender: discard{}, Logger: zap.NewNop(),
 			Assessor: assess.New(nil, assess.Config{Triage: detect.DefaultConfig().Triage}),
-			Tracker:  alert.NewTracker(alert.DefaultConfig(), alert.Links{}),
+			Tracker:  alert.NewTracker(alert.DefaultConfig()),
 		}, prometheus.NewRegistry())
 		h := (&Server{opts: Options{Alerts: loop, Now: time.Now, StaleAfter: 20 * time.Second}, stopping: make(chan struct{}), started: time.Now()}).Handler()
 		probe := func(path string) (int, string) {

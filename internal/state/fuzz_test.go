@@ -20,7 +20,7 @@ import (
 // naming the document, and is moved aside so the next start is clean.
 func FuzzLoadAlerts(f *testing.F) {
 	at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-	saved, err := json.Marshal([]alert.Alert{{Fingerprint: "f1", State: alert.StateFiring, Class: "preempt_storm", Replica: "r1", ActiveAt: at, FiredAt: at, LastSeen: at}})
+	saved, err := json.Marshal([]alert.Incident{{Fingerprint: "f1", State: alert.StateFiring, Class: "preempt_storm", Replica: "r1", ActiveAt: at, FiredAt: at, LastSeen: at}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func FuzzLoadAlerts(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var alerts []alert.Alert
+		var alerts []alert.Incident
 		if err := d.Load(eval.AlertsDocument, &alerts, at); err != nil {
 			if !errors.Is(err, ErrCorrupt) || err.Error() == "" {
 				t.Fatalf("Load of a bad document: %v, want ErrCorrupt", err)
@@ -50,11 +50,11 @@ func FuzzLoadAlerts(f *testing.F) {
 			}
 			return
 		}
-		tr := alert.NewTracker(alert.DefaultConfig(), alert.Links{})
+		tr := alert.NewTracker(alert.DefaultConfig())
 		tr.Restore(alerts, at)
 		for k := range 3 {
 			tr.Update(assess.Round{At: at.Add(time.Duration(k) * 10 * time.Minute)})
 		}
-		tr.Alerts()
+		tr.Incidents()
 	})
 }

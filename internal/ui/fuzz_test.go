@@ -23,8 +23,8 @@ func (documentStore) Save(string, any) error                    { return nil }
 
 type noAlerts struct{}
 
-func (noAlerts) Alerts() []alert.Alert { return nil }
-func (noAlerts) Round() assess.Round   { return assess.Round{} }
+func (noAlerts) Alerts() []alert.Incident { return nil }
+func (noAlerts) Round() assess.Round      { return assess.Round{} }
 
 type noWindows struct{}
 
@@ -38,13 +38,13 @@ func (noWindows) View(string, func(detect.Window)) bool { return false }
 // incident.
 func FuzzIncidentDocument(f *testing.F) {
 	at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-	full := incident.Record{ID: "fp-1", Fingerprint: "fp", Class: detect.PreemptStorm, Replica: "sim-0", Replicas: []string{"sim-0"},
-		State: alert.StateResolved, Severity: "critical", OpenedAt: at, FiredAt: at.Add(time.Minute), ResolvedAt: at.Add(10 * time.Minute),
-		Chain: []detect.Class{detect.PreemptStorm, detect.ErrorRate},
+	full := incident.Record{Summary: incident.Summary{ID: "fp-1", Fingerprint: "fp", Class: detect.PreemptStorm, Replica: "sim-0", Replicas: []string{"sim-0"},
+		State: alert.StateResolved, Severity: detect.Critical, OpenedAt: at, FiredAt: at.Add(time.Minute), ResolvedAt: at.Add(10 * time.Minute),
+		Chain: []detect.Class{detect.PreemptStorm, detect.ErrorRate}},
 		Signals: []incident.Signal{{Name: "retractions/s", Points: []incident.Point{
 			{At: at, Value: 0.5, Baseline: 0.01, Limit: 0.05, HasLimit: true}, {At: at.Add(time.Minute), Value: 2, Baseline: 0.01}}}},
 		Timeline: []incident.Event{{At: at, Kind: incident.EventFirstFinding, Text: "found"}}}
-	seed, err := json.Marshal([]incident.Record{full, {ID: "open", State: alert.StateFiring, OpenedAt: at}})
+	seed, err := json.Marshal([]incident.Record{full, {Summary: incident.Summary{ID: "open", State: alert.StateFiring, OpenedAt: at}}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -52,7 +52,7 @@ var files embed.FS
 // Alerts is what the pages read from the evaluation loop: the last
 // round's assessment and the alert state after it.
 type Alerts interface {
-	Alerts() []alert.Alert
+	Alerts() []alert.Incident
 	Round() assess.Round
 }
 
@@ -173,8 +173,8 @@ func (h *Handler) span(w detect.Window, end time.Time) (time.Duration, time.Dura
 }
 
 // incidentLink is where an alert's incident page is.
-func incidentLink(a alert.Alert) string {
-	id := a.Incident
+func incidentLink(a alert.Incident) string {
+	id := a.ID
 	if id == "" {
 		id = alert.IncidentID(a.Fingerprint, a.ActiveAt)
 	}
@@ -224,7 +224,7 @@ func stateRank(s string) int {
 }
 
 // alertReplicas are the replicas an alert covers.
-func alertReplicas(a alert.Alert) []string {
+func alertReplicas(a alert.Incident) []string {
 	if len(a.Finding.AffectedReplicas) > 0 {
 		return a.Finding.AffectedReplicas
 	}
@@ -254,7 +254,7 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 		if a.AbsorbedBy != "" {
 			continue
 		}
-		p.Incidents = append(p.Incidents, incidentRow{Link: incidentLink(a), State: string(a.State), Severity: a.Severity,
+		p.Incidents = append(p.Incidents, incidentRow{Link: incidentLink(a), State: string(a.State), Severity: a.Severity.String(),
 			Class: string(a.Class), Headline: a.Finding.Summary, Replica: a.Replica, Model: a.Model, Fleet: a.Fleet,
 			Replicas: alertReplicas(a), SilencedBy: a.SilencedBy, Since: a.ActiveAt})
 	}
@@ -471,7 +471,7 @@ func (h *Handler) replica(w http.ResponseWriter, r *http.Request) {
 	})
 	for _, a := range h.opts.Alerts.Alerts() {
 		if (a.State == alert.StateFiring || a.State == alert.StatePending) && slices.Contains(alertReplicas(a), name) {
-			p.Alerts = append(p.Alerts, incidentRow{Link: incidentLink(a), State: string(a.State), Severity: a.Severity,
+			p.Alerts = append(p.Alerts, incidentRow{Link: incidentLink(a), State: string(a.State), Severity: a.Severity.String(),
 				Class: string(a.Class), Headline: a.Finding.Summary, SilencedBy: a.SilencedBy, Since: a.ActiveAt})
 		}
 	}

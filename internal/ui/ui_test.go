@@ -52,7 +52,7 @@ type silencing struct {
 	replica string
 }
 
-func (s silencing) Alerts() []alert.Alert {
+func (s silencing) Alerts() []alert.Incident {
 	as := s.loop.Alerts()
 	for i := range as {
 		if as[i].Replica == s.replica {
@@ -115,7 +115,7 @@ func runFleet() (fleetRun, error) {
 	}
 	loop := eval.New(eval.Options{Interval: interval,
 		Assessor: assess.New(ds, assess.Config{Triage: cfg.Detectors.Triage, Correlation: cfg.Correlation}),
-		Tracker:  alert.NewTracker(cfg.Alerts, alert.Links{}), Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
+		Tracker:  alert.NewTracker(cfg.Alerts), Windows: store, Sender: discard{}, Logger: zap.NewNop()}, nil)
 	var targets []scrape.Target
 	for fi, f := range fleets {
 		for i, name := range f.Replicas() {
@@ -150,9 +150,9 @@ func runFleet() (fleetRun, error) {
 func journalFor(run fleetRun) fakeJournal {
 	var j fakeJournal
 	for _, a := range run.loop.Alerts() {
-		j.records = append(j.records, incident.Record{ID: alert.IncidentID(a.Fingerprint, a.ActiveAt), Fingerprint: a.Fingerprint,
+		j.records = append(j.records, incident.Record{Summary: incident.Summary{ID: alert.IncidentID(a.Fingerprint, a.ActiveAt), Fingerprint: a.Fingerprint,
 			Class: a.Class, Replica: a.Replica, Model: a.Model, Replicas: []string{a.Replica}, State: a.State, Severity: a.Severity,
-			OpenedAt: a.ActiveAt, FiredAt: a.FiredAt, Headline: a.Finding.Summary, Diagnosis: a.Finding.Diagnosis, Runbook: a.Finding.Runbook})
+			OpenedAt: a.ActiveAt, FiredAt: a.FiredAt, Headline: a.Finding.Summary}, Diagnosis: a.Finding.Diagnosis, Runbook: a.Finding.Runbook})
 	}
 	t0 := run.at.Add(-10 * time.Minute)
 	pts := func(base bool) []incident.Point {
@@ -162,11 +162,11 @@ func journalFor(run fleetRun) fakeJournal {
 		}
 		return ps
 	}
-	j.records = append(j.records, incident.Record{
+	j.records = append(j.records, incident.Record{Summary: incident.Summary{
 		ID: "resolved-1", Class: detect.PreemptStorm, Replica: "sim-1", Model: "Qwen/Qwen3-8B", Replicas: []string{"sim-1"},
-		State: alert.StateResolved, Severity: "critical", OpenedAt: t0, FiredAt: t0.Add(2 * time.Minute), ResolvedAt: t0.Add(9 * time.Minute),
-		Headline: "Preempt storm on sim-1", Diagnosis: "KV pool full", Runbook: "/runbooks/preempt_storm",
-		Chain:     []detect.Class{detect.PreemptStorm, detect.QueueLatency},
+		State: alert.StateResolved, Severity: detect.Critical, OpenedAt: t0, FiredAt: t0.Add(2 * time.Minute), ResolvedAt: t0.Add(9 * time.Minute),
+		Headline: "Preempt storm on sim-1", Chain: []detect.Class{detect.PreemptStorm, detect.QueueLatency}},
+		Diagnosis: "KV pool full", Runbook: "/runbooks/preempt_storm",
 		Emergency: []string{"shed the batch job"}, RootCause: []string{"cap the prompt length"},
 		Signals: []incident.Signal{
 			{Name: "retractions/s", Unit: "/s", Threshold: "> 0.1/s", Limit: 0.1, HasLimit: true, Points: pts(true)},
@@ -480,7 +480,7 @@ func TestIncidentPagePlotsEvidence(t *testing.T) {
 
 func TestOpenIncidentPageHasNoPostmortemLinkAndNoResolveMarker(t *testing.T) {
 	srv, run, _ := workspace(t, 100)
-	var a alert.Alert
+	var a alert.Incident
 	for _, x := range run.loop.Alerts() {
 		if x.State == alert.StateFiring && x.Replica == "sim-0" {
 			a = x
@@ -546,16 +546,16 @@ func TestReplicaPagePlotsKeySeries(t *testing.T) {
 type withFleetIncident struct{ loop *eval.Loop }
 
 func (f withFleetIncident) Round() assess.Round { return f.loop.Round() }
-func (f withFleetIncident) Alerts() []alert.Alert {
+func (f withFleetIncident) Alerts() []alert.Incident {
 	replicas := []string{"sim-0", "sim-1", "sim-2"}
 	at := f.loop.Round().At.Add(-time.Minute)
-	fleet := alert.Alert{Fingerprint: "fleetfp", Class: detect.CacheCollapse, Replica: "Qwen/Qwen3-8B", Model: "Qwen/Qwen3-8B", Fleet: true,
-		State: alert.StateFiring, Severity: "warning", ActiveAt: at,
+	fleet := alert.Incident{Fingerprint: "fleetfp", Class: detect.CacheCollapse, Replica: "Qwen/Qwen3-8B", Model: "Qwen/Qwen3-8B", Fleet: true,
+		State: alert.StateFiring, Severity: detect.Warning, ActiveAt: at,
 		Finding: detect.Finding{Summary: "prefix cache collapsed across the fleet", AffectedReplicas: replicas}}
-	out := []alert.Alert{fleet}
+	out := []alert.Incident{fleet}
 	for _, r := range replicas {
-		out = append(out, alert.Alert{Fingerprint: "m-" + r, Class: detect.CacheCollapse, Replica: r, Model: "Qwen/Qwen3-8B",
-			State: alert.StateFiring, Severity: "warning", ActiveAt: at, AbsorbedBy: "fleetfp"})
+		out = append(out, alert.Incident{Fingerprint: "m-" + r, Class: detect.CacheCollapse, Replica: r, Model: "Qwen/Qwen3-8B",
+			State: alert.StateFiring, Severity: detect.Warning, ActiveAt: at, AbsorbedBy: "fleetfp"})
 	}
 	return out
 }

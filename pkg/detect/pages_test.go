@@ -104,8 +104,9 @@ func TestGoldenPageEvents(t *testing.T) {
 		t.Run(string(class), func(t *testing.T) {
 			s := mk()
 			round := assessScenario(t, s)
-			tr := alert.NewTracker(alert.Config{ResolvedRetention: time.Hour}, alert.Links{ExternalURL: "https://watchdog.example.internal:9464"})
-			fired := tr.Update(round)
+			tr := alert.NewTracker(alert.Config{ResolvedRetention: time.Hour})
+			links := alert.Links{ExternalURL: "https://watchdog.example.internal:9464"}
+			fired := links.Events(tr.Update(round), round)
 			i := slices.IndexFunc(fired, func(ev notify.Event) bool { return ev.Class == string(class) })
 			if i < 0 {
 				var got []string
@@ -122,7 +123,7 @@ func TestGoldenPageEvents(t *testing.T) {
 			recovered := assessScenario(t, healthy)
 			recovered.At = round.At.Add(12*time.Minute + 30*time.Second)
 			var res notify.Event
-			for _, ev := range tr.Update(recovered) {
+			for _, ev := range links.Events(tr.Update(recovered), recovered) {
 				if ev.Fingerprint == trig.Fingerprint && ev.Kind == notify.KindResolve {
 					res = ev
 				}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 // ClassDeliveryFailure is the class of the notice sent through the other
@@ -377,7 +379,7 @@ func DeliveryFailureNotice(integration string, ev Event, err error) Event {
 		Kind:        KindTrigger,
 		Status:      StatusFiring,
 		Class:       ClassDeliveryFailure,
-		Severity:    "warning",
+		Severity:    detect.Warning,
 		Replica:     ev.Replica,
 		Model:       ev.Model,
 		Layer:       ev.Layer,

@@ -199,10 +199,7 @@ func StateWord(ev Event) string {
 	if Resolved(ev) {
 		return "RESOLVED"
 	}
-	if ev.Severity == "" {
-		return "INFO"
-	}
-	return strings.ToUpper(ev.Severity)
+	return strings.ToUpper(ev.Severity.String())
 }
 
 // Headline is the event's one line: where, what is happening and what

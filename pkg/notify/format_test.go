@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -57,7 +58,7 @@ func TestFieldWithoutBaselineDropsRelativeRule(t *testing.T) {
 
 func TestTitle(t *testing.T) {
 	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
-	ev := notify.Event{Class: "preempt_storm", Severity: "critical", Replica: "sgl-b", Kind: notify.KindTrigger, Status: notify.StatusFiring,
+	ev := notify.Event{Class: "preempt_storm", Severity: detect.Critical, Replica: "sgl-b", Kind: notify.KindTrigger, Status: notify.StatusFiring,
 		Summary: "Preemption storm: 0.625 retracted requests/s", StartsAt: at, At: at}
 	if got := notify.Title(ev); got != "[CRITICAL] sgl-b: Preemption storm: 0.625 retracted requests/s" {
 		t.Errorf("fallback title %q", got)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 )
@@ -19,7 +20,7 @@ import (
 func FuzzQueueRestore(f *testing.F) {
 	at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	ev := notify.Event{Fingerprint: "f1", Seq: 1, Kind: notify.KindTrigger, Status: notify.StatusFiring,
-		Class: "preempt_storm", Severity: "critical", Replica: "r1", At: at}
+		Class: "preempt_storm", Severity: detect.Critical, Replica: "r1", At: at}
 	seed := notifytest.NewMemStore()
 	q, err := notify.NewQueue("pagerduty", &notifytest.Recorder{}, testOpts, seed, zap.NewNop(), notify.NewMetrics(prometheus.NewRegistry()), at)
 	if err != nil {

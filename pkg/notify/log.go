@@ -39,7 +39,7 @@ func (l *LogNotifier) Notify(_ context.Context, ev Event) error {
 	l.log.Info("notification",
 		zap.String("fingerprint", ev.Fingerprint), zap.Uint64("seq", ev.Seq),
 		zap.String("kind", string(ev.Kind)), zap.String("status", string(ev.Status)),
-		zap.String("class", ev.Class), zap.String("severity", ev.Severity),
+		zap.String("class", ev.Class), zap.Stringer("severity", ev.Severity),
 		zap.String("replica", ev.Replica), zap.String("model", ev.Model),
 		zap.String("summary", ev.Summary), zap.Strings("explained_by", ev.ExplainedBy))
 	block := FormatText(ev)

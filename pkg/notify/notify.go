@@ -8,6 +8,8 @@ package notify
 import (
 	"context"
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 // Status of an alert event.
@@ -49,22 +51,23 @@ type Event struct {
 	// Incident names this incident of the fingerprint (a fingerprint is
 	// reused by later incidents of the same replica and class); its
 	// journal page is /incidents/<Incident>.
-	Incident string `json:"incident,omitempty"`
-	Seq      uint64 `json:"seq"` // increases per fingerprint; orders events of one incident
-	Kind     Kind   `json:"kind"`
-	Status   Status `json:"status"`
-	Class    string `json:"class"`
-	Severity string `json:"severity"` // critical, warning, info
-	Replica  string `json:"replica"`
-	Model    string `json:"model,omitempty"`
-	Fleet    bool   `json:"fleet,omitempty"` // the incident spans most replicas of Model; Replica is "fleet/<model>"
+	Incident string          `json:"incident,omitempty"`
+	Seq      uint64          `json:"seq"` // increases per fingerprint; orders events of one incident
+	Kind     Kind            `json:"kind"`
+	Status   Status          `json:"status"`
+	Class    string          `json:"class"`
+	Severity detect.Severity `json:"severity"` // critical, warning, info
+	Replica  string          `json:"replica"`
+	Model    string          `json:"model,omitempty"`
+	Fleet    bool            `json:"fleet,omitempty"` // the incident spans most replicas of Model; Replica is "fleet/<model>"
 	// Labels are the replica's target labels from configuration or
 	// discovery (namespace, team, role, ...): routes match on them and
 	// Alertmanager receives them. Nil for fleet incidents.
 	Labels map[string]string `json:"labels,omitempty"`
 	Layer  string            `json:"layer,omitempty"`
 	// Headline is the page's title: where, what is happening, and what
-	// users feel (queue, time to first token) when known.
+	// users feel (queue, time to first token) when known. Compose writes
+	// it from the facts below.
 	Headline  string `json:"headline,omitempty"`
 	Summary   string `json:"summary"`
 	Diagnosis string `json:"diagnosis"`
@@ -81,6 +84,22 @@ type Event struct {
 	Explains    []string `json:"explains,omitempty"`     // classes this one causes
 	RunbookURL  string   `json:"runbook_url,omitempty"`
 	AlertURL    string   `json:"alert_url,omitempty"` // the incident's page in the watchdog
+	// Impact is what users feel on the replica as the event is made (its
+	// queue, time to first token and aborts); nil when the replica could
+	// not be read, as its last values would be stale.
+	Impact *Impact `json:"impact,omitempty"`
+	// Draining says the cause has cleared while what it caused is still
+	// seen: the incident stays open.
+	Draining bool `json:"draining,omitempty"`
+	// After links the incident that ended on this replica just before this
+	// one began: this one outlasted that incident's aftermath.
+	After string `json:"after,omitempty"`
+	// AbsorbedInto links the incident that took this one in (its cause,
+	// or the fleet incident it joined).
+	AbsorbedInto string `json:"absorbed_into,omitempty"`
+	// Reason says why the incident ended other than by its signals
+	// ("target removed").
+	Reason string `json:"reason,omitempty"`
 	// PostmortemURL is set on a resolve: the incident's draft postmortem,
 	// posted into the Slack thread.
 	PostmortemURL string    `json:"postmortem_url,omitempty"`

@@ -530,7 +530,7 @@ func (q *Queue) lostLocked(ev Event, err error, attempts int) {
 	q.m.total.WithLabelValues(q.name, ResultFailed).Inc()
 	q.log.Error("NOTIFICATION LOST: "+lostWhy(err),
 		zap.String("fingerprint", ev.Fingerprint), zap.String("kind", string(ev.Kind)),
-		zap.String("class", ev.Class), zap.String("severity", ev.Severity), zap.String("replica", ev.Replica),
+		zap.String("class", ev.Class), zap.Stringer("severity", ev.Severity), zap.String("replica", ev.Replica),
 		zap.String("reason", string(ReasonOf(err))), zap.Int("attempts", attempts), zap.Error(err))
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 )
@@ -159,7 +160,7 @@ func TestRoutingBySeverity(t *testing.T) {
 		crit := at(notifytest.PreemptStorm(now), now)
 		warn := at(notifytest.RetryAvalanche(now), now)
 		info := at(notifytest.CacheCollapse(now), now)
-		info.Severity = "info"
+		info.Severity = detect.Info
 		r.d.Send(crit)
 		r.d.Send(warn)
 		r.d.Send(info)
@@ -178,8 +179,8 @@ func TestRoutingBySeverity(t *testing.T) {
 		// De-escalated to warning, then resolved: PagerDuty, which has the
 		// incident open, still gets both, although warning routes to Slack only.
 		later := time.Now()
-		r.d.Send(notifytest.Update(crit, later, "warning"))
-		r.d.Send(notifytest.Resolve(notifytest.Update(crit, later, "warning"), later))
+		r.d.Send(notifytest.Update(crit, later, detect.Warning))
+		r.d.Send(notifytest.Resolve(notifytest.Update(crit, later, detect.Warning), later))
 		synctest.Wait()
 		// The update is either delivered before the resolve arrives or
 		// superseded by it; the resolve always comes last.
@@ -211,10 +212,10 @@ func TestRouteConfigValidate(t *testing.T) {
 		{Classes: []string{"replica_down"}, Integrations: []string{"pagerduty"}},
 		{Severities: []string{"critical", "warning"}, Integrations: []string{"slack"}},
 	}}
-	if got := custom.Match(notify.Event{Severity: "warning", Class: "replica_down"}); len(got) != 1 || got[0] != "pagerduty" {
+	if got := custom.Match(notify.Event{Severity: detect.Warning, Class: "replica_down"}); len(got) != 1 || got[0] != "pagerduty" {
 		t.Errorf("class route: got %v", got)
 	}
-	if got := custom.Match(notify.Event{Severity: "info", Class: "preempt_storm"}); got != nil {
+	if got := custom.Match(notify.Event{Severity: detect.Info, Class: "preempt_storm"}); got != nil {
 		t.Errorf("unmatched: got %v, want nil (log only)", got)
 	}
 }
@@ -353,7 +354,7 @@ func TestPermanentFailureIsReportedThroughTheOtherIntegration(t *testing.T) {
 		if notice == nil {
 			t.Fatalf("slack got no delivery-failure notice: %q", kinds(sl.Delivered()))
 		}
-		if !strings.Contains(notice.Summary, "pagerduty") || !strings.Contains(notice.Summary, "preempt_storm") || notice.Severity != "warning" {
+		if !strings.Contains(notice.Summary, "pagerduty") || !strings.Contains(notice.Summary, "preempt_storm") || notice.Severity != detect.Warning {
 			t.Errorf("notice does not name integration and incident: %+v", notice.Summary)
 		}
 		if got := counter(t, r.reg, "watchdog_notifications_total", "integration", "pagerduty", "result", "failed"); got != 1 {
@@ -418,8 +419,8 @@ func TestPendingUpdatesCollapse(t *testing.T) {
 		ev := at(notifytest.RetryAvalanche(time.Now()), time.Now())
 		r.d.Send(ev)
 		synctest.Wait()
-		u1 := notifytest.Update(ev, time.Now(), "warning")
-		u2 := notifytest.Update(u1, time.Now(), "warning")
+		u1 := notifytest.Update(ev, time.Now(), detect.Warning)
+		u2 := notifytest.Update(u1, time.Now(), detect.Warning)
 		r.d.Send(u1)
 		r.d.Send(u2)
 		if got := r.d.Queue("slack").Pending(); len(got) != 2 || got[1].Seq != u2.Seq {

@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -268,7 +270,7 @@ func TestFullOutboxDropsLoudlyAndKeepsResolves(t *testing.T) {
 		}{
 			{a, "aaaa/trigger"},
 			{b, "aaaa/trigger bbbb/trigger"},
-			{notifytest.Update(a, now, "warning"), "aaaa/trigger bbbb/trigger aaaa/update"},
+			{notifytest.Update(a, now, detect.Warning), "aaaa/trigger bbbb/trigger aaaa/update"},
 			{notifytest.Resolve(b, now), "aaaa/trigger bbbb/trigger bbbb/resolve"},              // the update goes
 			{c, "bbbb/trigger bbbb/resolve cccc/trigger"},                                       // then the oldest trigger
 			{notifytest.Resolve(a, now), "bbbb/resolve cccc/trigger aaaa/resolve"},              // a trigger for a resolve
@@ -457,7 +459,7 @@ func TestPersistedStateStaysBounded(t *testing.T) {
 			ev := incident(fmt.Sprintf("%016x", i), fmt.Sprintf("replica-%03d", i%50), time.Now())
 			r.d.Send(ev)
 			advance(time.Minute)
-			r.d.Send(notifytest.Update(ev, time.Now(), "critical"))
+			r.d.Send(notifytest.Update(ev, time.Now(), detect.Critical))
 			advance(time.Minute)
 			r.d.Send(notifytest.Resolve(ev, time.Now()))
 			advance(time.Minute)

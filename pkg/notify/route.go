@@ -84,7 +84,7 @@ func (c RouteConfig) Validate() error {
 func (c RouteConfig) Match(ev Event) []string {
 	var labels map[string]string
 	for _, r := range c.Routes {
-		if len(r.Severities) > 0 && !slices.Contains(r.Severities, ev.Severity) {
+		if len(r.Severities) > 0 && !slices.Contains(r.Severities, ev.Severity.String()) {
 			continue
 		}
 		if len(r.Classes) > 0 && !slices.Contains(r.Classes, ev.Class) {
@@ -139,7 +139,7 @@ func EventLabels(ev Event) map[string]string {
 		}
 	}
 	set("class", ev.Class)
-	set("severity", ev.Severity)
+	set("severity", ev.Severity.String())
 	set("replica", ev.Replica)
 	set("model", ev.Model)
 	if ev.Fleet {

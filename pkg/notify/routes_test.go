@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 )
@@ -31,7 +32,7 @@ func TestSetRoutesChangesRoutingLiveAndRejectsBadTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := notifytest.PreemptStorm(time.Unix(100, 0))
-	ev.Severity = "critical"
+	ev.Severity = detect.Critical
 	if got := targetNames(d.Targets(ev), d); len(got) != 1 || got[0] != "log" {
 		t.Fatalf("before: %v", got)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -212,7 +214,7 @@ func TestTakeoverCatchesUpOnTheLeaderlessGap(t *testing.T) {
 		advance(5 * time.Second)
 		gap := time.Now()
 		follower.d.Send(notifytest.Resolve(storm, gap))
-		follower.d.Send(notifytest.Update(retry, gap, "critical"))
+		follower.d.Send(notifytest.Update(retry, gap, detect.Critical))
 		steadyRepeat := steady
 		steadyRepeat.Seq++
 		steadyRepeat.Kind, steadyRepeat.At = notify.KindRepeat, gap

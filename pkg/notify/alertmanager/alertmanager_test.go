@@ -12,6 +12,7 @@ import (
 
 	commoncfg "github.com/prometheus/common/config"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 )
@@ -176,11 +177,11 @@ func TestChangedLabelSetResolvesThePreviousOne(t *testing.T) {
 	n := newNotifier(t, configFor(am.URL), now)
 	inc := &notify.Incident{Ref: map[string]string{}}
 	ev := teamEvent()
-	ev.Severity = "warning"
+	ev.Severity = detect.Warning
 	if err := n.NotifyIncident(t.Context(), ev, inc); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.NotifyIncident(t.Context(), notifytest.Update(ev, now, "critical"), inc); err != nil {
+	if err := n.NotifyIncident(t.Context(), notifytest.Update(ev, now, detect.Critical), inc); err != nil {
 		t.Fatal(err)
 	}
 	posts := am.Posts()
@@ -195,7 +196,7 @@ func TestChangedLabelSetResolvesThePreviousOne(t *testing.T) {
 		t.Errorf("previous alert %v ends %s, want the warning label set resolved at %s", old.Labels, old.EndsAt, now)
 	}
 	// The same labels again: a plain refresh, nothing else resolved.
-	if err := n.NotifyIncident(t.Context(), notifytest.Update(ev, now, "critical"), inc); err != nil {
+	if err := n.NotifyIncident(t.Context(), notifytest.Update(ev, now, detect.Critical), inc); err != nil {
 		t.Fatal(err)
 	}
 	if posts := am.Posts(); len(posts[2]) != 1 {

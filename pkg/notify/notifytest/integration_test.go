@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/state"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
@@ -128,7 +129,7 @@ func TestRestartWithStateDir(t *testing.T) {
 	w.store = open()
 	d2 := w.dispatcher(t)
 	openIncs := d2.OpenIncidents()
-	if len(openIncs) != 1 || openIncs[0].Fingerprint != ev.Fingerprint || openIncs[0].Severity != "critical" {
+	if len(openIncs) != 1 || openIncs[0].Fingerprint != ev.Fingerprint || openIncs[0].Severity != detect.Critical {
 		t.Fatalf("OpenIncidents after restart = %+v", openIncs)
 	}
 	again := ev
@@ -242,7 +243,7 @@ func TestNoSecretAnywhere(t *testing.T) {
 	d := w.dispatcher(t)
 	var evs []notify.Event
 	for _, ev := range notifytest.Samples() {
-		ev.Severity = "critical"
+		ev.Severity = detect.Critical
 		evs = append(evs, ev, notifytest.Resolve(ev, notifytest.T0.Add(time.Minute)))
 	}
 	run(t, d, evs...)

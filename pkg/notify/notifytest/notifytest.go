@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -35,7 +36,7 @@ func PreemptStorm(at time.Time) notify.Event {
 		Kind:        notify.KindTrigger,
 		Status:      notify.StatusFiring,
 		Class:       "preempt_storm",
-		Severity:    "critical",
+		Severity:    detect.Critical,
 		Replica:     "llama-70b-0",
 		Model:       "meta-llama/Llama-3.1-70B-Instruct",
 		Layer:       "kv_memory",
@@ -73,7 +74,7 @@ func RetryAvalanche(at time.Time) notify.Event {
 		Kind:        notify.KindTrigger,
 		Status:      notify.StatusFiring,
 		Class:       "retry_avalanche",
-		Severity:    "warning",
+		Severity:    detect.Warning,
 		Replica:     "qwen-32b-gw",
 		Model:       "Qwen/Qwen2.5-32B-Instruct",
 		Layer:       "client",
@@ -108,7 +109,7 @@ func CacheCollapse(at time.Time) notify.Event {
 		Kind:        notify.KindTrigger,
 		Status:      notify.StatusFiring,
 		Class:       "cache_collapse",
-		Severity:    "warning",
+		Severity:    detect.Warning,
 		Replica:     "llama-70b-0",
 		Model:       "meta-llama/Llama-3.1-70B-Instruct",
 		Layer:       "kv_memory",
@@ -153,7 +154,7 @@ func Resolve(ev notify.Event, at time.Time) notify.Event {
 }
 
 // Update returns a still-firing update of ev at time at with severity sev.
-func Update(ev notify.Event, at time.Time, sev string) notify.Event {
+func Update(ev notify.Event, at time.Time, sev detect.Severity) notify.Event {
 	ev.Seq++
 	ev.Kind = notify.KindUpdate
 	ev.Severity = sev

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -12,7 +13,7 @@ import (
 // on the watchdog when no base URL is known.
 func TestEventCarriesRunbookAndAlertLinks(t *testing.T) {
 	ev := notify.Event{Fingerprint: "fp1", Seq: 1, Kind: notify.KindTrigger, Status: notify.StatusFiring,
-		Class: "preempt_storm", Severity: "critical", Replica: "r0", Summary: "storm"}
+		Class: "preempt_storm", Severity: detect.Critical, Replica: "r0", Summary: "storm"}
 
 	abs := ev
 	abs.RunbookURL, abs.AlertURL = "https://wd.example/runbooks/preempt_storm", "https://wd.example/api/v1/alerts?fingerprint=fp1"

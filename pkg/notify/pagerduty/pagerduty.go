@@ -160,7 +160,7 @@ func BuildEvent(ev notify.Event, routingKey string) *pd.V2Event {
 		Payload: &pd.V2Payload{
 			Summary:   Summary(ev),
 			Source:    oneLine(ev.Replica),
-			Severity:  severity(ev.Severity),
+			Severity:  ev.Severity.String(),
 			Component: oneLine(ev.Model),
 			Group:     oneLine(ev.Class),
 			Class:     oneLine(ev.Class),
@@ -203,14 +203,6 @@ func DedupKey(fingerprint string) string {
 // Summary is the page's title (notify.Title), at most 1024 runes.
 func Summary(ev notify.Event) string {
 	return truncate(oneLine(notify.Title(ev)), MaxSummary)
-}
-
-func severity(s string) string {
-	switch s {
-	case "critical", "warning", "info", "error":
-		return s
-	}
-	return "warning"
 }
 
 type evidence struct {

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
@@ -134,7 +135,7 @@ func TestEventFieldsAndResolveContext(t *testing.T) {
 	if len(trig.Links) != 2 {
 		t.Errorf("links %v", trig.Links)
 	}
-	for sev, want := range map[string]string{"critical": "critical", "warning": "warning", "info": "info", "bogus": "warning"} {
+	for sev, want := range map[detect.Severity]string{detect.Critical: "critical", detect.Warning: "warning", detect.Info: "info"} {
 		e := ev
 		e.Severity = sev
 		if got := pagerduty.BuildEvent(e, "k").Payload.Severity; got != want {
@@ -280,7 +281,7 @@ func TestOnlyEscalationsAndResolvesAreSentForOpenIncidents(t *testing.T) {
 	ev := notifytest.RetryAvalanche(notifytest.T0)
 	open := &notify.Incident{Fingerprint: ev.Fingerprint, Open: true, Last: ev}
 	ctx := ctxTimeout(t, 5*time.Second)
-	same := notifytest.Update(ev, notifytest.T0.Add(time.Minute), "warning")
+	same := notifytest.Update(ev, notifytest.T0.Add(time.Minute), detect.Warning)
 	if err := n.NotifyIncident(ctx, same, open); !errors.Is(err, notify.ErrNothingToSend) {
 		t.Errorf("update without severity change: %v, want ErrNothingToSend", err)
 	}
@@ -292,7 +293,7 @@ func TestOnlyEscalationsAndResolvesAreSentForOpenIncidents(t *testing.T) {
 	if len(srv.Requests()) != 0 {
 		t.Fatalf("requests for no-ops: %d", len(srv.Requests()))
 	}
-	esc := notifytest.Update(ev, notifytest.T0.Add(2*time.Minute), "critical")
+	esc := notifytest.Update(ev, notifytest.T0.Add(2*time.Minute), detect.Critical)
 	if err := n.NotifyIncident(ctx, esc, open); err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func TestQueueDeliversThroughFailures(t *testing.T) {
 	defer srv.Close()
 	storm := notifytest.PreemptStorm(notifytest.T0)
 	bad := notifytest.CacheCollapse(notifytest.T0)
-	bad.Severity = "critical"
+	bad.Severity = detect.Critical
 	resolve := notifytest.Resolve(storm, notifytest.T0.Add(time.Minute))
 	scripts := map[string][]notifytest.Response{
 		"trigger/" + storm.Fingerprint: {{Status: 503}, {Reset: true}, {Status: 429, Header: http.Header{"Retry-After": {"0"}}}, {Status: 500}},

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -13,7 +14,7 @@ import (
 // any other scheme is never rendered.
 func TestPageCarriesRunbookAndAlertLinks(t *testing.T) {
 	ev := notify.Event{Fingerprint: "fp1", Seq: 1, Kind: notify.KindTrigger, Status: notify.StatusFiring,
-		Class: "preempt_storm", Severity: "critical", Replica: "r0", Summary: "storm"}
+		Class: "preempt_storm", Severity: detect.Critical, Replica: "r0", Summary: "storm"}
 	for _, tc := range []struct {
 		name, runbook, alert string
 		want, never          []string

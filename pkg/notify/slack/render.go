@@ -8,6 +8,7 @@ import (
 
 	slackapi "github.com/slack-go/slack"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -114,9 +115,9 @@ func emoji(ev notify.Event) string {
 		return ":white_check_mark:"
 	}
 	switch ev.Severity {
-	case "critical":
+	case detect.Critical:
 		return ":red_circle:"
-	case "warning":
+	case detect.Warning:
 		return ":large_orange_circle:"
 	default:
 		return ":large_blue_circle:"
@@ -311,12 +312,12 @@ func ChangeText(last, ev notify.Event) string {
 		return Truncate(fmt.Sprintf(":repeat: Still firing after %s: %s", notify.FormatDuration(notify.Lasted(ev)), Escape(notify.Headline(ev))), MaxSectionText)
 	}
 	var parts []string
-	if last.Severity != "" && last.Severity != ev.Severity {
+	if last.Fingerprint != "" && last.Severity != ev.Severity {
 		verb := "Escalated"
-		if rank(ev.Severity) < rank(last.Severity) {
+		if ev.Severity < last.Severity {
 			verb = "De-escalated"
 		}
-		parts = append(parts, fmt.Sprintf("*%s* %s → %s", verb, Escape(last.Severity), Escape(ev.Severity)))
+		parts = append(parts, fmt.Sprintf("*%s* %s → %s", verb, last.Severity, ev.Severity))
 	}
 	if strings.Join(last.ExplainedBy, ",") != strings.Join(ev.ExplainedBy, ",") {
 		if len(ev.ExplainedBy) == 0 {
@@ -345,14 +346,4 @@ func ChangeText(last, ev notify.Event) string {
 		return ""
 	}
 	return Truncate(":arrows_counterclockwise: "+strings.Join(parts, "\n"), MaxSectionText)
-}
-
-func rank(sev string) int {
-	switch sev {
-	case "critical":
-		return 2
-	case "warning":
-		return 1
-	}
-	return 0
 }

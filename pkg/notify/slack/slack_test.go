@@ -17,6 +17,7 @@ import (
 	slackapi "github.com/slack-go/slack"
 	"go.uber.org/goleak"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
@@ -124,9 +125,9 @@ func TestLifecycleAndGoldenMessages(t *testing.T) {
 			inc.Open, inc.Last = true, ev
 
 			// Escalation: the parent is updated and the thread says so.
-			esc := notifytest.Update(ev, ev.At.Add(3*time.Minute), "critical")
-			if ev.Severity == "critical" {
-				esc = notifytest.Update(ev, ev.At.Add(3*time.Minute), "warning")
+			esc := notifytest.Update(ev, ev.At.Add(3*time.Minute), detect.Critical)
+			if ev.Severity == detect.Critical {
+				esc = notifytest.Update(ev, ev.At.Add(3*time.Minute), detect.Warning)
 			}
 			if err := n.NotifyIncident(ctx5(t), esc, inc); err != nil {
 				t.Fatal(err)
@@ -254,7 +255,7 @@ func TestReplicaStringsCannotMentionOrLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	inc.Open, inc.Last = true, notifytest.PreemptStorm(notifytest.T0)
-	if err := bot.NotifyIncident(ctx5(t), notifytest.Update(ev, notifytest.T0.Add(time.Minute), "warning"), inc); err != nil {
+	if err := bot.NotifyIncident(ctx5(t), notifytest.Update(ev, notifytest.T0.Add(time.Minute), detect.Warning), inc); err != nil {
 		t.Fatal(err)
 	}
 	if err := webhookNotifier(t, srv).Notify(ctx5(t), ev); err != nil {
@@ -475,7 +476,7 @@ func TestWebhookModePostsEveryStateChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	inc.Open, inc.Last = true, ev
-	same := notifytest.Update(ev, notifytest.T0.Add(time.Minute), "warning")
+	same := notifytest.Update(ev, notifytest.T0.Add(time.Minute), detect.Warning)
 	if err := n.NotifyIncident(ctx5(t), same, inc); err != notify.ErrNothingToSend {
 		t.Errorf("unchanged update: %v, want ErrNothingToSend", err)
 	}

@@ -1,0 +1,155 @@
+package alert
+
+import (
+	"maps"
+	"net/url"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// Links builds the URLs put in events.
+type Links struct {
+	// ExternalURL is the daemon's externally reachable base URL.
+	ExternalURL string
+	// Runbooks overrides the runbook link per class (a team's own wiki).
+	Runbooks map[string]string
+}
+
+func (l Links) runbook(c detect.Class) string {
+	if u, ok := l.Runbooks[string(c)]; ok {
+		return u
+	}
+	return l.ExternalURL + detect.RunbookPath(c)
+}
+
+// incident links incident id's page; an incident saved without an ID (by
+// an older version) links the alert API by its fingerprint.
+func (l Links) incident(id, fingerprint string) string {
+	if id == "" {
+		return l.ExternalURL + "/api/v1/watchdog/alerts?fingerprint=" + fingerprint
+	}
+	return l.ExternalURL + IncidentPath(id)
+}
+
+// IncidentPath is the workspace page of incident id, which every
+// notification links; PostmortemPath is its draft postmortem. The API, the
+// pages and the notifications all build their links here.
+func IncidentPath(id string) string { return "/incidents/" + url.PathEscape(id) }
+
+// PostmortemPath is the draft postmortem of incident id.
+func PostmortemPath(id string) string { return IncidentPath(id) + "/postmortem" }
+
+// runbookClass picks the runbook: a fleet-wide incident links the fleet
+// page, whose first step is finding the shared change.
+func runbookClass(a Incident) detect.Class {
+	if a.Fleet {
+		return "fleet"
+	}
+	return a.Class
+}
+
+// Event is the notification a paging transition calls for: the
+// incident's facts as of round, with the links a page carries. Its words
+// (headline, notes on the diagnosis) are composed by notify.Compose from
+// those facts.
+func (l Links) Event(tr Transition, round assess.Round) notify.Event {
+	a := tr.Incident
+	f := a.Finding
+	ev := notify.Event{
+		Fingerprint: a.Fingerprint,
+		Incident:    a.ID,
+		Seq:         a.Seq,
+		Kind:        tr.Page,
+		Status:      notify.StatusFiring,
+		Class:       string(a.Class),
+		Severity:    a.Severity,
+		Replica:     a.Replica,
+		Model:       f.Model,
+		Fleet:       a.Fleet,
+		Labels:      maps.Clone(a.Labels),
+		Layer:       string(f.Layer),
+		Summary:     f.Summary,
+		Diagnosis:   f.Diagnosis,
+		Triage:      f.Triage,
+		Emergency:   f.Emergency,
+		RootCause:   f.RootCause,
+		Draining:    a.Draining,
+		Reason:      tr.Reason,
+		RunbookURL:  l.runbook(runbookClass(a)),
+		AlertURL:    l.incident(a.ID, a.Fingerprint),
+		StartsAt:    a.FiredAt,
+		At:          tr.At,
+	}
+	// Values of a replica that cannot be scraped are from its last good
+	// scrape: stale, so not shown as what users feel now.
+	snap, haveSnap := round.Replica(a.Replica)
+	if haveSnap && snap.Scrape.Up {
+		s := snap.Snapshot
+		ev.Impact = &notify.Impact{Queued: s.QueuedRequests, TTFTP99: s.TTFTP99, AbortsPerSecond: s.AbortsPerSecond}
+	}
+	evidence := f.Evidence
+	if tr.Page == notify.KindResolve && a.Peak != nil {
+		evidence = a.Peak
+	}
+	for _, e := range evidence {
+		ev.Evidence = append(ev.Evidence, field(e))
+	}
+	for _, c := range a.ExplainedBy {
+		ev.ExplainedBy = append(ev.ExplainedBy, string(c))
+	}
+	for _, c := range a.Explains {
+		ev.Explains = append(ev.Explains, string(c))
+	}
+	if a.After != "" {
+		ev.After = l.incident(a.AfterID, a.After)
+	}
+	if a.AbsorbedBy != "" {
+		ev.AbsorbedInto = l.incident(a.AbsorbedByID, a.AbsorbedBy)
+	}
+	if tr.Page == notify.KindResolve {
+		ev.Status = notify.StatusResolved
+		ev.EndsAt = tr.At
+		ev.PostmortemURL = l.ExternalURL + PostmortemPath(a.ID)
+		if haveSnap {
+			ev.Recovered = recovered(snap.Snapshot)
+		}
+	}
+	return notify.Compose(ev)
+}
+
+// Events are the notifications of the paging transitions among ts.
+func (l Links) Events(ts []Transition, round assess.Round) []notify.Event {
+	var out []notify.Event
+	for _, tr := range ts {
+		if tr.Page != "" {
+			out = append(out, l.Event(tr, round))
+		}
+	}
+	return out
+}
+
+func field(e detect.Evidence) notify.Field {
+	return notify.Field{Name: e.Name, Value: e.Value, Baseline: e.Baseline, HasBase: e.HasBaseline, Unit: e.Unit, Threshold: e.Threshold}
+}
+
+// recovered are the replica's values as the incident resolves, shown next
+// to the peak evidence.
+func recovered(s assess.Snapshot) []notify.Field {
+	var out []notify.Field
+	add := func(name string, p *float64, unit string) {
+		if p != nil {
+			out = append(out, notify.Field{Name: name, Value: *p, Unit: unit})
+		}
+	}
+	add("queued requests", s.QueuedRequests, "")
+	add("running requests", s.RunningRequests, "")
+	add("KV cache usage", s.KVUsage, "ratio")
+	add("prefix hit rate", s.PrefixHitRate, "ratio")
+	add("retracted requests", s.RetractionsPerSecond, "/s")
+	add("aborted requests", s.AbortsPerSecond, "/s")
+	add("time to first token p99", s.TTFTP99, "s")
+	add("inter-token latency p99", s.ITLP99, "s")
+	return out
+}

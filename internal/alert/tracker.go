@@ -1,0 +1,388 @@
+package alert
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// Tracker holds every incident. It is not safe for concurrent use: the
+// evaluation loop owns it and publishes copies.
+type Tracker struct {
+	cfg    Config
+	alerts map[string]*Incident
+	// changes are the transitions of the round being applied; their
+	// incidents are copied when the round is done.
+	changes []change
+}
+
+// change is a transition whose incidents are still live.
+type change struct {
+	Transition
+	inc, other *Incident
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(cfg Config) *Tracker {
+	return &Tracker{cfg: cfg, alerts: map[string]*Incident{}}
+}
+
+// SetConfig changes timing (hot reload) keeping every incident.
+func (t *Tracker) SetConfig(cfg Config) { t.cfg = cfg }
+
+// note records a transition of a in the round at now and returns its
+// index among the round's changes.
+func (t *Tracker) note(c Change, a *Incident, now time.Time, fill func(*Transition)) int {
+	ch := change{Transition: Transition{Change: c, At: now}, inc: a}
+	if fill != nil {
+		fill(&ch.Transition)
+	}
+	t.changes = append(t.changes, ch)
+	return len(t.changes) - 1
+}
+
+// page makes change i, a transition of a, a notification of kind.
+func (t *Tracker) page(i int, a *Incident, kind notify.Kind, round assess.Round) {
+	a.Seq++
+	a.LastNotified = round.At
+	if snap, ok := round.Replica(a.Replica); ok && len(snap.Replica.Labels) > 0 && !a.Fleet {
+		a.Labels = maps.Clone(snap.Replica.Labels)
+	}
+	t.changes[i].Page = kind
+}
+
+// flush returns the round's transitions with their incidents as the round
+// left them, each incident's in the order they happened, incidents by
+// fingerprint.
+func (t *Tracker) flush() []Transition {
+	out := make([]Transition, len(t.changes))
+	for i, ch := range t.changes {
+		out[i] = ch.Transition
+		out[i].Incident = ch.inc.clone()
+		if ch.other != nil {
+			out[i].Other = ch.other.clone()
+		}
+	}
+	t.changes = t.changes[:0]
+	slices.SortStableFunc(out, func(a, b Transition) int {
+		switch {
+		case a.Incident.Fingerprint < b.Incident.Fingerprint:
+			return -1
+		case a.Incident.Fingerprint > b.Incident.Fingerprint:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+type seenKey struct {
+	replica string
+	class   detect.Class
+}
+
+// Update applies one assessment round and returns what changed, ordered by
+// incident fingerprint.
+func (t *Tracker) Update(round assess.Round) []Transition {
+	now := round.At
+	groups := slices.Clone(round.Groups)
+	// Fleet groups first, so the replica incidents of a model they cover
+	// join them; then by replica and cause for determinism.
+	sort.SliceStable(groups, func(i, j int) bool {
+		a, b := groups[i], groups[j]
+		if a.Fleet != b.Fleet {
+			return a.Fleet
+		}
+		if a.Finding.Replica != b.Finding.Replica {
+			return a.Finding.Replica < b.Finding.Replica
+		}
+		return a.Finding.Class < b.Finding.Class
+	})
+	seen := map[seenKey]bool{}
+	for _, g := range groups {
+		for _, m := range g.Members {
+			seen[seenKey{m.Replica, m.Class}] = true
+		}
+	}
+
+	touched := map[string]bool{}
+	for _, g := range groups {
+		a := t.match(g)
+		if a != nil && a.Fleet && !g.Fleet {
+			// A replica of a model with an open fleet incident of this cause:
+			// the fleet incident goes on while any replica shows it.
+			a.LastSeen = now
+			touched[a.Fingerprint] = true
+			t.absorb(a, g, now)
+			continue
+		}
+		opened := a == nil
+		if opened {
+			fp := Fingerprint(g.Finding.Replica, g.Cause())
+			a = &Incident{Fingerprint: fp, ID: IncidentID(fp, now), Class: g.Cause(), Replica: g.Finding.Replica, Model: g.Finding.Model,
+				Fleet: g.Fleet, State: StatePending, ActiveAt: now, Finding: g.Finding, Severity: g.Finding.Severity}
+			if prev := t.aftermathOf(g, now); prev != nil {
+				a.After, a.AfterID, a.QuietUntil = prev.Fingerprint, prev.ID, prev.ResolvedAt.Add(t.cfg.Aftermath)
+			}
+			t.alerts[fp] = a
+			t.note(Opened, a, now, nil)
+		}
+		touched[a.Fingerprint] = true
+		t.absorb(a, g, now)
+		t.continueWith(a, g, round, opened)
+	}
+	for _, fp := range slices.Sorted(maps.Keys(t.alerts)) {
+		a := t.alerts[fp]
+		if touched[fp] {
+			continue
+		}
+		switch {
+		case a.AbsorbedBy != "" && a.Open():
+			if seen[seenKey{a.Replica, a.Class}] {
+				a.LastSeen = now
+			}
+			parent, ok := t.alerts[a.AbsorbedBy]
+			parentEnded := !ok || !parent.Open()
+			if parentEnded || now.Sub(a.LastSeen) >= t.cfg.timing(a.Class).KeepFiringFor {
+				t.resolve(a, round, "")
+			}
+		case a.State == StatePending:
+			delete(t.alerts, fp)
+			t.note(Dropped, a, now, nil)
+		case a.State == StateFiring:
+			if now.Sub(a.LastSeen) >= t.cfg.timing(a.Class).KeepFiringFor && !now.Before(a.HoldUntil) && !t.backlogRemains(a, round) {
+				t.resolve(a, round, "")
+			}
+		case a.State == StateResolved:
+			if now.Sub(a.ResolvedAt) >= t.cfg.ResolvedRetention {
+				delete(t.alerts, fp)
+			}
+		}
+	}
+	return t.flush()
+}
+
+// resolve ends a at the round's instant and pages it.
+func (t *Tracker) resolve(a *Incident, round assess.Round, reason string) {
+	a.State, a.ResolvedAt = StateResolved, round.At
+	i := t.note(Resolved, a, round.At, func(tr *Transition) { tr.Reason = reason })
+	t.page(i, a, notify.KindResolve, round)
+}
+
+// backlogRemains holds the resolve of a replica incident while the queue it
+// built is still there: detectors read rates and tails over ranges that
+// can clear before users stop waiting. The hold lasts at most the
+// aftermath window after the incident was last seen, so a replica that
+// always queues a little cannot keep an incident open.
+func (t *Tracker) backlogRemains(a *Incident, round assess.Round) bool {
+	if a.Fleet || round.At.Sub(a.LastSeen) >= t.cfg.Aftermath {
+		return false
+	}
+	r, ok := round.Replica(a.Replica)
+	return ok && r.Scrape.Up && r.Triage.WaitingHigh
+}
+
+// aftermathOf returns the incident resolved on g's replica within the
+// aftermath that explains g, if any.
+func (t *Tracker) aftermathOf(g correlate.Group, now time.Time) *Incident {
+	if g.Fleet || t.cfg.Aftermath <= 0 {
+		return nil
+	}
+	var best *Incident
+	for _, a := range t.alerts {
+		if a.State != StateResolved || a.Replica != g.Finding.Replica || now.Sub(a.ResolvedAt) >= t.cfg.Aftermath {
+			continue
+		}
+		// The cause itself coming back is a new incident, paged as usual.
+		if g.Cause() == a.Class || (!slices.Contains(a.Members, g.Cause()) && !detect.Explains(a.Finding, g.Finding)) {
+			continue
+		}
+		if best == nil || a.ResolvedAt.After(best.ResolvedAt) {
+			best = a
+		}
+	}
+	return best
+}
+
+// match finds the open incident g continues: the same fleet incident; an
+// open fleet incident of the replica's model and cause; or, on the same
+// replica, an incident sharing a class with g or related to it as cause
+// and effect. The oldest candidate wins (firing before pending).
+func (t *Tracker) match(g correlate.Group) *Incident {
+	var best *Incident
+	better := func(a *Incident) bool {
+		if best == nil {
+			return true
+		}
+		if (a.State == StateFiring) != (best.State == StateFiring) {
+			return a.State == StateFiring
+		}
+		if !a.ActiveAt.Equal(best.ActiveAt) {
+			return a.ActiveAt.Before(best.ActiveAt)
+		}
+		return a.Fingerprint < best.Fingerprint
+	}
+	classes := g.Classes()
+	for _, a := range t.alerts {
+		if !a.Open() || a.AbsorbedBy != "" {
+			continue
+		}
+		var ok bool
+		switch {
+		case g.Fleet:
+			ok = a.Fleet && a.Model == g.Finding.Model && (a.Class == g.Cause() || slices.Contains(a.Members, g.Cause()))
+		case a.Fleet:
+			ok = a.Model == g.Finding.Model && (a.Class == g.Cause() || slices.Contains(a.Members, g.Cause()))
+		default:
+			ok = a.Replica == g.Finding.Replica && (overlaps(a.Members, classes) || a.Class == g.Cause() ||
+				detect.Explains(a.Finding, g.Finding) || detect.Explains(g.Finding, a.Finding))
+		}
+		if !ok {
+			continue
+		}
+		if g.Fleet || !a.Fleet {
+			if better(a) {
+				best = a
+			}
+			continue
+		}
+		// A fleet incident covering this replica's cause takes precedence
+		// over the replica's own incidents.
+		return a
+	}
+	return best
+}
+
+// absorb links into a the other open incidents g's findings belong to: a
+// replica's incidents joined by a fleet incident, or a cause and a
+// consequence paged separately. Pending ones never paged and are dropped;
+// firing ones stay firing, silent, until they end.
+func (t *Tracker) absorb(a *Incident, g correlate.Group, now time.Time) {
+	for _, fp := range slices.Sorted(maps.Keys(t.alerts)) {
+		b := t.alerts[fp]
+		if b == a || !b.Open() || b.AbsorbedBy != "" || b.Fleet {
+			continue
+		}
+		joined := false
+		for _, m := range g.Members {
+			if m.Replica == b.Replica && (m.Class == b.Class || slices.Contains(b.Members, m.Class)) {
+				joined = true
+				break
+			}
+		}
+		if !joined {
+			continue
+		}
+		if b.State == StatePending {
+			delete(t.alerts, fp)
+			t.note(Dropped, b, now, nil)
+			continue
+		}
+		b.AbsorbedBy, b.AbsorbedByID, b.ExplainedBy, b.LastSeen = a.Fingerprint, a.ID, []detect.Class{a.Class}, now
+		if b.ActiveAt.Before(a.ActiveAt) {
+			a.ActiveAt = b.ActiveAt // the incident began with its first symptom
+		}
+		t.changes[t.note(Absorbed, a, now, nil)].other = b
+	}
+}
+
+// continueWith applies this round's group g to incident a (opened this
+// round when opened) and notes what changed.
+func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Round, opened bool) {
+	now := round.At
+	prevClass, prevSeverity := a.Class, a.Severity
+	a.LastSeen = now
+	var joined []detect.Class
+	for _, c := range g.Classes() {
+		if !slices.Contains(a.Members, c) {
+			joined = append(joined, c)
+		}
+	}
+	a.Members = union(a.Members, g.Classes())
+	a.Explains = slices.Clone(g.Finding.Consequences)
+	// While the cause has cleared and only what it explains remains, the
+	// incident keeps its cause's name: the backlog draining is this
+	// incident, not a new one.
+	a.Draining = a.State == StateFiring && g.Cause() != a.Class && detect.Explains(a.Finding, g.Finding)
+	if !a.Draining {
+		a.Finding, a.Class = g.Finding, g.Cause()
+		// A firing incident is as severe as it has been: the page that went
+		// out, its repeats and its resolve carry that severity.
+		if a.State != StateFiring || g.Finding.Severity > a.Severity {
+			a.Severity = g.Finding.Severity
+		}
+	}
+	t.notePeak(a, g.Finding, now)
+	renamed := -1
+	if a.Class != prevClass {
+		renamed = t.note(Renamed, a, now, func(tr *Transition) { tr.FromClass = prevClass })
+	}
+	joined = slices.DeleteFunc(joined, func(c detect.Class) bool { return c == a.Class })
+	if len(joined) > 0 && !opened {
+		t.note(Joined, a, now, func(tr *Transition) { tr.Classes = joined })
+	}
+	switch a.State {
+	case StatePending:
+		if now.Sub(a.ActiveAt) >= t.cfg.timing(a.Class).For && !now.Before(a.QuietUntil) {
+			a.State, a.FiredAt = StateFiring, now
+			t.page(t.note(Fired, a, now, nil), a, notify.KindTrigger, round)
+		}
+	case StateFiring:
+		switch {
+		case a.Severity > prevSeverity:
+			i := t.note(Escalated, a, now, func(tr *Transition) { tr.FromSeverity = prevSeverity })
+			t.page(i, a, notify.KindUpdate, round)
+		case renamed >= 0:
+			t.page(renamed, a, notify.KindUpdate, round)
+		case t.cfg.RepeatInterval > 0 && now.Sub(a.LastNotified) >= t.cfg.RepeatInterval:
+			t.page(t.note(Repeated, a, now, nil), a, notify.KindRepeat, round)
+		}
+	}
+	t.note(Seen, a, now, func(tr *Transition) { tr.Group = g })
+}
+
+// notePeak keeps the evidence of the incident's worst round: the highest
+// severity, then the largest departure of its first number from baseline.
+func (t *Tracker) notePeak(a *Incident, f detect.Finding, now time.Time) {
+	score := float64(f.Severity) * 1e6
+	if len(f.Evidence) > 0 {
+		e := f.Evidence[0]
+		d := math.Abs(e.Value)
+		if e.HasBaseline && e.Baseline != 0 && e.Value > 0 {
+			d = math.Abs(math.Log(e.Value / e.Baseline))
+		}
+		if !math.IsNaN(d) && !math.IsInf(d, 0) {
+			score += min(d, 1e5)
+		}
+	}
+	if a.Peak == nil || score > a.PeakScore {
+		a.Peak, a.PeakAt, a.PeakScore = slices.Clone(f.Evidence), now, score
+	}
+}
+
+func overlaps(a, b []detect.Class) bool {
+	for _, c := range a {
+		if slices.Contains(b, c) {
+			return true
+		}
+	}
+	return false
+}
+
+func union(a, b []detect.Class) []detect.Class {
+	out := slices.Clone(a)
+	for _, c := range b {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,192 @@
+package alert
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// changes runs the tracker every 10 s from start for n rounds with the
+// findings fn returns and collects every transition.
+func changes(tr *Tracker, start time.Time, n int, fn func(i int) []detect.Finding) []Transition {
+	var all []Transition
+	for i := range n {
+		all = append(all, tr.Update(roundOf(start.Add(time.Duration(i)*10*time.Second), fn(i)...))...)
+	}
+	return all
+}
+
+// story is "change[page]@class" for every transition but Seen.
+func story(ts []Transition) string {
+	var out []string
+	for _, t := range ts {
+		if t.Change == Seen {
+			continue
+		}
+		s := string(t.Change)
+		if t.Page != "" {
+			s += "[" + string(t.Page) + "]"
+		}
+		out = append(out, s+"@"+string(t.Incident.Class))
+	}
+	return strings.Join(out, " ")
+}
+
+// One incident's life, as its transitions: opened, fired (the trigger),
+// seen every round it shows, resolved (the resolve); the pages ride on
+// the transitions that call for them and nowhere else.
+func TestTransitionsOfOneIncident(t *testing.T) {
+	tr := NewTracker(testConfig())
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	ts := changes(tr, t0, 5, func(int) []detect.Finding { return []detect.Finding{storm} })
+	ts = append(ts, changes(tr, t0.Add(50*time.Second), 8, func(int) []detect.Finding { return nil })...)
+	if got, want := story(ts), "opened@preempt_storm fired[trigger]@preempt_storm resolved[resolve]@preempt_storm"; got != want {
+		t.Fatalf("story %q, want %q", got, want)
+	}
+	seen := 0
+	for _, x := range ts {
+		if x.Change == Seen {
+			seen++
+			if x.Group.Cause() != detect.PreemptStorm || x.Page != "" {
+				t.Errorf("seen carries group %s, page %q", x.Group.Cause(), x.Page)
+			}
+		}
+	}
+	if seen != 5 {
+		t.Errorf("seen in %d rounds, want the 5 that showed it", seen)
+	}
+	fired := ts[slices.IndexFunc(ts, func(x Transition) bool { return x.Change == Fired })]
+	if fired.Incident.State != StateFiring || fired.Incident.Seq != 1 || !fired.At.Equal(t0.Add(30*time.Second)) {
+		t.Errorf("fired transition holds %+v at %s", fired.Incident, fired.At)
+	}
+}
+
+// A blip that clears while pending is dropped, never paged.
+func TestPendingBlipIsDropped(t *testing.T) {
+	tr := NewTracker(testConfig())
+	ts := changes(tr, t0, 3, func(i int) []detect.Finding {
+		if i == 0 {
+			return []detect.Finding{finding("r1", detect.PreemptStorm, detect.Critical)}
+		}
+		return nil
+	})
+	if got := story(ts); got != "opened@preempt_storm dropped@preempt_storm" {
+		t.Fatalf("story %q", got)
+	}
+}
+
+// A consequence paged first is renamed after its cause (the update rides
+// on the Renamed transition, which says what it was called); a rise of
+// severity while firing is an escalation, with the severity it had.
+func TestRenameAndEscalationAreTransitionsWithTheirPage(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg)
+	queue := finding("r1", detect.QueueLatency, detect.Warning)
+	storm := finding("r1", detect.PreemptStorm, detect.Warning)
+	ts := tr.Update(roundOf(t0, queue))
+	ts = tr.Update(roundOf(t0.Add(10*time.Second), queue, storm))
+	if got := story(ts); got != "renamed[update]@preempt_storm" {
+		t.Fatalf("story %q", got)
+	}
+	if ts[0].FromClass != detect.QueueLatency {
+		t.Errorf("renamed from %s", ts[0].FromClass)
+	}
+	storm.Severity = detect.Critical
+	ts = tr.Update(roundOf(t0.Add(20*time.Second), queue, storm))
+	if got := story(ts); got != "escalated[update]@preempt_storm" || ts[0].FromSeverity != detect.Warning || ts[0].Incident.Severity != detect.Critical {
+		t.Fatalf("story %q from %s", got, ts[0].FromSeverity)
+	}
+}
+
+// A class that joins an open incident later is a Joined transition; what
+// the incident held when it opened is not.
+func TestJoinedNamesTheClassesThatJoinedLater(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg)
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	queue := finding("r1", detect.QueueLatency, detect.Warning)
+	if got := story(tr.Update(roundOf(t0, storm))); got != "opened@preempt_storm fired[trigger]@preempt_storm" {
+		t.Fatalf("story %q", got)
+	}
+	ts := tr.Update(roundOf(t0.Add(10*time.Second), storm, queue))
+	if got := story(ts); got != "joined@preempt_storm" || !slices.Equal(ts[0].Classes, []detect.Class{detect.QueueLatency}) {
+		t.Fatalf("story %q, classes %v", got, ts[0].Classes)
+	}
+}
+
+// A fleet incident taking in the replica incidents paged before it is an
+// Absorbed transition on the fleet incident naming each; they page
+// nothing more until it ends.
+func TestFleetIncidentAbsorbsAsTransitions(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := NewTracker(cfg)
+	reps := []detect.Replica{{Name: "m-0", Model: "m"}, {Name: "m-1", Model: "m"}, {Name: "m-2", Model: "m"}}
+	round := func(now time.Time, on ...int) assess.Round {
+		var fs []detect.Finding
+		for _, i := range on {
+			fs = append(fs, finding(reps[i].Name, detect.CacheCollapse, detect.Warning))
+		}
+		return assess.Round{At: now, Groups: correlate.Correlate(correlate.DefaultConfig(), fs, reps)}
+	}
+	tr.Update(round(t0, 0))
+	ts := tr.Update(round(t0.Add(10*time.Second), 0, 1, 2))
+	var absorbed []string
+	for _, x := range ts {
+		if x.Change == Absorbed {
+			if !x.Incident.Fleet || x.Other.AbsorbedBy != x.Incident.Fingerprint || x.Other.AbsorbedByID != x.Incident.ID {
+				t.Errorf("absorbed %+v into %+v", x.Other, x.Incident)
+			}
+			absorbed = append(absorbed, x.Other.Replica)
+		}
+		if x.Page != "" && !x.Incident.Fleet {
+			t.Errorf("a replica incident paged while the fleet formed: %s", story([]Transition{x}))
+		}
+	}
+	if !slices.Equal(absorbed, []string{"m-0"}) {
+		t.Errorf("absorbed %v, want the replica incident that had fired", absorbed)
+	}
+}
+
+// Each incident gets at most one page a round, and every paging
+// transition renders to one event of that kind.
+func TestAtMostOnePagePerIncidentPerRound(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	cfg.RepeatInterval = 10 * time.Second
+	tr := NewTracker(cfg)
+	queue := finding("r1", detect.QueueLatency, detect.Warning)
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	links := Links{ExternalURL: "http://wd"}
+	for i, fs := range [][]detect.Finding{{queue}, {queue, storm}, {queue, storm}, {storm}} {
+		round := roundOf(t0.Add(time.Duration(i)*10*time.Second), fs...)
+		ts := tr.Update(round)
+		pages := map[string]int{}
+		for _, x := range ts {
+			if x.Page != "" {
+				pages[x.Incident.Fingerprint]++
+			}
+		}
+		for fp, n := range pages {
+			if n > 1 {
+				t.Errorf("round %d: %d pages for %s: %s", i, n, fp, story(ts))
+			}
+		}
+		for _, ev := range links.Events(ts, round) {
+			if ev.Kind == "" || ev.Headline == "" || ev.AlertURL == "" {
+				t.Errorf("round %d: event %+v", i, ev)
+			}
+		}
+	}
+	if ev := links.Event(Transition{Page: notify.KindRepeat, Incident: tr.Incidents()[0], At: t0}, assess.Round{}); ev.Kind != notify.KindRepeat {
+		t.Errorf("event kind %s", ev.Kind)
+	}
+}
