@@ -15,11 +15,11 @@
 # Only packages whose test files declare a Benchmark or Fuzz function are
 # built: compiling every test binary again, without -race, would take
 # minutes.
-#   3. `watchdog bench fleet` on 100 loopback replicas for 30 s beside
+#   3. `watchdog-bench fleet` on 100 loopback replicas for 30 s beside
 #      Debian's Prometheus (installed here when missing).
 #
 # usage: .ci/bench-smoke.sh WORKDIR
-#   WORKDIR  scratch directory (the built binary and the logs)
+#   WORKDIR  scratch directory (the built binaries and the logs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source .ci/lib.sh
@@ -70,15 +70,16 @@ done <"$work/fuzz-list.txt"
 echo "$targets fuzz targets ran ($((SECONDS - started))s)"
 
 started=$SECONDS
-echo "--- watchdog bench fleet: 100 replicas beside Prometheus"
+echo "--- watchdog-bench fleet: 100 replicas beside Prometheus"
 if ! command -v prometheus >/dev/null; then
 	# Without starting a system Prometheus on :9090.
 	apt_install_service prometheus
 fi
 go build -o "$work/watchdog" ./cmd/watchdog
-"$work/watchdog" bench fleet --replicas 100 --duration 30s --warmup 15s \
+go build -o "$work/watchdog-bench" ./cmd/watchdog-bench
+"$work/watchdog-bench" fleet --watchdog "$work/watchdog" --replicas 100 --duration 30s --warmup 15s \
 	--prometheus "$(command -v prometheus)" >"$work/fleet.txt" 2>"$work/fleet.err" ||
-	fail "watchdog bench fleet failed"
+	fail "watchdog-bench fleet failed"
 cat "$work/fleet.txt"
 grep -q 'replicas scraped in the window' "$work/fleet.txt" || fail "the fleet report has no scrape coverage row"
 echo "($((SECONDS - started))s)"

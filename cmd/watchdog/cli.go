@@ -33,7 +33,6 @@ func commands() []command {
 		{"backtest", "replay a recording or a Prometheus range and print what would have paged and resolved", func(ctx context.Context, args []string, _ map[string]string, dio daemonIO) error {
 			return backtestCmd(ctx, args, dio.stdout, dio.stderr, prometheusHistory)
 		}},
-		{"bench", "bench fleet: measure the daemon's CPU and memory on a loopback fleet, optionally beside Prometheus", benchCmd},
 		{"check", "check config FILE...: validate configuration files as the daemon loads them", checkCmd},
 		{"silence", "add, list or expire silences of a running daemon (see watchdog silence -h)", silenceCmd},
 		{"version", "print the version and build information", versionCmd},

@@ -164,6 +164,22 @@ func TestHelpOnEverySubcommand(t *testing.T) {
 	}
 }
 
+// The benchmark harness is its own binary (cmd/watchdog-bench): the paging
+// daemon neither offers nor mentions it.
+func TestNoBenchCommand(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, map[string]string{}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "bench") {
+		t.Errorf("watchdog help mentions bench:\n%s", out.String())
+	}
+	err := run(context.Background(), []string{"bench", "fleet"}, map[string]string{}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `unknown command "bench"`) {
+		t.Errorf("watchdog bench fleet: %v, want an unknown command", err)
+	}
+}
+
 func TestCheckConfig(t *testing.T) {
 	valid := writeConfig(t, "scrape: {interval: 10s}\n")
 	invalid := writeConfig(t, "scrape: {interval: -1s}\ntargets: [{name: a, url: 'ftp://x'}]\n")

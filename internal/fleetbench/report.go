@@ -348,7 +348,7 @@ func (r Report) Write(w io.Writer, format string) error {
 			}
 		}
 	} else {
-		fmt.Fprintf(w, "sglang-watchdog bench fleet: %s\n\n", head)
+		fmt.Fprintf(w, "watchdog-bench fleet: %s\n\n", head)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, row := range rows {
 			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")

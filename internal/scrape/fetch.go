@@ -323,8 +323,8 @@ func NewTransport(dial func(ctx context.Context, network, address string) (net.C
 
 // idleConnsPerHost is how many idle connections to one host:port are
 // kept. A replica is one target, scraped one request at a time; several
-// targets behind one address (a proxy, the loopback fleet of watchdog
-// bench fleet) overlap now and then, and a connection beyond the cap is
+// targets behind one address (a proxy, the loopback fleet of
+// watchdog-bench fleet) overlap now and then, and a connection beyond the cap is
 // closed when its request ends.
 const idleConnsPerHost = 8
 

@@ -230,7 +230,7 @@ func TestReloadDisabledByDefault(t *testing.T) {
 }
 
 // Go's profiles are served only with Options.Pprof, and never the command
-// line. (A CPU profile is taken end to end by watchdog bench fleet's test.)
+// line. (A CPU profile is taken end to end by watchdog-bench fleet's test.)
 func TestPprofOnlyWhenEnabled(t *testing.T) {
 	for _, enabled := range []bool{false, true} {
 		h := (&Server{opts: Options{Now: time.Now, Pprof: enabled}}).Handler()

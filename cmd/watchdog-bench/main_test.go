@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -28,35 +30,41 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/fleetbench"
 )
 
-// benchChildEnv makes the test binary a child of `watchdog bench fleet`:
-// given `run ...` it is the real daemon, given Prometheus' flags a small
-// stand-in for Prometheus.
-const benchChildEnv = "WATCHDOG_TEST_BENCH_CHILD"
+// prometheusEnv makes the test binary the Prometheus of a fleet run: given
+// Prometheus' flags, a small stand-in for it.
+const prometheusEnv = "WATCHDOG_TEST_BENCH_PROMETHEUS"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(benchChildEnv) != "" {
-		os.Exit(benchChild(os.Args[1:]))
+	if os.Getenv(prometheusEnv) != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := prometheusStandIn(ctx, os.Args[1:])
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "prometheus stand-in:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
 
-func benchChild(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var err error
-	if len(args) > 0 && args[0] == "run" {
-		err = run(ctx, args, environ(), os.Stdout, os.Stderr)
-	} else {
-		err = prometheusStandIn(ctx, args)
-	}
+// buildWatchdog builds the real daemon, the child a fleet run measures.
+// go test puts its own toolchain first on PATH.
+func buildWatchdog(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench child:", err)
-		return exitCode(err)
+		t.Fatalf("the go command, to build the watchdog a fleet run measures: %v", err)
 	}
-	return 0
+	out := filepath.Join(t.TempDir(), "watchdog")
+	cmd := exec.Command(goTool, "build", "-o", out, "github.com/sglang-watchdog/sglang-watchdog/cmd/watchdog")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/watchdog: %v\n%s", err, b)
+	}
+	return out
 }
 
-// prometheusStandIn reads the scrape configuration `bench fleet` writes for
+// prometheusStandIn reads the scrape configuration a fleet run writes for
 // Prometheus and scrapes every target at the interval, as Prometheus does,
 // counting the samples in prometheus_tsdb_head_samples_appended_total.
 func prometheusStandIn(ctx context.Context, args []string) error {
@@ -138,15 +146,16 @@ func prometheusStandIn(ctx context.Context, args []string) error {
 	}
 }
 
-// The whole path: a loopback fleet, this daemon as a child process and a
-// stand-in Prometheus beside it; the report has the costs of both, and
+// The whole path: a loopback fleet, the real daemon as a child process and
+// a stand-in Prometheus beside it; the report has the costs of both, and
 // every replica was scraped by both in the measured window.
-func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
+func TestFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(benchChildEnv, "1")
+	watchdog := buildWatchdog(t)
+	t.Setenv(prometheusEnv, "1")
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	// Enough replicas that the stand-in's CPU over the window is several
@@ -154,10 +163,10 @@ func TestBenchFleetMeasuresTheDaemonBesidePrometheus(t *testing.T) {
 	const replicas = 160
 	profiles := filepath.Join(t.TempDir(), "profiles") // made by the run
 	var stdout, stderr bytes.Buffer
-	err = run(t.Context(), []string{"bench", "fleet", "--replicas", strconv.Itoa(replicas), "--interval", "1s", "--evaluation-interval", "1s",
-		"--warmup", "1s", "--duration", "2s", "--prometheus", exe, "--output", "json", "--profile-dir", profiles}, map[string]string{}, &stdout, &stderr)
+	err = run(t.Context(), []string{"fleet", "--replicas", strconv.Itoa(replicas), "--interval", "1s", "--evaluation-interval", "1s",
+		"--warmup", "1s", "--duration", "2s", "--prometheus", exe, "--watchdog", watchdog, "--output", "json", "--profile-dir", profiles}, &stdout, &stderr)
 	if err != nil {
-		t.Fatalf("bench fleet: %v\nstderr:\n%s", err, stderr.String())
+		t.Fatalf("fleet: %v\nstderr:\n%s", err, stderr.String())
 	}
 	var r fleetbench.Report
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
@@ -262,28 +271,86 @@ func sampleTypes(p *profile.Profile) []string {
 	return types
 }
 
-func TestBenchFleetRefusesBadArguments(t *testing.T) {
+func TestFleetRefusesBadArguments(t *testing.T) {
 	notADir := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Any existing file gets past the executable check to the option
+	// checks; none of these runs start it.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := func(args ...string) []string { return append([]string{"fleet", "--watchdog", exe}, args...) }
 	for _, tc := range []struct {
-		args []string
-		want string
+		args  []string
+		want  string
+		usage bool // exit status 2
 	}{
-		{[]string{"bench"}, "want `bench fleet`"},
-		{[]string{"bench", "fleet", "--replicas", "0"}, "--replicas 0: want 1 to 20000"},
-		{[]string{"bench", "fleet", "--replicas", "20001"}, "--replicas 20001: want 1 to 20000"},
-		{[]string{"bench", "fleet", "--interval", "10ms"}, "--interval 10ms: must be at least 1s"},
-		{[]string{"bench", "fleet", "--output", "yaml"}, `unknown output format "yaml"`},
-		{[]string{"bench", "fleet", "--prometheus", "/nonexistent/prometheus"}, "--prometheus"},
-		{[]string{"bench", "fleet", "--replicas", "2", "--incident", "meltdown"}, `unknown incident class "meltdown"`},
-		{[]string{"bench", "fleet", "--replicas", "2", "--profile-dir", notADir}, "--profile-dir: mkdir " + notADir + ": not a directory"},
+		{nil, "want `watchdog-bench fleet`", true},
+		{[]string{"bench"}, "unexpected arguments", true},
+		{fleet("extra"), "unexpected arguments", true},
+		{fleet("--output", "yaml"), `unknown output format "yaml"`, true},
+		{[]string{"fleet", "--watchdog", "/nonexistent/watchdog"}, "--watchdog: stat /nonexistent/watchdog", true},
+		{fleet("--replicas", "0"), "--replicas 0: want 1 to 20000", false},
+		{fleet("--replicas", "20001"), "--replicas 20001: want 1 to 20000", false},
+		{fleet("--interval", "10ms"), "--interval 10ms: must be at least 1s", false},
+		{fleet("--prometheus", "/nonexistent/prometheus"), "--prometheus", false},
+		{fleet("--replicas", "2", "--incident", "meltdown"), `unknown incident class "meltdown"`, false},
+		{fleet("--replicas", "2", "--profile-dir", notADir), "--profile-dir: mkdir " + notADir + ": not a directory", false},
 	} {
 		var stdout, stderr bytes.Buffer
-		err := run(t.Context(), tc.args, map[string]string{}, &stdout, &stderr)
+		err := run(t.Context(), tc.args, &stdout, &stderr)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one saying %q", tc.args, err, tc.want)
 		}
+		if errors.Is(err, errUsage) != tc.usage {
+			t.Errorf("%q: %v: usage error %v, want %v", tc.args, err, errors.Is(err, errUsage), tc.usage)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"fleet", "-h"}, {"fleet", "--help"}} {
+		var stdout, stderr bytes.Buffer
+		if err := run(t.Context(), args, &stdout, &stderr); !errors.Is(err, errHelp) {
+			t.Errorf("%q: %v, want the help", args, err)
+		}
+		for _, want := range []string{"usage: watchdog-bench fleet", "-replicas", "-watchdog", "-profile-dir"} {
+			if !strings.Contains(stdout.String(), want) {
+				t.Errorf("%q: help lacks %q:\n%s", args, want, stdout.String())
+			}
+		}
+	}
+}
+
+// The daemon is the flag's file, else the watchdog beside this executable,
+// else the one on PATH; none is an error saying how to get one.
+func TestWatchdogExecutable(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "watchdog-bench")
+	noPath := func(string) (string, error) { return "", exec.ErrNotFound }
+	onPath := func(name string) (string, error) { return "/opt/bin/" + name, nil }
+
+	if _, err := watchdogExecutable("", self, noPath); err == nil || !strings.Contains(err.Error(), "go build -o watchdog ./cmd/watchdog") {
+		t.Errorf("none anywhere: %v, want an error saying how to build one", err)
+	}
+	if got, err := watchdogExecutable("", self, onPath); err != nil || got != "/opt/bin/watchdog" {
+		t.Errorf("on PATH only: %q, %v", got, err)
+	}
+	beside := filepath.Join(dir, "watchdog")
+	if err := os.WriteFile(beside, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := watchdogExecutable("", self, onPath); err != nil || got != beside {
+		t.Errorf("beside this executable and on PATH: %q, %v; want %q", got, err, beside)
+	}
+	flagged := filepath.Join(t.TempDir(), "my-watchdog")
+	if err := os.WriteFile(flagged, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := watchdogExecutable(flagged, self, onPath); err != nil || got != flagged {
+		t.Errorf("--watchdog %s: %q, %v", flagged, got, err)
 	}
 }
