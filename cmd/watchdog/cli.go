@@ -75,7 +75,7 @@ func writeUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, "  help      print this help\n\n`watchdog COMMAND -h` lists a command's flags. Flags win over environment variables,\nwhich win over the configuration file (see README.md).\n")
+	fmt.Fprint(w, "  help      print this help\n\n`watchdog COMMAND -h` lists a command's flags. Flags win over environment variables,\nwhich win over the configuration file (see docs/configuration.md).\n")
 }
 
 func versionCmd(_ context.Context, args []string, _ map[string]string, dio daemonIO) error {

@@ -26,7 +26,7 @@ const recordUsage = `usage: watchdog record --out FILE [--duration D] [--demo]
 
 Runs the watchdog on the configured targets (WATCHDOG_CONFIG, WATCHDOG_TARGETS), or with
 --demo on the built-in simulated fleet, and writes every scrape as the window received it
-and every evaluation round to FILE (gzip'd JSON lines, format in README.md). Replay it
+and every evaluation round to FILE (gzip'd JSON lines, format in internal/recording). Replay it
 with: watchdog backtest --recording FILE
 
 Nothing is sent: Slack, PagerDuty and the heartbeat are off even when configured (events
