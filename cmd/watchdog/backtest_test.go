@@ -212,3 +212,25 @@ func TestBacktestFromPrometheusHistory(t *testing.T) {
 		t.Errorf("r1 stopped answering at +2m and was not paged down; events: %+v", report.Events)
 	}
 }
+
+// watchdog record sends nothing: every integration that could page or
+// ping, Alertmanager included, is off in the configuration it runs.
+func TestRecordRunSendsNothing(t *testing.T) {
+	cfg, err := config.Parse(config.Default(), []byte(`
+targets: [{name: a, url: "http://127.0.0.1:1"}]
+notify:
+  slack: {bot_token: xoxb-1, channel: C1}
+  pagerduty: {routing_key: k}
+  alertmanager: {urls: ["http://127.0.0.1:9093"]}
+heartbeat: {enabled: true, url: "http://127.0.0.1:1/ping"}
+ha: {enabled: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := (&recordingRun{}).restrict(cfg)
+	if got.Notify.Slack != (config.Slack{}) || got.Notify.PagerDuty != (config.PagerDuty{}) || got.Notify.Alertmanager.Enabled() ||
+		got.Heartbeat.Enabled || got.HA.Enabled || got.StateDir != "" {
+		t.Errorf("a recording run keeps something that sends: %+v", got.Notify)
+	}
+}

@@ -112,6 +112,7 @@ type recordingRun struct {
 func (r *recordingRun) restrict(cfg config.Config) config.Config {
 	cfg.Notify.Slack = config.Slack{}
 	cfg.Notify.PagerDuty = config.PagerDuty{}
+	cfg.Notify.Alertmanager = config.Alertmanager{}
 	cfg.Heartbeat = heartbeat.Config{}
 	cfg.HA.Enabled = false
 	cfg.StateDir = ""
