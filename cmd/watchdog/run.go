@@ -612,5 +612,6 @@ func restartOnly(old, next config.Config) []string {
 }
 
 func notifyEqual(a, b config.Notify) bool {
-	return a.Slack == b.Slack && a.PagerDuty == b.PagerDuty && a.QueueOptions() == b.QueueOptions() // routes reload live
+	return a.Slack == b.Slack && a.PagerDuty == b.PagerDuty && reflect.DeepEqual(a.Alertmanager, b.Alertmanager) &&
+		a.QueueOptions() == b.QueueOptions() // routes reload live
 }
