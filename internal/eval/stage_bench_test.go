@@ -246,7 +246,7 @@ func BenchmarkStageRoundFleet(b *testing.B) {
 }
 
 // BenchmarkStageRoundFleetMoving is BenchmarkStageRoundFleet on windows
-// whose values move as the loopback fleet's do (watchdog bench fleet):
+// whose values move as the loopback fleet's do (watchdog-bench fleet):
 // counters grow at their own rates and gauges vary, so chunks hold what a
 // serving replica's hold, not the constant values of one capture. Eight
 // replicas are rendered and decoded, one per simulated source; each is

@@ -27,8 +27,8 @@ func productionOptions() Options {
 // production retention, by the store's own accounting, which matches what
 // the Go heap really holds for it and is what watchdog_window_bytes
 // exports: at every scrape of a whole cycle of sealing, thinning, merging
-// and dropping chunks after the window is full (the README's table gives
-// the window at the 902nd scrape, just before the cycle).
+// and dropping chunks after the window is full (it logs the window at the
+// 902nd scrape, just before the cycle).
 func TestWindowMemoryAtProductionRetention(t *testing.T) {
 	opts := productionOptions()
 	full := movingCycle(t)
