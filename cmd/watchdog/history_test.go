@@ -470,3 +470,13 @@ func TestHistoryChangesNeedARestart(t *testing.T) {
 		t.Errorf("unchanged configuration reported as %v", got)
 	}
 }
+
+// The Alertmanager notifier is built at start-up: changing it is reported
+// as needing a restart, not ignored.
+func TestAlertmanagerChangeNeedsARestart(t *testing.T) {
+	next := config.Default()
+	next.Notify.Alertmanager.URLs = []string{"http://alertmanager:9093"}
+	if got := restartOnly(config.Default(), next); !slices.Contains(got, "notify") {
+		t.Errorf("restart-only settings %v, want notify", got)
+	}
+}
