@@ -9,6 +9,10 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// MetricsBlind is the class of a target whose metrics the detectors cannot
+// see into.
+const MetricsBlind Class = "metrics_blind"
+
 // MetricsBlindDetector reports, at warning severity, a target the other
 // detectors cannot see into: /metrics answers but unusably (404 when SGLang
 // runs without --enable-metrics, another HTTP error, an HTML login page, a
@@ -330,3 +334,7 @@ func (c MetricsBlindConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c MetricsBlindConfig) severities() []Severity { return []Severity{Warning} }
+
+// position: off the chain; what it explains (replica_down's scrape
+// failure) is declared there.
+func (c MetricsBlindConfig) position(Finding) position { return position{} }

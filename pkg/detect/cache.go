@@ -9,6 +9,9 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// CacheCollapse is the class of a collapse of the prefix-cache hit rate.
+const CacheCollapse Class = "cache_collapse"
+
 // CacheCollapseDetector pages when the prefix (radix) cache hit rate, computed
 // from token counters over a window, falls far below its baseline. Its
 // diagnosis tells KV pressure (the cache is evicted to make room) from a
@@ -352,3 +355,14 @@ func (c CacheCollapseConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c CacheCollapseConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: on the mechanism chain, at its start when the prompts changed;
+// a collapse diagnosed as eviction under KV pressure (layer kv_memory)
+// sits after the pressure (kv_saturation) and the retractions
+// (preempt_storm): they explain it, not the other way round.
+func (c CacheCollapseConfig) position(f Finding) position {
+	if f.Layer == LayerMemory {
+		return position{stage: 40}
+	}
+	return position{stage: 10}
+}

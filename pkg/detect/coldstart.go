@@ -9,6 +9,10 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// ColdStart is the class of a replica not serving yet, or up but serving
+// nothing long after a start.
+const ColdStart Class = "cold_start"
+
 // ColdStartDetector reports a replica that has not started serving long
 // after it (re)started. Either it never answered a scrape at all — SGLang
 // refuses connections until weights are loaded and CUDA graphs captured, so
@@ -267,3 +271,9 @@ func (c ColdStartConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c ColdStartConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: off the chain, a replica that never finishes starting holds
+// requests in the queue, and clients retry and fail.
+func (c ColdStartConfig) position(Finding) position {
+	return position{explains: []Class{QueueLatency, RetryAvalanche, ErrorRate}}
+}

@@ -7,6 +7,10 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// DecodeSlowdown is the class of inter-token latency up at an unchanged batch
+// size.
+const DecodeSlowdown Class = "decode_slowdown"
+
 // DecodeSlowdownDetector pages when the inter-token latency rises far
 // above its baseline while the batch is the same size — the same work
 // takes longer per step, which points at the GPU side: thermal or power
@@ -433,3 +437,7 @@ func (c DecodeSlowdownConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c DecodeSlowdownConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: on the mechanism chain, after the KV pressure: slower decode
+// holds slots longer, so the queue (queue_latency) grows.
+func (c DecodeSlowdownConfig) position(Finding) position { return position{stage: 45} }

@@ -15,23 +15,6 @@ import (
 // runbook URLs, metric labels and pages.
 type Class string
 
-// Incident classes.
-const (
-	PreemptStorm   Class = "preempt_storm"
-	RetryAvalanche Class = "retry_avalanche"
-	CacheCollapse  Class = "cache_collapse"
-	ReplicaDown    Class = "replica_down"
-
-	KVSaturation      Class = "kv_saturation"
-	EngineHang        Class = "engine_hang"
-	QueueLatency      Class = "queue_latency"
-	DecodeSlowdown    Class = "decode_slowdown"
-	ColdStart         Class = "cold_start"
-	LoraThrash        Class = "lora_thrash"
-	PDTransferFailure Class = "pd_transfer_failure"
-	MetricsBlind      Class = "metrics_blind"
-)
-
 // Severity of a finding.
 type Severity int
 
@@ -299,90 +282,27 @@ type Detector interface {
 func RunbookPath(c Class) string { return "/runbooks/" + string(c) }
 
 // Explains reports whether finding cause, active on the same replica,
-// explains finding effect. It encodes the runbook's mechanism chain
+// explains finding effect, by the causal positions the detectors of the
+// Registry declare (Catalog.Explains).
+//
+// The runbook's mechanism chain
 //
 //	cache collapse -> KV pressure (kv_saturation) -> retractions
 //	(preempt_storm) -> queue growth and latency (decode_slowdown,
 //	queue_latency) -> client timeouts -> retries (retry_avalanche)
 //	-> failed requests (error_rate)
 //
-// as an order: a cause explains every finding further down the chain, not
-// only the next one, because the links in between need not be firing
-// (a storm can drive clients into retries before the queue detector's
-// range has filled). A cache collapse diagnosed as eviction under KV
-// pressure (layer kv_memory) sits after the pressure and the retractions:
-// they explain it, not the other way round.
-//
-// Off the chain, a few classes cause parts of it: an engine hang freezes
-// the KV gauges and stalls every request (kv_saturation, latency, retries);
-// a LoRA pool that thrashes slows decode; failing PD transfers and a replica
-// that never finishes starting hold requests in the queue; a crash/restart
-// (replica_down, process layer) explains the cold start and the slow first
-// tokens that follow (an empty prefix cache, a backlog to drain); a
-// target without metrics (metrics_blind, a 404) explains the scrape
-// failure replica_down reports for it. Failed requests (error_rate) are
-// where every cause ends: each cause class explains them, on the chain or
-// off it, and they explain nothing.
+// is an order: each detector on it declares its stage, and a cause
+// explains every finding further down the chain, not only the next one,
+// because the links in between need not be firing (a storm can drive
+// clients into retries before the queue detector's range has filled).
+// Off the chain, a detector declares the classes its findings explain, or
+// the classes that explain its findings: an engine hang freezes the KV
+// gauges and stalls every request; a crash/restart explains the cold start
+// that follows; a target without metrics explains the scrape failure
+// replica_down reports for it. Failed requests (error_rate) are where
+// every cause ends, and they explain nothing.
 //
 // The relation is acyclic and irreflexive, so grouping by it always finds
 // a root cause.
-func Explains(cause, effect Finding) bool {
-	if cs, ok := chainStage(cause); ok {
-		if es, ok := chainStage(effect); ok {
-			return cs < es
-		}
-	}
-	switch cause.Class {
-	case EngineHang:
-		return effect.Class == KVSaturation || latencyClass(effect.Class) || effect.Class == RetryAvalanche || effect.Class == ErrorRate
-	case LoraThrash:
-		return latencyClass(effect.Class) || effect.Class == RetryAvalanche || effect.Class == ErrorRate
-	case PDTransferFailure, ColdStart:
-		return effect.Class == QueueLatency || effect.Class == RetryAvalanche || effect.Class == ErrorRate
-	case ReplicaRestarted:
-		// A new process starts cold: empty prefix cache, warm-up, dropped requests.
-		return effect.Class == ColdStart || effect.Class == QueueLatency || effect.Class == ErrorRate
-	case ReplicaDown:
-		// Down or restarting, the replica fails or drops what it was serving.
-		return effect.Class == ErrorRate ||
-			(cause.Layer == LayerProcess && (effect.Class == ColdStart || effect.Class == QueueLatency))
-	case MetricsBlind:
-		return effect.Class == ReplicaDown && effect.Layer == LayerTransport
-	}
-	return false
-}
-
-// chainStage is a finding's position on the mechanism chain; ok is false
-// for classes off the chain.
-func chainStage(f Finding) (stage int, ok bool) {
-	switch f.Class {
-	case CacheCollapse:
-		if f.Layer == LayerMemory {
-			return 30, true // eviction: a consequence of the pressure
-		}
-		return 0, true // the prompts changed: the start of the chain
-	// A preempt storm is KV pressure with its mechanism named: when both
-	// fire, the page says "preempt storm" and lists the saturation under it,
-	// because the storm's steps are what relieves the pool.
-	case PreemptStorm:
-		return 10, true
-	case KVSaturation:
-		return 20, true
-	case DecodeSlowdown:
-		return 35, true // slower decode holds slots longer: the queue grows
-	// In a retry feedback loop the loop is what must be broken; the queue
-	// latency it causes is listed under it, not the other way round.
-	case RetryAvalanche:
-		return 38, true
-	case QueueLatency:
-		return 40, true
-	// Users' failed requests are the last link: whatever went wrong above
-	// them, this is what users feel.
-	case ErrorRate:
-		return 50, true
-	}
-	return 0, false
-}
-
-// latencyClass reports whether c is about request latency itself.
-func latencyClass(c Class) bool { return c == QueueLatency || c == DecodeSlowdown }
+func Explains(cause, effect Finding) bool { return Registry().Explains(cause, effect) }

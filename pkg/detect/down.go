@@ -8,6 +8,10 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// ReplicaDown is the class of a replica that served and can no longer be
+// reached, a crash loop or an evicted pod.
+const ReplicaDown Class = "replica_down"
+
 // ReplicaDownDetector pages (critical) when the server process of a replica
 // that served cannot be reached for several consecutive scrapes (refused,
 // timeout, DNS: nothing answers), when it keeps restarting (crash loop), and
@@ -376,3 +380,20 @@ func (c ReplicaDownConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c ReplicaDownConfig) severities() []Severity { return []Severity{Critical} }
+
+// position: off the chain, a replica down or restarting fails or drops
+// what it was serving; a crash/restart (layer process) also explains the
+// cold start and the slow first tokens that follow (an empty prefix
+// cache, a backlog to drain). Its scrape failure (layer scrape) on a
+// target without usable metrics (metrics_blind, a 404) is explained by
+// that.
+func (c ReplicaDownConfig) position(f Finding) position {
+	p := position{explains: []Class{ErrorRate}}
+	switch f.Layer {
+	case LayerProcess:
+		p.explains = append(p.explains, ColdStart, QueueLatency)
+	case LayerTransport:
+		p.explainedBy = []Class{MetricsBlind}
+	}
+	return p
+}

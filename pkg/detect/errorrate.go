@@ -389,3 +389,8 @@ func (c ErrorRateConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c ErrorRateConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: the last link of the mechanism chain: whatever went wrong
+// above them, failed requests are what users feel. Every cause off the
+// chain lists error_rate among what it explains.
+func (c ErrorRateConfig) position(Finding) position { return position{stage: 60} }

@@ -8,6 +8,10 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// EngineHang is the class of requests in flight without decode progress (e.g.
+// an NCCL hang).
+const EngineHang Class = "engine_hang"
+
 // EngineHangDetector pages when the engine stops making progress while
 // requests wait on it — typically a collective (NCCL) waiting on a rank
 // that will never answer. Scheduler gauges freeze at their last values
@@ -298,3 +302,9 @@ func (c EngineHangConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c EngineHangConfig) severities() []Severity { return []Severity{Critical} }
+
+// position: off the chain, a hang freezes the KV gauges and stalls every
+// request: KV saturation, latency, retries and failed requests follow.
+func (c EngineHangConfig) position(Finding) position {
+	return position{explains: []Class{KVSaturation, QueueLatency, DecodeSlowdown, RetryAvalanche, ErrorRate}}
+}

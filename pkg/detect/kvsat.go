@@ -7,6 +7,9 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// KVSaturation is the class of a KV cache pool pinned near full (OOM risk).
+const KVSaturation Class = "kv_saturation"
+
 // KVSaturationDetector pages when the KV cache pool stays pinned near full
 // (OOM risk: no headroom left) and says why, following the runbook's OOM
 // path: runaway decode (outputs far longer than normal — requests without
@@ -373,3 +376,7 @@ func (c KVSaturationConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c KVSaturationConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: on the mechanism chain, the KV pressure that retractions
+// (preempt_storm) come with and that drives queueing and latency.
+func (c KVSaturationConfig) position(Finding) position { return position{stage: 30} }

@@ -7,6 +7,9 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// LoraThrash is the class of a LoRA adapter pool that thrashes.
+const LoraThrash Class = "lora_thrash"
+
 // LoraThrashDetector pages, on replicas serving LoRA adapters, when every
 // adapter slot is taken and decode turns jittery: adapters are swapped in
 // and out, switching breaks CUDA graph replay (more decode passes run
@@ -205,3 +208,9 @@ func (c LoraThrashConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c LoraThrashConfig) severities() []Severity { return []Severity{Warning} }
+
+// position: off the chain, a LoRA pool that thrashes slows decode and
+// first tokens, and the retries and failures that follow.
+func (c LoraThrashConfig) position(Finding) position {
+	return position{explains: []Class{QueueLatency, DecodeSlowdown, RetryAvalanche, ErrorRate}}
+}

@@ -8,6 +8,10 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// PDTransferFailure is the class of failing KV bootstrap and transfers
+// between PD-disaggregated prefill and decode.
+const PDTransferFailure Class = "pd_transfer_failure"
+
 // PDTransferFailureDetector pages, in prefill/decode disaggregation, when
 // requests fail to hand their KV cache over from the prefill to the decode
 // server: bootstrap failures (the two sides could not set up the transfer)
@@ -184,3 +188,9 @@ func (c PDTransferFailureConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c PDTransferFailureConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: off the chain, failing transfers hold requests in the queue,
+// and clients retry and fail.
+func (c PDTransferFailureConfig) position(Finding) position {
+	return position{explains: []Class{QueueLatency, RetryAvalanche, ErrorRate}}
+}

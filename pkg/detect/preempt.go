@@ -8,6 +8,10 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// PreemptStorm is the class of the KV retraction cascade: the scheduler keeps
+// retracting running requests for KV room.
+const PreemptStorm Class = "preempt_storm"
+
 // PreemptStormDetector pages when the scheduler keeps retracting (preempting)
 // running requests because the KV cache pool is full. Retracted requests go
 // back to the queue and recompute their prompts later, which needs the very
@@ -281,3 +285,9 @@ func (c PreemptStormConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c PreemptStormConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: on the mechanism chain, before kv_saturation: a preempt storm
+// is KV pressure with its mechanism named, so when both fire the page says
+// "preempt storm" and lists the saturation under it, because the storm's
+// steps are what relieves the pool.
+func (c PreemptStormConfig) position(Finding) position { return position{stage: 20} }

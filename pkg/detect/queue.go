@@ -7,6 +7,10 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
+// QueueLatency is the class of a time-to-first-token tail far above its
+// baseline.
+const QueueLatency Class = "queue_latency"
+
 // QueueLatencyDetector pages when the time to first token rises far above
 // its baseline, and splits it the way the runbook does: if most of the TTFT
 // is spent in the waiting queue (queue_time_seconds against
@@ -275,3 +279,7 @@ func (c QueueLatencyConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c QueueLatencyConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: on the mechanism chain, queue growth and latency, after
+// everything that fills the queue.
+func (c QueueLatencyConfig) position(Finding) position { return position{stage: 50} }

@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -14,8 +15,8 @@ import (
 //
 // It is a function returning a fresh slice, not a package variable, so no
 // caller can change it for another.
-func Registry() []Entry {
-	return []Entry{
+func Registry() Catalog {
+	return Catalog{
 		detector(defaultReplicaDown),
 		detector(defaultReplicaRestarted),
 		detector(defaultPreemptStorm),
@@ -31,6 +32,44 @@ func Registry() []Entry {
 		detector(defaultErrorRate),
 		detector(defaultMetricsBlind),
 	}
+}
+
+// Catalog is a list of detectors, each a registry line: the production
+// one is Registry().
+type Catalog []Entry
+
+// Explains reports whether finding cause, active on the same replica,
+// explains finding effect, by the positions the detectors of c declare
+// (see the package function Explains). A class c lacks has no position:
+// it explains nothing and nothing explains it.
+func (c Catalog) Explains(cause, effect Finding) bool {
+	var cp, ep position
+	for _, e := range c {
+		k := e.Class()
+		if k == cause.Class {
+			cp = e.position(cause)
+		}
+		if k == effect.Class {
+			ep = e.position(effect)
+		}
+	}
+	if cp.stage > 0 && ep.stage > 0 {
+		return cp.stage < ep.stage
+	}
+	return slices.Contains(cp.explains, effect.Class) || slices.Contains(ep.explainedBy, cause.Class)
+}
+
+// position is a finding's place in the causal order Explains follows,
+// declared with its detector.
+type position struct {
+	// stage is its place on the mechanism chain: it explains every
+	// finding of a higher stage. Zero: off the chain.
+	stage int
+	// explains are the classes it explains beside the chain's order.
+	explains []Class
+	// explainedBy are the classes that explain it beside the chain's
+	// order.
+	explainedBy []Class
 }
 
 // settings is what a detector's settings type (PreemptStormConfig, ...)
@@ -66,6 +105,10 @@ type settings[T any] interface {
 	build(env buildEnv) Detector
 	// severities are the severities its findings can carry, lowest first.
 	severities() []Severity
+	// position is the causal position of f, one of its findings: its
+	// stage on the mechanism chain, or what it explains off it and what
+	// explains it (Explains).
+	position(f Finding) position
 }
 
 // buildEnv is what a detector may take from the rest of the configuration
@@ -123,6 +166,7 @@ type Entry interface {
 	UsesTriage(c Config) bool
 
 	defaults() any
+	position(f Finding) position
 	needs(c Config) []need
 	usesTriage(c Config) bool
 	build(c Config, env buildEnv) Detector
@@ -177,6 +221,8 @@ func (e entry[T]) Reads(c Config) []string { return Get[T](c).reads() }
 func (e entry[T]) UsesTriage(c Config) bool { return Get[T](c).usesTriage() }
 
 func (e entry[T]) defaults() any { return e.defaultSettings() }
+
+func (e entry[T]) position(f Finding) position { var zero T; return zero.position(f) }
 
 func (e entry[T]) needs(c Config) []need { return Get[T](c).needs() }
 

@@ -104,3 +104,9 @@ func (c ReplicaRestartedConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c ReplicaRestartedConfig) severities() []Severity { return []Severity{Warning} }
+
+// position: off the chain, a new process starts cold: an empty prefix
+// cache, a warm-up, dropped requests.
+func (c ReplicaRestartedConfig) position(Finding) position {
+	return position{explains: []Class{ColdStart, QueueLatency, ErrorRate}}
+}

@@ -12,6 +12,9 @@ import (
 // its closest thing to a queue.
 const gatewayWorkerRequestsActive = "smg_worker_requests_active"
 
+// RetryAvalanche is the class of client retries feeding on themselves.
+const RetryAvalanche Class = "retry_avalanche"
+
 // RetryAvalancheDetector pages when retries feed on themselves: the server
 // slows, clients (or the gateway) time out or see errors and retry, the
 // retries add load without adding completed work, the server slows
@@ -430,3 +433,8 @@ func (c RetryAvalancheConfig) validate(e *configErrors) {
 
 // severities lists what its findings can carry; its runbook describes each.
 func (c RetryAvalancheConfig) severities() []Severity { return []Severity{Warning, Critical} }
+
+// position: on the mechanism chain, before queue_latency: in a retry
+// feedback loop the loop is what must be broken, and the queue latency it
+// causes is listed under it, not the other way round.
+func (c RetryAvalancheConfig) position(Finding) position { return position{stage: 48} }
