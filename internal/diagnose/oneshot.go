@@ -41,7 +41,7 @@ func OneShotConfig(base detect.Config, lookback time.Duration, samples int) (det
 	// The triage averages the running batch and the queue over its range.
 	cfg.Triage.Range = lookback
 	var running, notRun []DetectorNote
-	for _, e := range detect.Registry() {
+	for _, e := range base.Catalog() {
 		var how detect.OneShot
 		cfg, how = e.OneShot(cfg, lookback, samples)
 		if !e.Enabled(cfg) {

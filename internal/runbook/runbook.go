@@ -172,7 +172,7 @@ func parseSource(name string, src []byte) (source, error) {
 		slices.Sort(s.severities)
 		body = after
 	}
-	t, err := texttemplate.New(name).Funcs(settingFuncs(nil)).Option("missingkey=error").Parse(string(body))
+	t, err := texttemplate.New(name).Funcs(settingFuncs(nil, nil)).Option("missingkey=error").Parse(string(body))
 	if err != nil {
 		return s, err
 	}
@@ -212,7 +212,7 @@ func (b *Book) Prepare(cfg detect.Config) (Rendering, error) {
 		return Rendering{}, err
 	}
 	disabled := map[string]bool{}
-	for _, e := range detect.Registry() {
+	for _, e := range cfg.Catalog() {
 		disabled[string(e.Class())] = !e.Enabled(cfg)
 	}
 	md := goldmark.New(
@@ -228,7 +228,7 @@ func (b *Book) Prepare(cfg detect.Config) (Rendering, error) {
 		var src bytes.Buffer
 		t, err := s.tmpl.Clone()
 		if err == nil {
-			err = t.Funcs(settingFuncs(values)).Execute(&src, nil)
+			err = t.Funcs(settingFuncs(values, cfg.Catalog())).Execute(&src, nil)
 		}
 		if err != nil {
 			return Rendering{}, fmt.Errorf("runbook %s.md: %w", s.name, err)
@@ -319,9 +319,9 @@ func shortDuration(d time.Duration) string {
 // it reads, as code spans.
 type classSignals struct{ Class, Families string }
 
-// settingFuncs are the template functions that read the configuration;
-// with nil values (parsing only) they are placeholders.
-func settingFuncs(values map[string]string) texttemplate.FuncMap {
+// settingFuncs are the template functions that read the configuration
+// and its detectors; with nil values (parsing only) they are placeholders.
+func settingFuncs(values map[string]string, detectors detect.Catalog) texttemplate.FuncMap {
 	lookup := func(path string) (string, error) {
 		v, ok := values[path]
 		if !ok {
@@ -344,7 +344,7 @@ func settingFuncs(values map[string]string) texttemplate.FuncMap {
 		},
 		"needs": func() []classSignals {
 			var out []classSignals
-			for _, e := range detect.Registry() {
+			for _, e := range detectors {
 				var families []string
 				for _, f := range e.Signals() {
 					// A histogram's _count sample stands for its family.

@@ -286,9 +286,8 @@ type MetricsBlindConfig struct {
 	FailuresToReport int `yaml:"failures_to_report"`
 }
 
-// defaultMetricsBlind returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultMetricsBlind() MetricsBlindConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (MetricsBlindConfig) defaults() MetricsBlindConfig {
 	return MetricsBlindConfig{
 		Enabled:          true,
 		Grace:            2 * time.Minute,

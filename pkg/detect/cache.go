@@ -294,9 +294,8 @@ type CacheCollapseConfig struct {
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
-// defaultCacheCollapse returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultCacheCollapse() CacheCollapseConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (CacheCollapseConfig) defaults() CacheCollapseConfig {
 	return CacheCollapseConfig{
 		Enabled:            true,
 		Range:              5 * time.Minute,

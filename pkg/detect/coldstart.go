@@ -219,9 +219,8 @@ type ColdStartConfig struct {
 	FreshRequests float64 `yaml:"fresh_requests"`
 }
 
-// defaultColdStart returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultColdStart() ColdStartConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (ColdStartConfig) defaults() ColdStartConfig {
 	return ColdStartConfig{
 		Enabled:            true,
 		StartupBudget:      15 * time.Minute, // large models load for 5-10 minutes from network storage, plus graph capture

@@ -19,6 +19,10 @@ import (
 // Config is a value: copies are independent (Set never writes a shared
 // map in place).
 type Config struct {
+	// catalog are the detectors the sections belong to; nil is
+	// Registry()'s (a zero Config).
+	catalog Catalog
+
 	// sections holds each detector's settings (e.g. PreemptStormConfig) by
 	// class. A missing section reads as the zero value, which does not
 	// validate.
@@ -92,15 +96,17 @@ type TriageConfig struct {
 	StuckMinRange time.Duration `yaml:"stuck_min_range"`
 }
 
-// DefaultConfig returns the production defaults, tuned for a 5 s scrape
-// interval.
-func DefaultConfig() Config {
-	entries := Registry()
-	c := Config{sections: make(map[Class]any, len(entries)), Triage: defaultTriage()}
-	for _, e := range entries {
-		c.sections[e.Class()] = e.defaults()
+// DefaultConfig returns the production defaults of the Registry's
+// detectors, tuned for a 5 s scrape interval.
+func DefaultConfig() Config { return Registry().DefaultConfig() }
+
+// Catalog returns the detectors c configures: those of the Catalog it was
+// made from, the Registry's for a zero Config.
+func (c Config) Catalog() Catalog {
+	if c.catalog == nil {
+		return Registry()
 	}
-	return c
+	return c.catalog
 }
 
 func defaultTriage() TriageConfig {
@@ -176,8 +182,8 @@ func (c *configErrors) atLeastOne(field string, v float64) {
 // "detectors.preempt_storm.kv_usage_threshold: must be in (0,1], got 1.5".
 // Disabled detectors' settings are checked too.
 func (c Config) Validate() error {
-	var errs []error
-	for _, e := range Registry() {
+	errs := c.Catalog().check()
+	for _, e := range c.Catalog() {
 		errs = append(errs, e.Check(c)...)
 	}
 	tr := &configErrors{prefix: "detectors.triage"}
@@ -190,7 +196,7 @@ func (c Config) Validate() error {
 // now; the window's retention must be at least this long.
 func (c Config) MaxLookback() time.Duration {
 	var m time.Duration
-	for _, e := range Registry() {
+	for _, e := range c.Catalog() {
 		if e.Enabled(c) {
 			m = max(m, e.Lookback(c))
 		}
@@ -203,7 +209,7 @@ func (c Config) MaxLookback() time.Duration {
 
 // triageUsed reports whether an enabled detector attaches the triage.
 func (c Config) triageUsed() bool {
-	for _, e := range Registry() {
+	for _, e := range c.Catalog() {
 		if e.Enabled(c) && e.usesTriage(c) {
 			return true
 		}
@@ -219,7 +225,7 @@ func (c Config) triageUsed() bool {
 // theirs (assess.Reads).
 func (c Config) Reads() []string {
 	out := append(c.Triage.Reads(), restartFamilies()...)
-	for _, e := range Registry() {
+	for _, e := range c.Catalog() {
 		out = append(out, e.Reads(c)...)
 	}
 	slices.Sort(out)
@@ -229,7 +235,7 @@ func (c Config) Reads() []string {
 // needs lists the enabled detectors' core needs, in Registry order.
 func (c Config) needs() []need {
 	var out []need
-	for _, e := range Registry() {
+	for _, e := range c.Catalog() {
 		if e.Enabled(c) {
 			out = append(out, e.needs(c)...)
 		}
@@ -244,7 +250,7 @@ func New(cfg Config) ([]Detector, error) {
 	}
 	env := buildEnv{triage: cfg.Triage, needs: cfg.needs(), replicaDown: Get[ReplicaDownConfig](cfg)}
 	var ds []Detector
-	for _, e := range Registry() {
+	for _, e := range cfg.Catalog() {
 		if e.Enabled(cfg) {
 			ds = append(ds, e.build(cfg, env))
 		}
@@ -267,8 +273,11 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: detectors: must be a mapping", n.Line)}}
 	}
+	if c.catalog == nil {
+		c.catalog = Registry()
+	}
 	entries := map[string]Entry{}
-	for _, e := range Registry() {
+	for _, e := range c.catalog {
 		entries[string(e.Class())] = e
 	}
 	var problems []string
@@ -350,7 +359,7 @@ func (c Config) MarshalYAML() (any, error) {
 	add := func(key string, v *yaml.Node) {
 		out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
 	}
-	for _, e := range Registry() {
+	for _, e := range c.Catalog() {
 		v, err := e.encode(c)
 		if err != nil {
 			return nil, fmt.Errorf("detectors.%s: %w", e.Class(), err)

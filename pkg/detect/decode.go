@@ -374,9 +374,8 @@ type DecodeSlowdownConfig struct {
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
-// defaultDecodeSlowdown returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultDecodeSlowdown() DecodeSlowdownConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (DecodeSlowdownConfig) defaults() DecodeSlowdownConfig {
 	return DecodeSlowdownConfig{
 		Enabled:              true,
 		Range:                2 * time.Minute,

@@ -335,9 +335,8 @@ type ReplicaDownConfig struct {
 	CrashLoopWindow   time.Duration `yaml:"crash_loop_window"`
 }
 
-// defaultReplicaDown returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultReplicaDown() ReplicaDownConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (ReplicaDownConfig) defaults() ReplicaDownConfig {
 	return ReplicaDownConfig{
 		Enabled:           true,
 		FailuresToPage:    3,

@@ -335,10 +335,10 @@ type ErrorRateConfig struct {
 	RetryLookback       time.Duration `yaml:"retry_lookback"`
 }
 
-// defaultErrorRate returns the production settings: an availability
+// defaults are the production settings: an availability
 // objective of 99% over two minutes, critical when one request in twenty
 // fails, judged only with at least 60 requests (0.5/s) and 5 failures.
-func defaultErrorRate() ErrorRateConfig {
+func (ErrorRateConfig) defaults() ErrorRateConfig {
 	return ErrorRateConfig{
 		Enabled:              true,
 		Range:                2 * time.Minute,

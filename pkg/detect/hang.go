@@ -250,9 +250,8 @@ type EngineHangConfig struct {
 	FreshRequests float64 `yaml:"fresh_requests"`
 }
 
-// defaultEngineHang returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultEngineHang() EngineHangConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (EngineHangConfig) defaults() EngineHangConfig {
 	return EngineHangConfig{
 		Enabled:            true,
 		Range:              2 * time.Minute, // six times SGLang's 20 s health-check timeout

@@ -310,9 +310,8 @@ type KVSaturationConfig struct {
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
-// defaultKVSaturation returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultKVSaturation() KVSaturationConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (KVSaturationConfig) defaults() KVSaturationConfig {
 	return KVSaturationConfig{
 		Enabled:              true,
 		Range:                5 * time.Minute,

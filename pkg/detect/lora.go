@@ -154,9 +154,8 @@ type LoraThrashConfig struct {
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
-// defaultLoraThrash returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultLoraThrash() LoraThrashConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (LoraThrashConfig) defaults() LoraThrashConfig {
 	return LoraThrashConfig{
 		Enabled:           true,
 		Range:             2 * time.Minute,

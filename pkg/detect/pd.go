@@ -136,9 +136,8 @@ type PDTransferFailureConfig struct {
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
-// defaultPDTransferFailure returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultPDTransferFailure() PDTransferFailureConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (PDTransferFailureConfig) defaults() PDTransferFailureConfig {
 	return PDTransferFailureConfig{
 		Enabled:              true,
 		Range:                2 * time.Minute,

@@ -218,9 +218,8 @@ type PreemptStormConfig struct {
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
-// defaultPreemptStorm returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultPreemptStorm() PreemptStormConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (PreemptStormConfig) defaults() PreemptStormConfig {
 	return PreemptStormConfig{
 		Enabled:                      true,
 		Range:                        2 * time.Minute,

@@ -217,9 +217,8 @@ type QueueLatencyConfig struct {
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
 }
 
-// defaultQueueLatency returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultQueueLatency() QueueLatencyConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (QueueLatencyConfig) defaults() QueueLatencyConfig {
 	return QueueLatencyConfig{
 		Enabled: true,
 		// A TTFT tail is bursty near saturation (a healthy replica at

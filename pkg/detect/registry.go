@@ -1,42 +1,88 @@
 package detect
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// Registry lists every detector, in the order New builds them (the order
-// of their findings). A detector is one file holding its detector type and
-// its settings type, plus one line here; everything that iterates detectors
-// (DefaultConfig, Validate, MaxLookback, New, metrics_blind's needs, the
-// YAML section, diagnose's one-shot adaptation) iterates this list.
+// Registry lists every detector of the daemon, in the order New builds
+// them (the order of their findings). A detector is one file holding its
+// class, its detector type and its settings type, plus one line here.
+// Everything that iterates detectors (DefaultConfig, Validate,
+// MaxLookback, New, metrics_blind's needs, the YAML section, diagnose's
+// one-shot adaptation, the runbooks, the generated documentation) takes a
+// Catalog, and the daemon passes this one.
 //
 // It is a function returning a fresh slice, not a package variable, so no
 // caller can change it for another.
 func Registry() Catalog {
 	return Catalog{
-		detector(defaultReplicaDown),
-		detector(defaultReplicaRestarted),
-		detector(defaultPreemptStorm),
-		detector(defaultCacheCollapse),
-		detector(defaultRetryAvalanche),
-		detector(defaultKVSaturation),
-		detector(defaultEngineHang),
-		detector(defaultQueueLatency),
-		detector(defaultDecodeSlowdown),
-		detector(defaultColdStart),
-		detector(defaultLoraThrash),
-		detector(defaultPDTransferFailure),
-		detector(defaultErrorRate),
-		detector(defaultMetricsBlind),
+		detector[ReplicaDownConfig](),
+		detector[ReplicaRestartedConfig](),
+		detector[PreemptStormConfig](),
+		detector[CacheCollapseConfig](),
+		detector[RetryAvalancheConfig](),
+		detector[KVSaturationConfig](),
+		detector[EngineHangConfig](),
+		detector[QueueLatencyConfig](),
+		detector[DecodeSlowdownConfig](),
+		detector[ColdStartConfig](),
+		detector[LoraThrashConfig](),
+		detector[PDTransferFailureConfig](),
+		detector[ErrorRateConfig](),
+		detector[MetricsBlindConfig](),
 	}
 }
 
-// Catalog is a list of detectors, each a registry line: the production
-// one is Registry().
+// Catalog is a list of detectors, one registry line each: Registry() is the
+// daemon's. A Config is made from one (DefaultConfig) and carries it, so
+// decoding, validating and building that Config know its detectors.
 type Catalog []Entry
+
+// DefaultConfig returns the defaults of c's detectors and of the triage.
+func (c Catalog) DefaultConfig() Config {
+	cfg := Config{catalog: c, sections: make(map[Class]any, len(c)), Triage: defaultTriage()}
+	for _, e := range c {
+		cfg.sections[e.Class()] = e.defaults()
+	}
+	return cfg
+}
+
+// check reports classes that cannot name a YAML section of their own:
+// given twice, named like the triage's section, or not lower-case letters,
+// digits and underscores (they are URL paths and metric labels too).
+func (c Catalog) check() []error {
+	var errs []error
+	seen := map[Class]bool{}
+	for _, e := range c {
+		k := e.Class()
+		switch {
+		case seen[k]:
+			errs = append(errs, fmt.Errorf("detectors: class %q is registered twice", k))
+		case k == triageKey:
+			errs = append(errs, fmt.Errorf("detectors: class %q is the triage's section", k))
+		case !validClass(k):
+			errs = append(errs, fmt.Errorf("detectors: class %q must be lower-case letters, digits and underscores", k))
+		}
+		seen[k] = true
+	}
+	return errs
+}
+
+func validClass(k Class) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
+			return false
+		}
+	}
+	return true
+}
 
 // Explains reports whether finding cause, active on the same replica,
 // explains finding effect, by the positions the detectors of c declare
@@ -103,6 +149,8 @@ type settings[T any] interface {
 	// spanning lookback and nothing before them (watchdog diagnose).
 	oneShot(lookback time.Duration, samples int) (T, OneShot)
 	build(env buildEnv) Detector
+	// defaults are the production settings (called on the zero value).
+	defaults() T
 	// severities are the severities its findings can carry, lowest first.
 	severities() []Severity
 	// position is the causal position of f, one of its findings: its
@@ -174,12 +222,15 @@ type Entry interface {
 	encode(c Config) (*yaml.Node, error)
 }
 
-// entry implements Entry for the settings type T.
-type entry[T settings[T]] struct{ defaultSettings func() T }
+// entry implements Entry for the settings type T. It holds nothing: a
+// Config carrying its Catalog stays comparable with reflect.DeepEqual.
+type entry[T settings[T]] struct{}
 
-// detector is a Registry line: the detector whose settings default to
-// defaults().
-func detector[T settings[T]](defaults func() T) Entry { return entry[T]{defaults} }
+// detector is a registry line: the detector whose settings type is T.
+func detector[T settings[T]]() Entry { return entry[T]{} }
+
+// defaultSettings are T's defaults.
+func (e entry[T]) defaultSettings() T { var zero T; return zero.defaults() }
 
 func (e entry[T]) Class() Class { var zero T; return zero.class() }
 

@@ -73,7 +73,7 @@ type ReplicaRestartedConfig struct {
 	Lookback time.Duration `yaml:"lookback"`
 }
 
-func defaultReplicaRestarted() ReplicaRestartedConfig {
+func (ReplicaRestartedConfig) defaults() ReplicaRestartedConfig {
 	return ReplicaRestartedConfig{Enabled: true, Lookback: 15 * time.Minute}
 }
 

@@ -368,9 +368,8 @@ type RetryAvalancheConfig struct {
 	MinBacklog         float64 `yaml:"min_backlog"`
 }
 
-// defaultRetryAvalanche returns the production settings, tuned for a 5 s scrape
-// interval.
-func defaultRetryAvalanche() RetryAvalancheConfig {
+// defaults are the production settings, tuned for a 5 s scrape interval.
+func (RetryAvalancheConfig) defaults() RetryAvalancheConfig {
 	return RetryAvalancheConfig{
 		Enabled:               true,
 		Range:                 2 * time.Minute,
