@@ -337,3 +337,13 @@ func (c MetricsBlindConfig) severities() []Severity { return []Severity{Warning}
 // position: off the chain; what it explains (replica_down's scrape
 // failure) is declared there.
 func (c MetricsBlindConfig) position(Finding) position { return position{} }
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c MetricsBlindConfig) doc() doc {
+	return doc{
+		means:    "the watchdog cannot see: `/metrics` answers unusably (404 without `--enable-metrics`, 5xx, an HTML login page, a truncated body, a redirect to another host) or needed families are missing",
+		signals:  "says which detectors are blind and why — a broken metrics endpoint on a serving replica is never `replica_down`",
+		settings: "The exposition lacks what detectors need (--enable-metrics off, renamed families).",
+	}
+}

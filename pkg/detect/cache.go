@@ -272,26 +272,26 @@ type CacheCollapseConfig struct {
 	Baseline time.Duration `yaml:"baseline"`
 	// MinPromptTokens is the fewest prompt tokens in Range (and in Baseline)
 	// for a verdict: a quiet replica's hit rate means nothing.
-	MinPromptTokens float64 `yaml:"min_prompt_tokens"`
+	MinPromptTokens float64 `yaml:"min_prompt_tokens" doc:"fewer prompt tokens in range or baseline: no verdict"`
 	// MaxRatioToBaseline: the current hit rate must be at most this
 	// fraction of the baseline hit rate ...
-	MaxRatioToBaseline float64 `yaml:"max_ratio_to_baseline"`
+	MaxRatioToBaseline float64 `yaml:"max_ratio_to_baseline" doc:"hit rate now at most half the baseline ..."`
 	// MinAbsoluteDrop: ... and at least this much lower in absolute terms
 	// (0.05 -> 0.02 halves, but nobody should be paged for it).
-	MinAbsoluteDrop float64 `yaml:"min_absolute_drop"`
+	MinAbsoluteDrop float64 `yaml:"min_absolute_drop" doc:"... and at least 0.2 lower"`
 	// KVUsageThreshold splits the diagnosis: average KV usage in Range at or
 	// above it means eviction pressure (memory chain); below it, the prompts
 	// changed.
-	KVUsageThreshold float64 `yaml:"kv_usage_threshold"`
+	KVUsageThreshold float64 `yaml:"kv_usage_threshold" doc:"at or above: eviction pressure; below: prompts changed"`
 	// RestartGrace: no verdict for this long after a restart — a restarted
 	// replica starts with an empty cache and a low hit rate is expected.
-	RestartGrace time.Duration `yaml:"restart_grace"`
+	RestartGrace time.Duration `yaml:"restart_grace" doc:"a restarted replica's cache is cold: no verdict"`
 	// CriticalTTFTRatio makes the finding critical when TTFT p99 in Range is
 	// at least this many times its baseline (users feel it).
-	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio"`
+	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio" doc:"TTFT p99 this many times baseline: critical"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
-	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -364,4 +364,14 @@ func (c CacheCollapseConfig) position(f Finding) position {
 		return position{stage: 40}
 	}
 	return position{stage: 10}
+}
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c CacheCollapseConfig) doc() doc {
+	return doc{
+		means:    "prefix-cache hit rate collapse",
+		signals:  "windowed hit rate from counters (`prefill_effective_tokens_total`, `realtime_tokens_total`, or `cached_tokens_total / prompt_tokens_total`); on v0.4 the per-batch `cache_hit_rate` gauge averaged, said to be lower confidence (warning at most); tells eviction pressure from a prompt change",
+		settings: "Prefix-cache hit rate (from counters, never the per-batch gauge) far below its baseline.",
+	}
 }

@@ -276,3 +276,13 @@ func (c ColdStartConfig) severities() []Severity { return []Severity{Warning, Cr
 func (c ColdStartConfig) position(Finding) position {
 	return position{explains: []Class{QueueLatency, RetryAvalanche, ErrorRate}}
 }
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c ColdStartConfig) doc() doc {
+	return doc{
+		means:    "a target never reached yet (a rollout's pod loading weights and CUDA graphs), or up but serving nothing long after a start",
+		signals:  "a target never reached: silent for `startup_budget` (15m), then a warning, never critical — a rollout pages nothing critical; a replica that answers its scrapes but still serves nothing after `critical_after` (20m): critical",
+		settings: "Up but not serving for too long after a start.",
+	}
+}

@@ -36,18 +36,18 @@ func newPeriods(now time.Time, rng, baseline time.Duration) periods {
 type BaselineCoverage struct {
 	// MinSpanShare is the least share (0-1] of the configured baseline span
 	// its samples must reach back over, from the baseline's end.
-	MinSpanShare float64 `yaml:"min_span_share"`
+	MinSpanShare float64 `yaml:"min_span_share" doc:"reaches back over at least half its span,"`
 	// MinDensityShare is the least traffic the baseline must rest on,
 	// relative to the detector's own minimum for its range: the baseline
 	// must hold at least this share of that minimum's rate over its span
 	// (the range minimum scaled by baseline/range). 0.5 with a 5-minute
 	// range of at least 60 requests and a 1-hour baseline: at least 360
 	// requests.
-	MinDensityShare float64 `yaml:"min_density_share"`
+	MinDensityShare float64 `yaml:"min_density_share" doc:"holds half the traffic density the range needs,"`
 	// MinRequests is the fewest finished requests a baseline must hold for
 	// the detectors without a range minimum of their own (preempt_storm's
 	// and pd_transfer_failure's ratio floors).
-	MinRequests float64 `yaml:"min_requests"`
+	MinRequests float64 `yaml:"min_requests" doc:"and (detectors without a range minimum) 100 finished requests"`
 }
 
 // DefaultBaselineCoverage: half the span, half the range minimum's density,

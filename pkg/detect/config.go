@@ -56,6 +56,9 @@ func Edit[T settings[T]](c *Config, edit func(*T)) {
 	Set(c, s)
 }
 
+// triageDoc is the comment over the triage's section of configs/watchdog.yaml.
+const triageDoc = "Layer triage attached to latency-type findings: running vs waiting vs latency."
+
 // TriageConfig tunes the layer triage (running vs waiting vs latency).
 type TriageConfig struct {
 	// Range is the recent window running and queued requests are averaged
@@ -63,7 +66,7 @@ type TriageConfig struct {
 	Range time.Duration `yaml:"range"`
 	// CapacityLookback: without max_running_requests exposed, the running
 	// batch is compared with its highest value in this lookback.
-	CapacityLookback time.Duration `yaml:"capacity_lookback"`
+	CapacityLookback time.Duration `yaml:"capacity_lookback" doc:"the batch cap is estimated from the highest running count seen"`
 	// RunningHighFraction of the capacity is "running high".
 	RunningHighFraction float64 `yaml:"running_high_fraction"`
 	// MinRunning: fewer running requests are never "high".
@@ -84,16 +87,16 @@ type TriageConfig struct {
 	// SlowTTFT and SlowInterToken judge latency when no baseline covers
 	// the range (a young replica, a one-shot `diagnose`): a p99 at or above
 	// them is "high". They are for the triage only; nothing pages on them.
-	SlowTTFT       time.Duration `yaml:"slow_ttft"`
-	SlowInterToken time.Duration `yaml:"slow_inter_token"`
+	SlowTTFT       time.Duration `yaml:"slow_ttft" doc:"without a baseline (young replica, diagnose): TTFT p99 this high is slow"`
+	SlowInterToken time.Duration `yaml:"slow_inter_token" doc:"... and inter-token p99 this high"`
 	// QueueWaitShare: when latency is high and the mean queue wait is at
 	// least this share of the mean time to first token, the time goes to
 	// waiting for admission (the scheduling side), not to execution.
-	QueueWaitShare float64 `yaml:"queue_wait_share"`
+	QueueWaitShare float64 `yaml:"queue_wait_share" doc:"latency high and queue wait this share of TTFT: the scheduling side"`
 	// StuckMinRange: requests running while the decode progress counter
 	// does not move over the range is "stuck" only when the range is at
 	// least this long (SGLang moves the counter every 40 decode steps).
-	StuckMinRange time.Duration `yaml:"stuck_min_range"`
+	StuckMinRange time.Duration `yaml:"stuck_min_range" doc:"requests held and no decode progress over at least this long: stuck"`
 }
 
 // DefaultConfig returns the production defaults of the Registry's

@@ -360,7 +360,7 @@ type DecodeSlowdownConfig struct {
 	// BatchTolerance is "roughly unchanged": running requests and the
 	// batch's summed sequence length within this fraction of the baseline.
 	// A batch that grew with the arrivals is load, not a slowdown.
-	BatchTolerance float64 `yaml:"batch_tolerance"`
+	BatchTolerance float64 `yaml:"batch_tolerance" doc:"batch size change still counted as \"unchanged\""`
 	// ArrivalEndpoints are the endpoints whose arrivals tell load growth
 	// from a backlog that the slowdown itself built, "|"-separated.
 	ArrivalEndpoints string `yaml:"arrival_endpoints"`
@@ -371,7 +371,7 @@ type DecodeSlowdownConfig struct {
 	CriticalITLRatio float64 `yaml:"critical_itl_ratio"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
-	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -440,3 +440,13 @@ func (c DecodeSlowdownConfig) severities() []Severity { return []Severity{Warnin
 // position: on the mechanism chain, after the KV pressure: slower decode
 // holds slots longer, so the queue (queue_latency) grows.
 func (c DecodeSlowdownConfig) position(Finding) position { return position{stage: 45} }
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c DecodeSlowdownConfig) doc() doc {
+	return doc{
+		means:    "inter-token latency up at the same batch size",
+		signals:  "GPU side: throttling, noisy neighbour, interconnect; once established it holds while ITL stays above its level before the slowdown, even after the backlog changes the batch",
+		settings: "Inter-token latency up at an unchanged batch size (GPU side).",
+	}
+}

@@ -328,11 +328,11 @@ type ReplicaDownConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// FailuresToPage is how many consecutive failed scrapes make the replica
 	// down (critical). One timeout under load is not an outage.
-	FailuresToPage int `yaml:"failures_to_page"`
+	FailuresToPage int `yaml:"failures_to_page" doc:"consecutive scrapes that reached nothing"`
 	// CrashLoopRestarts restarts within CrashLoopWindow are a crash loop
 	// (critical).
-	CrashLoopRestarts int           `yaml:"crash_loop_restarts"`
-	CrashLoopWindow   time.Duration `yaml:"crash_loop_window"`
+	CrashLoopRestarts int           `yaml:"crash_loop_restarts" doc:"this many restarts (or pod restarts) ..."`
+	CrashLoopWindow   time.Duration `yaml:"crash_loop_window" doc:"... within this window: critical crash loop"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -395,4 +395,14 @@ func (c ReplicaDownConfig) position(f Finding) position {
 		p.explainedBy = []Class{MetricsBlind}
 	}
 	return p
+}
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c ReplicaDownConfig) doc() doc {
+	return doc{
+		means:    "a replica that served can no longer be reached (refused, timeout, DNS), a crash loop, an evicted pod",
+		signals:  "typed scrape failures; counter resets and pod restarts; Kubernetes pod phase, restart count, last termination reason and exit code on the page. It resolves on the first scrape that answers and says whether the replica came back after a restart",
+		settings: "A replica that served and can no longer be reached (refused, timeout, DNS), a crash loop, or an evicted pod: critical. A metrics endpoint that answers unusably is metrics_blind; a replica never reached yet (a rollout's pod loading) is cold_start.",
+	}
 }

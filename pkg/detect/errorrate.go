@@ -315,24 +315,24 @@ type ErrorRateConfig struct {
 	InferenceEndpoints string `yaml:"inference_endpoints"`
 	// MinRequests is the fewest answered requests in Range for a verdict:
 	// on a quiet replica one failure is a large share and no outage.
-	MinRequests float64 `yaml:"min_requests"`
+	MinRequests float64 `yaml:"min_requests" doc:"fewer answered requests in range: no verdict"`
 	// MinFailedRequests is the fewest failed requests in Range that page.
-	MinFailedRequests float64 `yaml:"min_failed_requests"`
+	MinFailedRequests float64 `yaml:"min_failed_requests" doc:"fewer failed requests in range: no verdict"`
 	// WarningRatio and CriticalRatio are the failed shares (0-1) that make
 	// the finding a warning and critical.
-	WarningRatio  float64 `yaml:"warning_ratio"`
-	CriticalRatio float64 `yaml:"critical_ratio"`
+	WarningRatio  float64 `yaml:"warning_ratio" doc:"1% failing: warning"`
+	CriticalRatio float64 `yaml:"critical_ratio" doc:"5% failing: critical"`
 	// OverloadArrivalRatio: arrivals at least this many times completions,
 	// with the failures being sheds or aborts and no retries seen, make
 	// the diagnosis "overload".
-	OverloadArrivalRatio float64 `yaml:"overload_arrival_ratio"`
+	OverloadArrivalRatio float64 `yaml:"overload_arrival_ratio" doc:"arrivals/completions at or above, no retries: \"overload\""`
 	// RetriedArrivalRatio tells retries from overload. On an engine,
 	// arrivals at least this many times the offered load (the highest
 	// rate of arrivals minus failed requests over RetryLookback) are
 	// retries; on a gateway, retries at least (ratio-1) times the client
 	// requests are.
-	RetriedArrivalRatio float64       `yaml:"retried_arrival_ratio"`
-	RetryLookback       time.Duration `yaml:"retry_lookback"`
+	RetriedArrivalRatio float64       `yaml:"retried_arrival_ratio" doc:"arrivals this many times the offered load are retries"`
+	RetryLookback       time.Duration `yaml:"retry_lookback" doc:"how far back the offered load is looked for"`
 }
 
 // defaults are the production settings: an availability
@@ -394,3 +394,13 @@ func (c ErrorRateConfig) severities() []Severity { return []Severity{Warning, Cr
 // above them, failed requests are what users feel. Every cause off the
 // chain lists error_rate among what it explains.
 func (c ErrorRateConfig) position(Finding) position { return position{stage: 60} }
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c ErrorRateConfig) doc() doc {
+	return doc{
+		means:    "users failing, whatever the cause",
+		signals:  "share of inference requests answered 5xx, shed with 429/503 or aborted over 2 min: warning ≥ 1%, critical ≥ 5%, with ≥ 60 requests and ≥ 5 failures; filed under whichever cause is firing; alone it says \"overload\" and what to do",
+		settings: "Users failing: the share of inference requests answered 5xx, shed with 429/503 or aborted, against an absolute objective. It is the consequence of any cause firing on the replica; alone, usually overload.",
+	}
+}

@@ -230,7 +230,7 @@ type EngineHangConfig struct {
 	// their counters move only when requests finish, so a long generation
 	// can look flat for a while; the fallback needs a longer silence and a
 	// second signal (frozen gauges, failing probe or a flat CPU counter).
-	FallbackRange time.Duration `yaml:"fallback_range"`
+	FallbackRange time.Duration `yaml:"fallback_range" doc:"for releases without the decode progress counter"`
 	// InferenceEndpoints are the endpoint label values whose in-flight
 	// requests count (the watchdog's own /metrics and /health_generate
 	// requests do not), "|"-separated.
@@ -243,7 +243,7 @@ type EngineHangConfig struct {
 	MaxProgressTokens float64 `yaml:"max_progress_tokens"`
 	// MinProbes is the fewest failed /health_generate probes in the range
 	// for the probe to count as failing.
-	MinProbes int `yaml:"min_probes"`
+	MinProbes int `yaml:"min_probes" doc:"failed /health_generate probes (when probing is on)"`
 	// FreshRequests: a process that finished at most this many requests
 	// since it started and made no progress is still starting (cold_start),
 	// not hung.
@@ -306,4 +306,14 @@ func (c EngineHangConfig) severities() []Severity { return []Severity{Critical} 
 // request: KV saturation, latency, retries and failed requests follow.
 func (c EngineHangConfig) position(Finding) position {
 	return position{explains: []Class{KVSaturation, QueueLatency, DecodeSlowdown, RetryAvalanche, ErrorRate}}
+}
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c EngineHangConfig) doc() doc {
+	return doc{
+		means:    "e.g. an NCCL hang",
+		signals:  "requests in flight, decode progress flat, frozen gauges, the `/health_generate` probe (on by default every 30 s, `scrape.health_probe`)",
+		settings: "Requests in flight, no decode progress (e.g. an NCCL hang).",
+	}
 }

@@ -280,18 +280,18 @@ type KVSaturationConfig struct {
 	// Baseline is the window just before Range that "normal" is taken from.
 	Baseline time.Duration `yaml:"baseline"`
 	// UsageThreshold is "pinned near full" (0-1).
-	UsageThreshold float64 `yaml:"usage_threshold"`
+	UsageThreshold float64 `yaml:"usage_threshold" doc:"KV usage counted as pinned"`
 	// MinRise: without a runaway-decode signal, the baseline's average usage
 	// must be at least this far below the pinned level. SGLang fills its
 	// pool by design under load; a replica that has sat near full for the
 	// whole baseline is in its steady state, not in a new incident.
-	MinRise float64 `yaml:"min_rise"`
+	MinRise float64 `yaml:"min_rise" doc:"above its baseline by at least this much"`
 	// CriticalUsage makes the finding critical (no headroom at all) unless
 	// retractions are already running (preempt_storm pages for those).
 	CriticalUsage float64 `yaml:"critical_usage"`
 	// OutputLengthRatio: output tokens per finished request at least this
 	// many times the baseline is runaway decode.
-	OutputLengthRatio float64 `yaml:"output_length_ratio"`
+	OutputLengthRatio float64 `yaml:"output_length_ratio" doc:"generated tokens per request vs baseline: runaway decode"`
 	// MinRequests is the fewest finished requests in Range (and Baseline)
 	// for an output-length comparison.
 	MinRequests float64 `yaml:"min_requests"`
@@ -299,15 +299,15 @@ type KVSaturationConfig struct {
 	// request at least this many times the baseline, at a running count
 	// within RunningTolerance of it, is runaway decode too (sequences grow
 	// while the batch does not).
-	SeqLenRatio      float64 `yaml:"seq_len_ratio"`
+	SeqLenRatio      float64 `yaml:"seq_len_ratio" doc:"decode sequence lengths vs baseline at the same batch size"`
 	RunningTolerance float64 `yaml:"running_tolerance"`
 	// RetractionsPerSecond: at or above it the pool is already retracting;
 	// preempt_storm covers the acute effect and this finding stays a
 	// warning.
-	RetractionsPerSecond float64 `yaml:"retractions_per_second"`
+	RetractionsPerSecond float64 `yaml:"retractions_per_second" doc:"at or above: preempt_storm covers it"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
-	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -379,3 +379,13 @@ func (c KVSaturationConfig) severities() []Severity { return []Severity{Warning,
 // position: on the mechanism chain, the KV pressure that retractions
 // (preempt_storm) come with and that drives queueing and latency.
 func (c KVSaturationConfig) position(Finding) position { return position{stage: 30} }
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c KVSaturationConfig) doc() doc {
+	return doc{
+		means:    "OOM risk",
+		signals:  "KV usage pinned near full (`token_usage` counts evictable prefixes as free): runaway decode (no `max_new_tokens`) or plain capacity",
+		settings: "KV pool pinned near full (OOM risk): runaway decode or plain capacity.",
+	}
+}

@@ -151,7 +151,7 @@ type LoraThrashConfig struct {
 	FallbackShareRise float64 `yaml:"fallback_share_rise"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
-	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -212,4 +212,14 @@ func (c LoraThrashConfig) severities() []Severity { return []Severity{Warning} }
 // first tokens, and the retries and failures that follow.
 func (c LoraThrashConfig) position(Finding) position {
 	return position{explains: []Class{QueueLatency, DecodeSlowdown, RetryAvalanche, ErrorRate}}
+}
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c LoraThrashConfig) doc() doc {
+	return doc{
+		means:    "LoRA adapter pool thrash",
+		signals:  "`sglang:lora_pool_*`, CUDA graph fallbacks",
+		settings: "LoRA adapter pool pinned full with latency up and CUDA graph fallbacks.",
+	}
 }

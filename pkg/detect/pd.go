@@ -133,7 +133,7 @@ type PDTransferFailureConfig struct {
 	CriticalFailureShare float64 `yaml:"critical_failure_share"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
-	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -192,4 +192,14 @@ func (c PDTransferFailureConfig) severities() []Severity { return []Severity{War
 // and clients retry and fail.
 func (c PDTransferFailureConfig) position(Finding) position {
 	return position{explains: []Class{QueueLatency, RetryAvalanche, ErrorRate}}
+}
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c PDTransferFailureConfig) doc() doc {
+	return doc{
+		means:    "P/D disaggregation KV transfer/bootstrap failures",
+		signals:  "`sglang:num_{bootstrap,transfer}_failed_reqs_total`",
+		settings: "P/D disaggregation bootstrap and KV transfer failures.",
+	}
 }

@@ -186,36 +186,36 @@ type PreemptStormConfig struct {
 	// Range is the recent window the retraction rate and KV usage are read
 	// over. Long enough to hold a few dozen scrapes, short enough to page
 	// while the cascade is still building.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"recent window read"`
 	// Baseline is the window just before Range that "normal" is taken from.
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"the \"normal\" window just before it"`
 	// MinRetractionsPerSecond is the absolute floor: below it a handful of
 	// retractions is routine scheduling, whatever the baseline was.
-	MinRetractionsPerSecond float64 `yaml:"min_retractions_per_second"`
+	MinRetractionsPerSecond float64 `yaml:"min_retractions_per_second" doc:"absolute floor (6 in 2 minutes) ..."`
 	// BaselineRatio: the current retraction rate must also be at least this
 	// many times the baseline rate (a replica that always retracts a little
 	// is not in a storm).
-	BaselineRatio float64 `yaml:"baseline_ratio"`
+	BaselineRatio float64 `yaml:"baseline_ratio" doc:"and at least 5x the baseline rate"`
 	// KVUsageThreshold is "KV pool near full" (0-1): the highest KV usage
 	// seen in Range must reach it when the replica exposes KV usage.
-	KVUsageThreshold float64 `yaml:"kv_usage_threshold"`
+	KVUsageThreshold float64 `yaml:"kv_usage_threshold" doc:"KV usage counted as \"near full\""`
 	// MinRetractionShare scales the floor with throughput: the retraction
 	// rate must also reach this share of the finished requests per second
 	// (sglang:num_requests_total), when the replica counts them.
-	MinRetractionShare float64 `yaml:"min_retraction_share"`
+	MinRetractionShare float64 `yaml:"min_retraction_share" doc:"... or 1% of the finished requests/s, the larger"`
 	// CriticalRetractionShare makes the finding critical: retractions at
 	// or above this share of the finished requests per second.
-	CriticalRetractionShare float64 `yaml:"critical_retraction_share"`
+	CriticalRetractionShare float64 `yaml:"critical_retraction_share" doc:"10% of the finished requests retracted: critical"`
 	// CriticalRetractionsPerSecond makes the finding critical on a replica
 	// that does not count finished requests.
-	CriticalRetractionsPerSecond float64 `yaml:"critical_retractions_per_second"`
+	CriticalRetractionsPerSecond float64 `yaml:"critical_retractions_per_second" doc:"critical when finished requests are not counted"`
 	// LegacyMinScrapes applies to releases without the retraction counter:
 	// the lossy gauge sglang:num_retracted_reqs must be non-zero in at least
 	// this many scrapes of Range.
-	LegacyMinScrapes int `yaml:"legacy_min_scrapes"`
+	LegacyMinScrapes int `yaml:"legacy_min_scrapes" doc:"old releases (gauge only): non-zero scrapes needed"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
-	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -290,3 +290,13 @@ func (c PreemptStormConfig) severities() []Severity { return []Severity{Warning,
 // "preempt storm" and lists the saturation under it, because the storm's
 // steps are what relieves the pool.
 func (c PreemptStormConfig) position(Finding) position { return position{stage: 20} }
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c PreemptStormConfig) doc() doc {
+	return doc{
+		means:    "KV retraction cascade",
+		signals:  "`rate(sglang:num_retracted_requests_total)` above max(absolute floor, 1% of finished requests/s) and 5× baseline, KV usage near full; critical at 10% of finished requests; lossy `sglang:num_retracted_reqs` gauge on old releases",
+		settings: "KV retraction cascade: retraction rate far above its baseline while the KV pool is near full.",
+	}
+}

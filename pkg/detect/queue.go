@@ -209,12 +209,12 @@ type QueueLatencyConfig struct {
 	// QueueShare splits the diagnosis: mean queue time over mean TTFT at or
 	// above it means the time goes into waiting for admission (scheduling
 	// side); below it, prefill itself is slow.
-	QueueShare float64 `yaml:"queue_share"`
+	QueueShare float64 `yaml:"queue_share" doc:"queue wait share of TTFT that means \"scheduling side\""`
 	// CriticalTTFTRatio makes the finding critical.
 	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
-	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage"`
+	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -282,3 +282,13 @@ func (c QueueLatencyConfig) severities() []Severity { return []Severity{Warning,
 // position: on the mechanism chain, queue growth and latency, after
 // everything that fills the queue.
 func (c QueueLatencyConfig) position(Finding) position { return position{stage: 50} }
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c QueueLatencyConfig) doc() doc {
+	return doc{
+		means:    "TTFT tail up",
+		signals:  "queue wait dominating (fix scheduling) vs prefill itself slow (profile next)",
+		settings: "Time-to-first-token tail up: queue wait (scheduling side) vs prefill.",
+	}
+}

@@ -153,6 +153,8 @@ type settings[T any] interface {
 	defaults() T
 	// severities are the severities its findings can carry, lowest first.
 	severities() []Severity
+	// doc describes the detector for the generated documentation.
+	doc() doc
 	// position is the causal position of f, one of its findings: its
 	// stage on the mechanism chain, or what it explains off it and what
 	// explains it (Explains).
@@ -214,6 +216,7 @@ type Entry interface {
 	UsesTriage(c Config) bool
 
 	defaults() any
+	doc() doc
 	position(f Finding) position
 	needs(c Config) []need
 	usesTriage(c Config) bool
@@ -272,6 +275,8 @@ func (e entry[T]) Reads(c Config) []string { return Get[T](c).reads() }
 func (e entry[T]) UsesTriage(c Config) bool { return Get[T](c).usesTriage() }
 
 func (e entry[T]) defaults() any { return e.defaultSettings() }
+
+func (e entry[T]) doc() doc { var zero T; return zero.doc() }
 
 func (e entry[T]) position(f Finding) position { var zero T; return zero.position(f) }
 

@@ -70,7 +70,7 @@ type ReplicaRestartedConfig struct {
 	// Enabled turns the detector on.
 	Enabled bool `yaml:"enabled"`
 	// Lookback: a restart seen within it raises the warning.
-	Lookback time.Duration `yaml:"lookback"`
+	Lookback time.Duration `yaml:"lookback" doc:"a restart within this raises the warning"`
 }
 
 func (ReplicaRestartedConfig) defaults() ReplicaRestartedConfig {
@@ -109,4 +109,14 @@ func (c ReplicaRestartedConfig) severities() []Severity { return []Severity{Warn
 // cache, a warm-up, dropped requests.
 func (c ReplicaRestartedConfig) position(Finding) position {
 	return position{explains: []Class{ColdStart, QueueLatency, ErrorRate}}
+}
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c ReplicaRestartedConfig) doc() doc {
+	return doc{
+		means:    "a restart seen without an outage (possible crash/OOM)",
+		signals:  "counter resets, process start time",
+		settings: "A restart seen without an outage (counters reset): warning.",
+	}
 }

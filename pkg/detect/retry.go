@@ -332,13 +332,13 @@ type RetryAvalancheConfig struct {
 	// values that carry inference traffic, "|"-separated. Health checks,
 	// /metrics and /v1/loads are excluded on purpose: the watchdog's own
 	// polling must not count as arrivals.
-	ArrivalEndpoints string `yaml:"arrival_endpoints"`
+	ArrivalEndpoints string `yaml:"arrival_endpoints" doc:"Endpoint (engine) or path (gateway) label values that carry inference traffic."`
 	// MinRequests is the fewest arrivals in Range for a verdict; below it
 	// ratios are noise.
-	MinRequests float64 `yaml:"min_requests"`
+	MinRequests float64 `yaml:"min_requests" doc:"fewer arrivals in range: no verdict"`
 	// MinArrivalGrowth: arrivals per second now over baseline must reach
 	// it — retries add load.
-	MinArrivalGrowth float64 `yaml:"min_arrival_growth"`
+	MinArrivalGrowth float64 `yaml:"min_arrival_growth" doc:"arrivals/s now over baseline"`
 	// MinAmplification: (arrivals/completions now) over (arrivals/
 	// completions in the baseline) must reach it — retries add arrivals
 	// without adding completed work. An organic surge raises both. On an
@@ -346,26 +346,26 @@ type RetryAvalancheConfig struct {
 	// offered load (the highest rate of arrivals minus failed requests
 	// since the growth began) by MinAmplification-1 of it. On a gateway,
 	// upstream attempts per client request must reach it.
-	MinAmplification float64 `yaml:"min_amplification"`
+	MinAmplification float64 `yaml:"min_amplification" doc:"(arrivals/completions) now over baseline"`
 	// MinFailuresPerSecond is the absolute floor of client-visible failures
 	// on an engine (aborted requests, 5xx/408/429/499 responses).
-	MinFailuresPerSecond float64 `yaml:"min_failures_per_second"`
+	MinFailuresPerSecond float64 `yaml:"min_failures_per_second" doc:"aborts / 5xx / 408 / 429 / 499 floor"`
 	// FailureBaselineRatio: failures per second (gateway: router retries
 	// per second) must also be at least this many times the baseline.
-	FailureBaselineRatio float64 `yaml:"failure_baseline_ratio"`
+	FailureBaselineRatio float64 `yaml:"failure_baseline_ratio" doc:"and at least 3x the baseline"`
 	// MinRetriesPerSecond is the floor of the gateway's retries
 	// (smg_worker_retries_total, legacy sgl_router_retries_total).
-	MinRetriesPerSecond float64 `yaml:"min_retries_per_second"`
+	MinRetriesPerSecond float64 `yaml:"min_retries_per_second" doc:"gateway: router retries floor (and failure_baseline_ratio x baseline)"`
 	// CriticalAmplification makes the finding critical: arrivals per
 	// completion at least this many times the baseline's (engine), or
 	// this many upstream attempts per client request (gateway).
-	CriticalAmplification float64 `yaml:"critical_amplification"`
+	CriticalAmplification float64 `yaml:"critical_amplification" doc:"arrivals per completion vs baseline (engine), attempts per request (gateway): critical"`
 	// BacklogGrowthRatio and MinBacklog make the finding critical: the
 	// backlog (queued requests; in-flight requests on a gateway) in the last
 	// quarter of Range is at least this many times what it was half a Range
 	// earlier, and at least MinBacklog — the feedback loop has engaged.
-	BacklogGrowthRatio float64 `yaml:"backlog_growth_ratio"`
-	MinBacklog         float64 `yaml:"min_backlog"`
+	BacklogGrowthRatio float64 `yaml:"backlog_growth_ratio" doc:"backlog doubled within half a range ..."`
+	MinBacklog         float64 `yaml:"min_backlog" doc:"... and at least this big: critical"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -437,3 +437,13 @@ func (c RetryAvalancheConfig) severities() []Severity { return []Severity{Warnin
 // feedback loop the loop is what must be broken, and the queue latency it
 // causes is listed under it, not the other way round.
 func (c RetryAvalancheConfig) position(Finding) position { return position{stage: 48} }
+
+// doc describes the detector: its row in the README's class table and
+// the comment over its section of configs/watchdog.yaml.
+func (c RetryAvalancheConfig) doc() doc {
+	return doc{
+		means:    "client retries feeding on themselves",
+		signals:  "only with evidence of retries: the gateway's own retries and upstream attempts per client request (`smg_*`, legacy `sgl_router_*`, the page leads with the amplification), or engine arrivals beyond the offered load. A surge shed with 503 is overload (`error_rate`), not an avalanche",
+		settings: "Client retry positive feedback: arrivals outgrow completions, failures and the backlog rise, with evidence of retries (gateway retries, or arrivals beyond the offered load). An organic surge (both up, few failures) is not one; overload without retries is error_rate's.",
+	}
+}
