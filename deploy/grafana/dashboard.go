@@ -5,8 +5,8 @@
 // fails a test instead of leaving an empty panel.
 //
 // The dashboard itself is sglang-watchdog.json beside this file; the Helm
-// chart ships a byte-identical copy in its files/ directory (Helm cannot read
-// files outside the chart).
+// chart ships a copy in its files/ directory (Helm cannot read files outside
+// the chart), written by `go generate ./...` (scripts/generate).
 package grafana
 
 import (

@@ -8,25 +8,7 @@ import (
 	"testing"
 )
 
-const (
-	dashboardFile = "sglang-watchdog.json"
-	// Helm reads files inside the chart only: the chart ships a copy.
-	chartCopy = "../helm/sglang-watchdog/files/grafana-dashboard.json"
-)
-
-func TestChartShipsTheDashboard(t *testing.T) {
-	want, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(chartCopy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from %s: cp deploy/grafana/%s deploy/helm/sglang-watchdog/files/grafana-dashboard.json", chartCopy, dashboardFile, dashboardFile)
-	}
-}
+const dashboardFile = "sglang-watchdog.json"
 
 // Every panel and variable reads the datasource variable, so the dashboard
 // works against whichever Prometheus is picked.
