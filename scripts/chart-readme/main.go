@@ -4,9 +4,11 @@
 //	go run ./scripts/chart-readme deploy/helm/sglang-watchdog
 //
 // The table replaces what lies between the markers <!-- values:start -->
-// and <!-- values:end --> in README.md; a test fails when the checked-in
-// README differs from what this renders.
+// and <!-- values:end --> in README.md. `go generate ./...` runs it (the
+// directive below), and CI fails when that changes the checked-in README.
 package main
+
+//go:generate go run . ../../deploy/helm/sglang-watchdog
 
 import (
 	"bytes"
