@@ -18,7 +18,10 @@
 // {{setting "detectors.preempt_storm.min_retractions_per_second"}} (the
 // value), {{percent "..."}} (a 0-1 fraction as a percentage) and
 // {{key "..."}} (the path itself, to tell the reader which setting to
-// change); {{range needs}} lists each detector with the families it reads. A path that names no setting is an error when the book is built,
+// change); {{range needs}} lists each detector with the families it reads,
+// and {{range unlinked}} the class pages the page does not link to (the
+// on-call workflow lists a class nobody wrote in yet). A path that names no
+// setting is an error when the book is built,
 // and a reload re-renders the pages with the new values (Configure), so a
 // page cannot state a number the detectors do not use.
 package runbook
@@ -30,6 +33,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"math"
 	"net/http"
 	"path"
@@ -103,36 +107,46 @@ type Book struct {
 	current atomic.Pointer[edition]
 }
 
-// New renders every embedded runbook with cfg.
-func New(cfg detect.Config) (*Book, error) {
+// New renders every embedded runbook with cfg, and the pages of each of
+// dirs (more <name>.md files, e.g. the page of a detector built outside
+// the daemon's set). A page name given twice is an error.
+func New(cfg detect.Config, dirs ...fs.FS) (*Book, error) {
 	sub, err := fs.Sub(embedded, "pages")
 	if err != nil {
 		return nil, err
 	}
-	return newBook(sub, cfg)
+	return newBook(cfg, append([]fs.FS{sub}, dirs...)...)
 }
 
-// newBook reads every *.md file at the root of fsys and renders it with cfg.
-func newBook(fsys fs.FS, cfg detect.Config) (*Book, error) {
-	files, err := fs.Glob(fsys, "*.md")
-	if err != nil {
-		return nil, err
-	}
+// newBook reads every *.md file at the root of each of dirs and renders it
+// with cfg.
+func newBook(cfg detect.Config, dirs ...fs.FS) (*Book, error) {
 	b := &Book{}
-	for _, file := range files {
-		name := strings.TrimSuffix(file, ".md")
-		if !validName(name) {
-			return nil, fmt.Errorf("runbook %s: name must be lower-case letters, digits and underscores", file)
-		}
-		src, err := fs.ReadFile(fsys, file)
+	seen := map[string]bool{}
+	for _, fsys := range dirs {
+		files, err := fs.Glob(fsys, "*.md")
 		if err != nil {
 			return nil, err
 		}
-		s, err := parseSource(name, src)
-		if err != nil {
-			return nil, fmt.Errorf("runbook %s: %w", file, err)
+		for _, file := range files {
+			name := strings.TrimSuffix(file, ".md")
+			if !validName(name) {
+				return nil, fmt.Errorf("runbook %s: name must be lower-case letters, digits and underscores", file)
+			}
+			if seen[name] {
+				return nil, fmt.Errorf("runbook %s: given twice", file)
+			}
+			seen[name] = true
+			src, err := fs.ReadFile(fsys, file)
+			if err != nil {
+				return nil, err
+			}
+			s, err := parseSource(name, src)
+			if err != nil {
+				return nil, fmt.Errorf("runbook %s: %w", file, err)
+			}
+			b.sources = append(b.sources, s)
 		}
-		b.sources = append(b.sources, s)
 	}
 	if err := b.Configure(cfg); err != nil {
 		return nil, err
@@ -223,38 +237,70 @@ func (b *Book) Prepare(cfg detect.Config) (Rendering, error) {
 		// drops javascript: links.
 		goldmark.WithParserOptions(parser.WithAutoHeadingID()),
 	)
+	funcs := settingFuncs(values, cfg.Catalog())
 	ed := &edition{pages: map[string]*entry{}}
+	var listsUnlinked []source
 	for _, s := range b.sources {
-		var src bytes.Buffer
-		t, err := s.tmpl.Clone()
-		if err == nil {
-			err = t.Funcs(settingFuncs(values, cfg.Catalog())).Execute(&src, nil)
-		}
+		asked := false
+		e, err := render(md, s, withUnlinked(funcs, func() []Page { asked = true; return nil }))
 		if err != nil {
-			return Rendering{}, fmt.Errorf("runbook %s.md: %w", s.name, err)
+			return Rendering{}, err
 		}
-		doc := md.Parser().Parse(text.NewReader(src.Bytes()))
-		p, err := describe(s.name, doc, src.Bytes())
-		if err != nil {
-			return Rendering{}, fmt.Errorf("runbook %s.md: %w", s.name, err)
+		if asked {
+			listsUnlinked = append(listsUnlinked, s)
 		}
-		switch {
-		case p.Incident && len(s.severities) == 0:
-			return Rendering{}, fmt.Errorf("runbook %s.md: a class page names the severities it describes in its front matter", s.name)
-		case !p.Incident && len(s.severities) > 0:
-			return Rendering{}, fmt.Errorf("runbook %s.md: a guide has no severities", s.name)
-		}
-		p.Severities = s.severities
-		p.Disabled = disabled[s.name]
-		var out bytes.Buffer
-		if err := md.Renderer().Render(&out, src.Bytes(), doc); err != nil {
-			return Rendering{}, fmt.Errorf("runbook %s.md: %w", s.name, err)
-		}
-		ed.pages[s.name] = &entry{Page: p, markdown: src.Bytes(), html: template.HTML(out.String())}
+		e.Disabled = disabled[s.name]
+		ed.pages[s.name] = e
 		ed.names = append(ed.names, s.name)
 	}
 	sort.Strings(ed.names)
+	// A page that lists the class pages it does not link to (the on-call
+	// workflow) is rendered again, now that every class page is known: a
+	// new detector's page is reachable from it before anyone writes it in.
+	for _, s := range listsUnlinked {
+		var unlinked []Page
+		for _, n := range ed.names {
+			if p := ed.pages[n].Page; p.Incident && !bytes.Contains(ed.pages[s.name].markdown, []byte("]("+n+")")) {
+				unlinked = append(unlinked, p)
+			}
+		}
+		e, err := render(md, s, withUnlinked(funcs, func() []Page { return unlinked }))
+		if err != nil {
+			return Rendering{}, err
+		}
+		e.Disabled = ed.pages[s.name].Disabled
+		ed.pages[s.name] = e
+	}
 	return Rendering{ed}, nil
+}
+
+// render executes a page's template with funcs and renders the result.
+func render(md goldmark.Markdown, s source, funcs texttemplate.FuncMap) (*entry, error) {
+	var src bytes.Buffer
+	t, err := s.tmpl.Clone()
+	if err == nil {
+		err = t.Funcs(funcs).Execute(&src, nil)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runbook %s.md: %w", s.name, err)
+	}
+	doc := md.Parser().Parse(text.NewReader(src.Bytes()))
+	p, err := describe(s.name, doc, src.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("runbook %s.md: %w", s.name, err)
+	}
+	switch {
+	case p.Incident && len(s.severities) == 0:
+		return nil, fmt.Errorf("runbook %s.md: a class page names the severities it describes in its front matter", s.name)
+	case !p.Incident && len(s.severities) > 0:
+		return nil, fmt.Errorf("runbook %s.md: a guide has no severities", s.name)
+	}
+	p.Severities = s.severities
+	var out bytes.Buffer
+	if err := md.Renderer().Render(&out, src.Bytes(), doc); err != nil {
+		return nil, fmt.Errorf("runbook %s.md: %w", s.name, err)
+	}
+	return &entry{Page: p, markdown: src.Bytes(), html: template.HTML(out.String())}, nil
 }
 
 // settingValues are cfg's settings by YAML path ("detectors.<class>.<key>",
@@ -365,7 +411,21 @@ func settingFuncs(values map[string]string, detectors detect.Catalog) texttempla
 			}
 			return "`" + path + "`", nil
 		},
+		// unlinked lists the class pages the page does not link to; it is
+		// known once every page is rendered (Prepare).
+		unlinkedFunc: func() []Page { return nil },
 	}
+}
+
+// unlinkedFunc is the template function a page uses to list the classes
+// it does not link to.
+const unlinkedFunc = "unlinked"
+
+// withUnlinked is funcs with unlinked as given.
+func withUnlinked(funcs texttemplate.FuncMap, unlinked func() []Page) texttemplate.FuncMap {
+	out := maps.Clone(funcs)
+	out[unlinkedFunc] = unlinked
+	return out
 }
 
 // validName keeps page names URL- and HTML-safe without escaping.

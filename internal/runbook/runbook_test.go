@@ -382,10 +382,10 @@ func TestServeHTTPEdges(t *testing.T) {
 }
 
 func TestRenderingDoesNotPassMarkupThrough(t *testing.T) {
-	b, err := newBook(fstest.MapFS{
+	b, err := newBook(detect.DefaultConfig(), fstest.MapFS{
 		"evil.md": {Data: []byte("---\nseverities: [warning]\n---\n# Title <b>bold</b> & co\n\nSummary with <script>alert(1)</script> in it.\n\n" +
 			"<script>alert(2)</script>\n\n[click](javascript:alert(3))\n\n## How the watchdog decided\n\nIt did.\n")},
-	}, detect.DefaultConfig())
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,8 +420,49 @@ func TestNewRejectsMalformedPages(t *testing.T) {
 		"setting that is no fraction":   {"a.md": {Data: []byte("# Title\n\nSummary {{percent \"detectors.preempt_storm.range\"}}.\n")}},
 		"broken template":               {"a.md": {Data: []byte("# Title\n\nSummary {{setting.\n")}},
 	} {
-		if _, err := newBook(fsys, detect.DefaultConfig()); err == nil {
+		if _, err := newBook(detect.DefaultConfig(), fsys); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
+}
+
+// A page kept outside the embedded set (a detector's own) is served, and
+// the on-call workflow lists it until someone writes it into the list.
+func TestExtraPagesAreServedAndTheWorkflowReachesThem(t *testing.T) {
+	extra := fstest.MapFS{"made_up_class.md": {Data: []byte("---\nseverities: [warning]\n---\n# Made-up class\n\nSomething made up happens.\n\n" +
+		"**Severity:** warning.\n\n## How the watchdog decided\n\nIt did.\n")}}
+	b, err := New(detect.DefaultConfig(), extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Has("made_up_class") {
+		t.Fatalf("classes %v", b.Classes())
+	}
+	srv := httptest.NewServer(b)
+	defer srv.Close()
+	if resp, page := get(t, srv.URL+"/runbooks/made_up_class"); resp.StatusCode != http.StatusOK || !strings.Contains(page, "Something made up happens.") {
+		t.Errorf("status %d:\n%s", resp.StatusCode, page)
+	}
+	src, _ := b.Markdown("triage")
+	which := parseOutline([]byte(src)).body["Which page when"]
+	if !strings.Contains(which, "\n- [Made-up class](made_up_class): Something made up happens.") {
+		t.Errorf("the on-call workflow does not list the new class:\n%s", which)
+	}
+	// The classes it links already are not listed again.
+	if strings.Count(src, "](preempt_storm)") != strings.Count(string(mustRead(t, "pages/triage.md")), "](preempt_storm)") {
+		t.Error("the workflow lists a class it links already")
+	}
+	// A page given twice, in the embedded set and beside it, is refused.
+	if _, err := New(detect.DefaultConfig(), fstest.MapFS{"triage.md": {Data: []byte("# Triage\n\nAgain.\n")}}); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Errorf("a second triage.md: %v", err)
+	}
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := embedded.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
