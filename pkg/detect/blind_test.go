@@ -149,3 +149,12 @@ func TestMetricsBlindOnlyCountsEnabledDetectors(t *testing.T) {
 		t.Errorf("diagnosis = %s", f.Diagnosis)
 	}
 }
+
+// MetricsBlind's golden page (checkPage): a target answering 404.
+func TestGoldenPageEventsMetricsBlind(t *testing.T) {
+	s := failingFor(3, "http_status", "HTTP 404 Not Found")
+	for i := range s.failures {
+		s.failures[i].status = 404
+	}
+	checkPage(t, pageCase{class: detect.MetricsBlind, scenario: s})
+}

@@ -186,3 +186,8 @@ func TestCacheCollapseRestartGraceIsWhatHolds(t *testing.T) {
 	detect.Edit(&cfg, func(s *detect.CacheCollapseConfig) { s.RestartGrace = 0 })
 	one(t, detectWith(t, s, cfg, detect.CacheCollapse))
 }
+
+// CacheCollapse's golden page (checkPage).
+func TestGoldenPageEventsCacheCollapse(t *testing.T) {
+	checkPage(t, pageCase{class: detect.CacheCollapse, scenario: runbookSnapshot()})
+}

@@ -162,3 +162,8 @@ func TestColdStartDoesNotPage(t *testing.T) {
 		})
 	}
 }
+
+// ColdStart's golden page (checkPage).
+func TestGoldenPageEventsColdStart(t *testing.T) {
+	checkPage(t, pageCase{class: detect.ColdStart, scenario: newReplica(4*time.Minute, 16*time.Minute)})
+}

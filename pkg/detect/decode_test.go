@@ -139,3 +139,8 @@ func TestDecodeSlowdownNotForMorePrefillWork(t *testing.T) {
 	// Releases with only prompt/cached token counters tell it too.
 	none(t, run(t, s.without(series.RealtimeTokensTotal, series.PrefillEffectiveTokens), detect.DecodeSlowdown))
 }
+
+// DecodeSlowdown's golden page (checkPage).
+func TestGoldenPageEventsDecodeSlowdown(t *testing.T) {
+	checkPage(t, pageCase{class: detect.DecodeSlowdown, scenario: slowDecode(0.07), noSingleLimit: "the p99 or the mean against the baseline"})
+}

@@ -393,3 +393,8 @@ func TestReplicaDownDoesNotPage(t *testing.T) {
 		})
 	}
 }
+
+// ReplicaDown's golden page (checkPage).
+func TestGoldenPageEventsReplicaDown(t *testing.T) {
+	checkPage(t, pageCase{class: detect.ReplicaDown, scenario: failingFor(4, "refused", "dial tcp 10.0.0.7:30000: connect: connection refused")})
+}

@@ -320,3 +320,8 @@ func TestSimulatedRetryStormIsARetryAvalanche(t *testing.T) {
 		t.Errorf("a retry storm diagnosed as overload: %s", er.Diagnosis)
 	}
 }
+
+// ErrorRate's golden page (checkPage).
+func TestGoldenPageEventsErrorRate(t *testing.T) {
+	checkPage(t, pageCase{class: detect.ErrorRate, scenario: failing("503", 1.5)})
+}

@@ -145,3 +145,8 @@ func TestEngineHangSeenByANewWatchdog(t *testing.T) {
 	}
 	none(t, run(t, s, detect.ColdStart))
 }
+
+// EngineHang's golden page (checkPage).
+func TestGoldenPageEventsEngineHang(t *testing.T) {
+	checkPage(t, pageCase{class: detect.EngineHang, scenario: ncclHang(incident)})
+}

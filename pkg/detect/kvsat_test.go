@@ -190,3 +190,8 @@ func TestKVSaturationMinRequestsIsWhatHolds(t *testing.T) {
 	f := one(t, detectWith(t, s, cfg, detect.KVSaturation))
 	contains(t, "diagnosis", f.Diagnosis, "Runaway decode")
 }
+
+// KVSaturation's golden page (checkPage).
+func TestGoldenPageEventsKVSaturation(t *testing.T) {
+	checkPage(t, pageCase{class: detect.KVSaturation, scenario: runawayDecode()})
+}

@@ -104,3 +104,8 @@ func TestLoraThrashDoesNotPage(t *testing.T) {
 		})
 	}
 }
+
+// LoraThrash's golden page (checkPage).
+func TestGoldenPageEventsLoraThrash(t *testing.T) {
+	checkPage(t, pageCase{class: detect.LoraThrash, scenario: loraThrash()})
+}

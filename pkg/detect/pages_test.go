@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
-	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 var updatePages = flag.Bool("update-pages", false, "rewrite the page events in "+pageEventsDir)
@@ -25,41 +25,16 @@ var updatePages = flag.Bool("update-pages", false, "rewrite the page events in "
 // the pages.
 const pageEventsDir = "../notify/golden/testdata/events"
 
-// pageScenario is one representative incident per class, from this
-// package's own scenario tests.
-func pageScenarios() map[detect.Class]func() *scenario {
-	return map[detect.Class]func() *scenario{
-		"preempt_storm":   func() *scenario { return preemptStorm(2) },
-		"cache_collapse":  runbookSnapshot,
-		"retry_avalanche": retryAvalanche,
-		"replica_down": func() *scenario {
-			return failingFor(4, "refused", "dial tcp 10.0.0.7:30000: connect: connection refused")
-		},
-		"replica_restarted": func() *scenario {
-			s := healthyEngine()
-			s.restarts = []time.Duration{incident}
-			return s
-		},
-		"kv_saturation": runawayDecode,
-		"engine_hang":   func() *scenario { return ncclHang(incident) },
-		"queue_latency": func() *scenario {
-			return slowFirstToken(2.8, 2.3).with(gauge(series.NumQueueReqs, stepAt(incidentLong, 2, 60)))
-		},
-		"decode_slowdown": func() *scenario { return slowDecode(0.07) },
-		"cold_start":      func() *scenario { return newReplica(4*time.Minute, 16*time.Minute) },
-		"lora_thrash":     loraThrash,
-		"pd_transfer_failure": func() *scenario {
-			return pdDecode().with(counter(series.TransferFailedTotal, stepAt(incident, 0, 0.5)))
-		},
-		"metrics_blind": func() *scenario {
-			s := failingFor(3, "http_status", "HTTP 404 Not Found")
-			for i := range s.failures {
-				s.failures[i].status = 404
-			}
-			return s
-		},
-		"error_rate": func() *scenario { return failing("503", 1.5) },
-	}
+// pageCase is a class's golden page: one representative incident, declared
+// in the detector's own test file (TestGoldenPageEvents<Name>) and run by
+// checkPage.
+type pageCase struct {
+	class    detect.Class
+	scenario *scenario
+	// noSingleLimit says why the class's firing rule has no one number to
+	// draw (a restart within a look-back, a p99 or a mean against a
+	// baseline); empty when it has one.
+	noSingleLimit string
 }
 
 // pageEvents is what a class's incident sends: its trigger, and its
@@ -87,72 +62,92 @@ func assessScenario(t *testing.T, s *scenario) assess.Round {
 	return round
 }
 
-// The events every incident class pages with, produced by the real path:
-// the class's scenario window, the detectors, the assessment (snapshot,
-// triage, correlation) and the alert tracker; then a round on the same
-// replica healthy again resolves it. The pages themselves are rendered and
-// checked in pkg/notify/golden.
+// Every class of the registry has its golden page events, and every
+// events file is a class's. Each class's own test (checkPage) writes and
+// checks its file.
 func TestGoldenPageEvents(t *testing.T) {
-	scenarios := pageScenarios()
+	if *updatePages {
+		t.Skip("-update-pages: the classes' own tests write their files; run again without it to check that every class has one")
+	}
+	files, err := filepath.Glob(filepath.Join(pageEventsDir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[detect.Class]bool{}
+	for _, f := range files {
+		have[detect.Class(strings.TrimSuffix(filepath.Base(f), ".json"))] = true
+	}
 	for _, e := range detect.Registry() {
-		class := e.Class()
-		mk, ok := scenarios[class]
-		if !ok {
-			t.Errorf("no golden page scenario for %s: add one to pageScenarios", class)
-			continue
+		if !have[e.Class()] {
+			t.Errorf("no golden page events for %s: add a TestGoldenPageEvents test with its scenario to its test file, then run go test ./pkg/detect -run TestGoldenPageEvents -update-pages", e.Class())
 		}
-		t.Run(string(class), func(t *testing.T) {
-			s := mk()
-			round := assessScenario(t, s)
-			tr := alert.NewTracker(alert.Config{ResolvedRetention: time.Hour})
-			links := alert.Links{ExternalURL: "https://watchdog.example.internal:9464"}
-			fired := links.Events(tr.Update(round), round)
-			i := slices.IndexFunc(fired, func(ev notify.Event) bool { return ev.Class == string(class) })
-			if i < 0 {
-				var got []string
-				for _, ev := range fired {
-					got = append(got, ev.Class)
-				}
-				t.Fatalf("the %s scenario pages %v, not %s", class, got, class)
-			}
-			trig := fired[i]
+		delete(have, e.Class())
+	}
+	for c := range have {
+		t.Errorf("%s/%s.json: %s is no detector's class", pageEventsDir, c, c)
+	}
+}
 
-			healthy := healthyEngine()
-			healthy.target = s.target
-			healthy.kind, healthy.model, healthy.engineType = s.kind, s.model, s.engineType
-			recovered := assessScenario(t, healthy)
-			recovered.At = round.At.Add(12*time.Minute + 30*time.Second)
-			var res notify.Event
-			for _, ev := range links.Events(tr.Update(recovered), recovered) {
-				if ev.Fingerprint == trig.Fingerprint && ev.Kind == notify.KindResolve {
-					res = ev
-				}
-			}
-			if res.Kind != notify.KindResolve {
-				t.Fatalf("%s did not resolve on a healthy round", class)
-			}
-			got, err := json.MarshalIndent(pageEvents{Trigger: trig, Resolve: res}, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, '\n')
-			path := filepath.Join(pageEventsDir, string(class)+".json")
-			if *updatePages {
-				if err := os.MkdirAll(pageEventsDir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./pkg/detect -run TestGoldenPageEvents -update-pages)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from what the real path sends now (run go test ./pkg/detect -run TestGoldenPageEvents -update-pages, then review the pages in pkg/notify/golden):\n%s", path, got)
-			}
-		})
+// checkPage runs c's scenario through the real path and checks what it
+// pages with: its evidence carries the numbers its rule crossed, and its
+// trigger and resolve are the golden ones. The path is the class's
+// scenario window, the detectors, the assessment (snapshot, triage,
+// correlation) and the alert tracker; then a round on the same replica
+// healthy again resolves it. The pages themselves are rendered and checked
+// in pkg/notify/golden.
+func checkPage(t *testing.T, c pageCase) {
+	t.Helper()
+	class, s := c.class, c.scenario
+	round := assessScenario(t, s)
+	checkEvidenceLimits(t, c, round)
+
+	tr := alert.NewTracker(alert.Config{ResolvedRetention: time.Hour})
+	links := alert.Links{ExternalURL: "https://watchdog.example.internal:9464"}
+	fired := links.Events(tr.Update(round), round)
+	i := slices.IndexFunc(fired, func(ev notify.Event) bool { return ev.Class == string(class) })
+	if i < 0 {
+		var got []string
+		for _, ev := range fired {
+			got = append(got, ev.Class)
+		}
+		t.Fatalf("the %s scenario pages %v, not %s", class, got, class)
+	}
+	trig := fired[i]
+
+	healthy := healthyEngine()
+	healthy.target = s.target
+	healthy.kind, healthy.model, healthy.engineType = s.kind, s.model, s.engineType
+	recovered := assessScenario(t, healthy)
+	recovered.At = round.At.Add(12*time.Minute + 30*time.Second)
+	var res notify.Event
+	for _, ev := range links.Events(tr.Update(recovered), recovered) {
+		if ev.Fingerprint == trig.Fingerprint && ev.Kind == notify.KindResolve {
+			res = ev
+		}
+	}
+	if res.Kind != notify.KindResolve {
+		t.Fatalf("%s did not resolve on a healthy round", class)
+	}
+	got, err := json.MarshalIndent(pageEvents{Trigger: trig, Resolve: res}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	path := filepath.Join(pageEventsDir, string(class)+".json")
+	if *updatePages {
+		if err := os.MkdirAll(pageEventsDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./pkg/detect -run TestGoldenPageEvents -update-pages)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from what the real path sends now (run go test ./pkg/detect -run TestGoldenPageEvents -update-pages, then review the pages in pkg/notify/golden):\n%s", path, got)
 	}
 }

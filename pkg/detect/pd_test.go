@@ -93,3 +93,8 @@ func TestPDTransferFailureDoesNotPage(t *testing.T) {
 		})
 	}
 }
+
+// PDTransferFailure's golden page (checkPage).
+func TestGoldenPageEventsPDTransferFailure(t *testing.T) {
+	checkPage(t, pageCase{class: detect.PDTransferFailure, scenario: pdDecode().with(counter(series.TransferFailedTotal, stepAt(incident, 0, 0.5)))})
+}

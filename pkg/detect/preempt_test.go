@@ -163,3 +163,8 @@ func TestPreemptStormFloorIsWhatHolds(t *testing.T) {
 	})
 	one(t, detectWith(t, s, cfg, detect.PreemptStorm))
 }
+
+// PreemptStorm's golden page (checkPage).
+func TestGoldenPageEventsPreemptStorm(t *testing.T) {
+	checkPage(t, pageCase{class: detect.PreemptStorm, scenario: preemptStorm(2)})
+}

@@ -191,3 +191,8 @@ func TestQueueLatencyBurstThresholdsAreWhatHolds(t *testing.T) {
 	detect.Edit(&cfg, func(s *detect.QueueLatencyConfig) { s.TTFTRatio, s.MinMeanTTFTSeconds = 2, 0.5 })
 	one(t, detectWith(t, s, cfg, detect.QueueLatency))
 }
+
+// QueueLatency's golden page (checkPage).
+func TestGoldenPageEventsQueueLatency(t *testing.T) {
+	checkPage(t, pageCase{class: detect.QueueLatency, scenario: slowFirstToken(2.8, 2.3).with(gauge(series.NumQueueReqs, stepAt(incidentLong, 2, 60)))})
+}

@@ -368,3 +368,8 @@ func TestLegacyGatewayRetryStormThroughTheScraper(t *testing.T) {
 		t.Error("the legacy gateway is reported blind")
 	}
 }
+
+// RetryAvalanche's golden page (checkPage).
+func TestGoldenPageEventsRetryAvalanche(t *testing.T) {
+	checkPage(t, pageCase{class: detect.RetryAvalanche, scenario: retryAvalanche()})
+}
