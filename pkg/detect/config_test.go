@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,14 +26,15 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var classes []string
-	for _, d := range ds {
-		classes = append(classes, string(d.Class()))
+	// Every detector of the registry, in its order.
+	reg := detect.Registry()
+	if len(ds) != len(reg) {
+		t.Fatalf("%d detectors for %d registry entries", len(ds), len(reg))
 	}
-	want := "replica_down,replica_restarted,preempt_storm,cache_collapse,retry_avalanche,kv_saturation,engine_hang," +
-		"queue_latency,decode_slowdown,cold_start,lora_thrash,pd_transfer_failure,error_rate,metrics_blind"
-	if got := strings.Join(classes, ","); got != want {
-		t.Errorf("detectors = %s", got)
+	for i, e := range reg {
+		if ds[i].Class() != e.Class() {
+			t.Errorf("detector %d is %s, the registry's entry %s", i, ds[i].Class(), e.Class())
+		}
 	}
 	// cache_collapse and kv_saturation read 5m + 1h back.
 	if got := cfg.MaxLookback(); got != 65*time.Minute {
@@ -40,23 +42,18 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	}
 }
 
-// onlyCore disables the detectors added after the first four.
-func onlyCore(cfg *detect.Config) {
-	detect.Edit(cfg, func(s *detect.KVSaturationConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.EngineHangConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.QueueLatencyConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.DecodeSlowdownConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.ColdStartConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.LoraThrashConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.PDTransferFailureConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.MetricsBlindConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.ErrorRateConfig) { s.Enabled = false })
-	detect.Edit(cfg, func(s *detect.ReplicaRestartedConfig) { s.Enabled = false })
+// only disables every detector but the classes given.
+func only(cfg *detect.Config, keep ...detect.Class) {
+	for _, e := range cfg.Catalog() {
+		if !slices.Contains(keep, e.Class()) {
+			*cfg = e.Disable(*cfg)
+		}
+	}
 }
 
 func TestNewBuildsOnlyEnabledDetectors(t *testing.T) {
 	cfg := detect.DefaultConfig()
-	onlyCore(&cfg)
+	only(&cfg, detect.ReplicaDown, detect.PreemptStorm, detect.CacheCollapse, detect.RetryAvalanche)
 	detect.Edit(&cfg, func(s *detect.CacheCollapseConfig) { s.Enabled = false })
 	detect.Edit(&cfg, func(s *detect.RetryAvalancheConfig) { s.Enabled = false })
 	ds, err := detect.New(cfg)
