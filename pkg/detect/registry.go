@@ -52,36 +52,21 @@ func (c Catalog) DefaultConfig() Config {
 }
 
 // check reports classes that cannot name a YAML section of their own:
-// given twice, named like the triage's section, or not lower-case letters,
-// digits and underscores (they are URL paths and metric labels too).
+// given twice, or named like the triage's section.
 func (c Catalog) check() []error {
 	var errs []error
 	seen := map[Class]bool{}
 	for _, e := range c {
-		k := e.Class()
-		switch {
+		switch k := e.Class(); {
 		case seen[k]:
 			errs = append(errs, fmt.Errorf("detectors: class %q is registered twice", k))
 		case k == triageKey:
 			errs = append(errs, fmt.Errorf("detectors: class %q is the triage's section", k))
-		case !validClass(k):
-			errs = append(errs, fmt.Errorf("detectors: class %q must be lower-case letters, digits and underscores", k))
+		default:
+			seen[k] = true
 		}
-		seen[k] = true
 	}
 	return errs
-}
-
-func validClass(k Class) bool {
-	if k == "" {
-		return false
-	}
-	for _, r := range k {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
-			return false
-		}
-	}
-	return true
 }
 
 // Explains reports whether finding cause, active on the same replica,

@@ -187,3 +187,15 @@ func exposition(t *testing.T, queued float64) []byte {
 	}
 	return queueLine.ReplaceAll(b, []byte("${1} "+strconv.FormatFloat(queued, 'f', -1, 64)))
 }
+
+// A registry line given twice is refused: its YAML section and its
+// runbook would be ambiguous.
+func TestACatalogNamesEachClassOnce(t *testing.T) {
+	reg := append(detect.Registry(), detect.QueueBacklogEntry(), detect.QueueBacklogEntry())
+	if err := reg.DefaultConfig().Validate(); err == nil || !strings.Contains(err.Error(), `detectors: class "queue_backlog" is registered twice`) {
+		t.Errorf("Validate: %v", err)
+	}
+	if _, err := detect.New(reg.DefaultConfig()); err == nil {
+		t.Error("New built a catalog with a class given twice")
+	}
+}
