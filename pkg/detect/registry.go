@@ -11,10 +11,10 @@ import (
 // Registry lists every detector of the daemon, in the order New builds
 // them (the order of their findings). A detector is one file holding its
 // class, its detector type and its settings type, plus one line here.
-// Everything that iterates detectors (DefaultConfig, Validate,
-// MaxLookback, New, metrics_blind's needs, the YAML section, diagnose's
-// one-shot adaptation, the runbooks, the generated documentation) takes a
-// Catalog, and the daemon passes this one.
+// Everything that iterates detectors (Validate, MaxLookback, New,
+// metrics_blind's needs, the YAML section, diagnose's one-shot adaptation,
+// the runbooks, the generated documentation) iterates a Catalog: the one a
+// Config was made from (Catalog.DefaultConfig), this one in the daemon.
 //
 // It is a function returning a fresh slice, not a package variable, so no
 // caller can change it for another.
