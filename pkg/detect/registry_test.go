@@ -129,7 +129,7 @@ func TestADetectorIsItsFileAndOneRegistryLine(t *testing.T) {
 			t.Errorf("the page lacks %q:\n%s", want, page)
 		}
 	}
-	if ev.Severity != "warning" {
+	if ev.Severity != detect.Warning {
 		t.Errorf("severity %s", ev.Severity)
 	}
 
