@@ -172,6 +172,11 @@ type Incident struct {
 	Peak      []detect.Evidence `json:"peak,omitempty"`
 	PeakAt    time.Time         `json:"peak_at,omitzero"`
 	PeakScore float64           `json:"peak_score,omitempty"`
+	// Frozen are the baselines each member finding compared against when
+	// it joined the incident (detect.Finding.Baselines), given back to its
+	// detector as a detect.Reference while the incident is open, so that
+	// a baseline cannot absorb the incident it measures.
+	Frozen []Frozen `json:"frozen,omitempty"`
 	// Labels are the replica's target labels last seen (namespace, team,
 	// ...), kept so that the incident's events carry them even when the
 	// replica is gone from the round, as when it resolves.
@@ -191,7 +196,16 @@ func (a *Incident) clone() Incident {
 	c := *a
 	c.Members, c.Explains, c.ExplainedBy = slices.Clone(a.Members), slices.Clone(a.Explains), slices.Clone(a.ExplainedBy)
 	c.Peak, c.Labels, c.SilencedBy = slices.Clone(a.Peak), maps.Clone(a.Labels), slices.Clone(a.SilencedBy)
+	c.Frozen = slices.Clone(a.Frozen)
 	return c
+}
+
+// Frozen is one member finding's baseline as the incident began for it.
+type Frozen struct {
+	Replica string             `json:"replica"`
+	Class   detect.Class       `json:"class"`
+	At      time.Time          `json:"at"`
+	Values  map[string]float64 `json:"values"`
 }
 
 // Fingerprint is the stable identity of a (replica, class) incident. It is

@@ -320,6 +320,7 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 		}
 	}
 	t.notePeak(a, g.Finding, now)
+	freeze(a, g, now)
 	renamed := -1
 	if a.Class != prevClass {
 		renamed = t.note(Renamed, a, now, func(tr *Transition) { tr.FromClass = prevClass })
@@ -346,6 +347,44 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 		}
 	}
 	t.note(Seen, a, now, func(tr *Transition) { tr.Group = g })
+}
+
+// freeze keeps the baselines of g's member findings that the incident has
+// none of yet: the levels before each member's onset.
+func freeze(a *Incident, g correlate.Group, now time.Time) {
+	for _, m := range g.Members {
+		if len(m.Baselines) == 0 || slices.ContainsFunc(a.Frozen, func(f Frozen) bool { return f.Replica == m.Replica && f.Class == m.Class }) {
+			continue
+		}
+		a.Frozen = append(a.Frozen, Frozen{Replica: m.Replica, Class: m.Class, At: now, Values: maps.Clone(m.Baselines)})
+	}
+}
+
+// References are the frozen baselines of the open incidents, by replica
+// and class, for the next round's detectors; where two incidents froze
+// one (an absorbed incident and the one that took it in), the earlier.
+func (t *Tracker) References() map[string]detect.References {
+	var out map[string]detect.References
+	for _, a := range t.alerts {
+		if !a.Open() {
+			continue
+		}
+		for _, f := range a.Frozen {
+			if out == nil {
+				out = map[string]detect.References{}
+			}
+			refs := out[f.Replica]
+			if refs == nil {
+				refs = detect.References{}
+				out[f.Replica] = refs
+			}
+			if cur, ok := refs[f.Class]; ok && !f.At.Before(cur.Since) {
+				continue
+			}
+			refs[f.Class] = detect.Reference{Source: detect.Frozen, Since: f.At, Values: f.Values}
+		}
+	}
+	return out
 }
 
 // notePeak keeps the evidence of the incident's worst round: the highest

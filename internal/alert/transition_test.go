@@ -190,3 +190,31 @@ func TestAtMostOnePagePerIncidentPerRound(t *testing.T) {
 		t.Errorf("event kind %s", ev.Kind)
 	}
 }
+
+// The baselines a member finding compared against when it joined the
+// incident are frozen and handed back as references while the incident
+// is open, across a restart; later rounds' baselines do not replace them,
+// and a resolved incident hands back nothing.
+func TestBaselinesFreezeAtOnsetForTheIncidentsLife(t *testing.T) {
+	cfg := testConfig()
+	tr := NewTracker(cfg)
+	collapse := finding("r1", detect.CacheCollapse, detect.Warning)
+	collapse.Baselines = map[string]float64{"hit_rate": 0.8}
+	tr.Update(roundOf(t0, collapse))
+	later := collapse
+	later.Baselines = map[string]float64{"hit_rate": 0.05} // a baseline that absorbed the incident
+	changes(tr, t0.Add(10*time.Second), 6, func(int) []detect.Finding { return []detect.Finding{later} })
+	ref, ok := tr.References()["r1"][detect.CacheCollapse]
+	if !ok || ref.Source != detect.Frozen || ref.Values["hit_rate"] != 0.8 || !ref.Since.Equal(t0) {
+		t.Fatalf("reference %+v (%v), want hit_rate 0.8 frozen at the onset", ref, ok)
+	}
+	restored := NewTracker(cfg)
+	restored.Restore(tr.Snapshot(), t0.Add(time.Hour))
+	if ref := restored.References()["r1"][detect.CacheCollapse]; ref.Values["hit_rate"] != 0.8 {
+		t.Errorf("after a restart: %+v", ref)
+	}
+	changes(tr, t0.Add(70*time.Second), 8, func(int) []detect.Finding { return nil })
+	if refs := tr.References(); len(refs) != 0 {
+		t.Errorf("a resolved incident still hands back %+v", refs)
+	}
+}

@@ -106,14 +106,19 @@ func (r Round) Replica(name string) (Replica, bool) {
 	return Replica{}, false
 }
 
-// Assess evaluates every replica of ws at now.
-func (a *Assessor) Assess(ws Windows, now time.Time) Round {
+// Assess evaluates every replica of ws at now. refs are the references
+// (detect.Reference) the detectors of a replica compare against instead of
+// the baselines they would read, by replica name: the open incidents'
+// frozen baselines. nil: none.
+func (a *Assessor) Assess(ws Windows, now time.Time, refs map[string]detect.References) Round {
 	reps := ws.Replicas()
 	sort.Slice(reps, func(i, j int) bool { return reps[i].Name < reps[j].Name })
 	states := make([]Replica, len(reps))
 	held := make([]bool, len(reps))
 	assess := func(i int) {
-		held[i] = ws.View(reps[i].Name, func(w detect.Window) { states[i] = a.replica(w, now) })
+		held[i] = ws.View(reps[i].Name, func(w detect.Window) {
+			states[i] = a.replica(detect.WithReferences(w, refs[reps[i].Name]), now)
+		})
 	}
 	if workers := min(a.cfg.Workers, len(reps)); workers <= 1 {
 		for i := range reps {

@@ -71,7 +71,7 @@ func TestRoundHasOneSnapshotAndOneTriagePerReplica(t *testing.T) {
 		findsOn{class: detect.QueueLatency, on: map[string]bool{"r1": true}, triaged: true},
 	}
 	a := New(ds, Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()})
-	round := a.Assess(store(t), t0)
+	round := a.Assess(store(t), t0, nil)
 
 	if len(round.Replicas) != 2 || round.Replicas[0].Replica.Name != "r1" || round.Replicas[1].Replica.Name != "r2" {
 		t.Fatalf("replicas %+v", round.Replicas)
@@ -110,7 +110,7 @@ func TestAssessWindowIsTheSameDecisionForOneReplica(t *testing.T) {
 	ds := []detect.Detector{findsOn{class: detect.QueueLatency, on: map[string]bool{"r1": true}, triaged: true}}
 	a := New(ds, Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()})
 	s := store(t)
-	fleet := a.Assess(s, t0)
+	fleet := a.Assess(s, t0, nil)
 	var one Round
 	s.View("r1", func(w detect.Window) { one = a.AssessWindow(w, t0) })
 	want, _ := fleet.Replica("r1")
@@ -161,7 +161,7 @@ func TestAssessInParallelIsTheSameRound(t *testing.T) {
 		if el%(5*time.Minute) != 0 && el < sim.IncidentBaseline {
 			continue
 		}
-		want, got := one.Assess(store, now), many.Assess(store, now)
+		want, got := one.Assess(store, now, nil), many.Assess(store, now, nil)
 		if len(got.Replicas) != 12 {
 			t.Fatalf("%s: %d replicas assessed, want 12", el, len(got.Replicas))
 		}

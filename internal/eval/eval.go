@@ -171,7 +171,7 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 
-	round := l.opts.Assessor.Assess(l.opts.Windows, now)
+	round := l.opts.Assessor.Assess(l.opts.Windows, now, l.opts.Tracker.References())
 	for _, d := range l.opts.Assessor.Detectors() {
 		l.metrics.detectorRuns.WithLabelValues(string(d.Class())).Add(float64(len(round.Replicas)))
 	}

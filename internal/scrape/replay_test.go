@@ -76,7 +76,7 @@ func (p *replayPath) append(t *testing.T, sc series.Scrape, body []byte) {
 // snapshot, and the correlated incidents) as JSON.
 func (p *replayPath) round(t *testing.T, now time.Time) (string, []detect.Finding) {
 	t.Helper()
-	r := p.assessor.Assess(p.store, now)
+	r := p.assessor.Assess(p.store, now, nil)
 	b, err := json.Marshal(struct {
 		Replicas  []assess.Replica
 		Incidents []correlate.Group

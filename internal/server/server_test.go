@@ -66,7 +66,7 @@ func TestEndpoints(t *testing.T) {
 		{Fingerprint: "f2", Class: detect.CacheCollapse, Replica: "r1", State: alert.StateResolved},
 	}}
 	reloads := 0
-	fa.round = assess.New(nil, assess.Config{Triage: detect.DefaultConfig().Triage}).Assess(store, now)
+	fa.round = assess.New(nil, assess.Config{Triage: detect.DefaultConfig().Triage}).Assess(store, now, nil)
 	srv, err := New("127.0.0.1:0", Options{Gatherer: prometheus.NewRegistry(), Alerts: fa, Logger: zap.NewNop(),
 		Now: func() time.Time { return now }, Reload: func() error {
 			reloads++

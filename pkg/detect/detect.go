@@ -270,6 +270,10 @@ type Finding struct {
 	Consequences []Class `json:"consequences,omitempty"`
 	// AffectedReplicas lists the replicas of a fleet-wide finding.
 	AffectedReplicas []string `json:"affected_replicas,omitempty"`
+	// Baselines are the levels the verdict compared against, by the
+	// detector's own names: the alert tracker freezes them when the
+	// incident begins and gives them back as a Reference while it lasts.
+	Baselines map[string]float64 `json:"baselines,omitempty"`
 }
 
 // Detector inspects one replica's window at time now.
