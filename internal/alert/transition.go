@@ -64,4 +64,3 @@ type Transition struct {
 	// ("target removed"); "" otherwise.
 	Reason string
 }
-

@@ -18,7 +18,7 @@ func (findingWindow) Present(Selector, time.Time, time.Time) bool { return true 
 type fullWindow struct{ Window }
 
 func (fullWindow) CountAbove(Selector, float64, time.Time, time.Time) (int, int) { return 3, 4 }
-func (fullWindow) Present(Selector, time.Time, time.Time) bool                  { return true }
+func (fullWindow) Present(Selector, time.Time, time.Time) bool                   { return true }
 
 // A window given references keeps exactly the optional extensions it had,
 // so a detector reads it as it reads the window alone, and gives each
