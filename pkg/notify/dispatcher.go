@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/persist"
 )
 
 // ClassDeliveryFailure is the class of the notice sent through the other
@@ -35,10 +36,16 @@ type DispatcherConfig struct {
 	// LogNotifier writing to LogWriter) unless one is given.
 	Integrations []Integration
 	Routes       RouteConfig
-	Store        Store // nil: nothing survives a restart
-	Logger       *zap.Logger
-	Registerer   prometheus.Registerer // nil: metrics are not registered
-	LogWriter    io.Writer             // the built-in log integration's output; nil: structured log line only
+	// Store keeps the outboxes and incident records across restarts (nil:
+	// nothing survives one). Nothing waits for it: a *persist.Writer is
+	// used as it is, its owner runs it and switches it with leadership
+	// (SetWritable); any other store gets a Writer of the dispatcher's
+	// own, which Run runs and flushes after the drain, and SetActive
+	// switches.
+	Store      Store
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer // nil: metrics are not registered
+	LogWriter  io.Writer             // the built-in log integration's output; nil: structured log line only
 	// Standby starts the dispatcher as a follower of a highly available
 	// pair: it loads the persisted state (for OpenIncidents) but delivers
 	// and writes nothing until SetActive(true).
@@ -59,6 +66,10 @@ type Dispatcher struct {
 	queues []*Queue
 	byName map[string]*Queue
 	sm     standbyMetrics
+	// writer saves the queues' documents; ownWriter says the dispatcher
+	// made it (over a plain Store) and so runs and switches it.
+	writer    *persist.Writer
+	ownWriter bool
 
 	// mu is held for reading by Send for its whole routing and enqueueing,
 	// and for writing by SetActive, so that no event is half sent across a
@@ -93,6 +104,17 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 	m := NewMetrics(cfg.Registerer)
 	d := &Dispatcher{log: logger, byName: map[string]*Queue{}, sm: newStandbyMetrics(cfg.Registerer),
 		active: !cfg.Standby, missed: map[string]Event{}, notices: map[string]map[string]Event{}}
+	switch s := cfg.Store.(type) {
+	case nil:
+	case *persist.Writer:
+		d.writer = s
+	default:
+		d.writer = persist.New(s, persist.Options{Logger: logger.Named("state"), Metrics: persist.NewMetrics(cfg.Registerer)})
+		d.ownWriter = true
+		if cfg.Standby {
+			d.writer.SetWritable(false)
+		}
+	}
 	routes := cfg.Routes
 	d.routes.Store(&routes)
 	var errs []error
@@ -101,7 +123,7 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 			errs = append(errs, fmt.Errorf("integration %q configured twice", in.Name))
 			continue
 		}
-		q, err := newQueue(in.Name, in.Notifier, in.Options.or(cfg.Queue), cfg.Store, logger, m, now, cfg.Standby)
+		q, err := newQueue(in.Name, in.Notifier, in.Options.or(cfg.Queue), d.writer, logger, m, now, cfg.Standby)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -166,8 +188,8 @@ func (d *Dispatcher) Targets(ev Event) []*Queue {
 	return out
 }
 
-// Send routes ev and persists it in the outbox of every target. It does not
-// wait for delivery. In standby (a follower) ev is neither delivered nor
+// Send routes ev and adds it to the outbox of every target, which is saved
+// without waiting for the store. It does not wait for delivery. In standby (a follower) ev is neither delivered nor
 // persisted: the leader, fed the same findings, sends the same incident,
 // and SetActive(true) catches up on what the leader never sent.
 func (d *Dispatcher) Send(ev Event) {
@@ -192,9 +214,16 @@ func (d *Dispatcher) Send(ev Event) {
 	}
 }
 
-// Run runs every queue until ctx is cancelled and each has drained; it
-// returns when all workers have exited.
+// Run runs every queue until ctx is cancelled and each has drained, and
+// then writes what its own writer holds (bounded by the writer's flush
+// timeout); it returns when all workers have exited.
 func (d *Dispatcher) Run(ctx context.Context) error {
+	if d.ownWriter {
+		wctx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
+		written := make(chan struct{})
+		go func() { _ = d.writer.Run(wctx); close(written) }()
+		defer func() { stopWriter(); <-written }()
+	}
 	group := newDrainGroup(len(d.queues))
 	for _, q := range d.queues {
 		q.group.Store(group)

@@ -1,6 +1,9 @@
 package notify
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // SetRand fixes the jitter source of q (tests only).
 func (q *Queue) SetRand(f func() float64) { q.rand = f }
@@ -9,7 +12,7 @@ func (q *Queue) SetRand(f func() float64) { q.rand = f }
 func (q *Queue) HoldUntil() time.Time {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.state.HoldUntil
+	return q.box.doc.HoldUntil
 }
 
 // Pending returns the kinds of the undelivered events in order (tests only).
@@ -17,10 +20,21 @@ func (q *Queue) Pending() []Event {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []Event
-	for _, p := range q.state.Outbox {
+	for _, p := range q.box.doc.Outbox {
 		out = append(out, p.Event)
 	}
 	return out
+}
+
+// Document is q's state document as the store would hold it (tests only).
+func (q *Queue) Document() []byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b, err := json.Marshal(&q.box.doc)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 var Plan = plan

@@ -5,15 +5,29 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 )
 
+// fuzzDispatcher is a dispatcher with one PagerDuty integration over store.
+func fuzzDispatcher(tb testing.TB, store notify.Store, reg prometheus.Registerer, at time.Time) *notify.Queue {
+	tb.Helper()
+	d, err := notify.NewDispatcher(notify.DispatcherConfig{
+		Integrations: []notify.Integration{{Name: "pagerduty", Notifier: &notifytest.Recorder{}, Options: testOpts}},
+		Routes:       notify.DefaultRoutes(),
+		Store:        store,
+		Registerer:   reg,
+	}, at)
+	if err != nil {
+		tb.Fatalf("the dispatcher did not start: %v", err)
+	}
+	return d.Queue("pagerduty")
+}
+
 // FuzzQueueRestore stores arbitrary bytes as an integration's persisted
-// outbox document and starts a queue on it, as the daemon does after a
+// outbox document and starts a dispatcher on it, as the daemon does after a
 // restart: nothing may panic, the queue must come up (starting empty when
 // the document is corrupt), report its state in its metrics, and accept a
 // new event.
@@ -21,13 +35,9 @@ func FuzzQueueRestore(f *testing.F) {
 	at := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	ev := notify.Event{Fingerprint: "f1", Seq: 1, Kind: notify.KindTrigger, Status: notify.StatusFiring,
 		Class: "preempt_storm", Severity: detect.Critical, Replica: "r1", At: at}
-	seed := notifytest.NewMemStore()
-	q, err := notify.NewQueue("pagerduty", &notifytest.Recorder{}, testOpts, seed, zap.NewNop(), notify.NewMetrics(prometheus.NewRegistry()), at)
-	if err != nil {
-		f.Fatal(err)
-	}
+	q := fuzzDispatcher(f, notifytest.NewMemStore(), prometheus.NewRegistry(), at)
 	q.Enqueue(ev)
-	f.Add(seed.Raw("notify-pagerduty"))
+	f.Add(q.Document())
 	f.Add([]byte(`{"version":1,"next_id":0,"outbox":[null],"incidents":{"x":null}}`))
 	f.Add([]byte(`{"version":1,"hold_until":"9999-12-31T23:59:59Z","outbox":[{"id":18446744073709551615}]}`))
 	f.Add([]byte(`{"version":"one"}`))
@@ -36,10 +46,7 @@ func FuzzQueueRestore(f *testing.F) {
 		store := notifytest.NewMemStore()
 		store.Put("notify-pagerduty", doc)
 		reg := prometheus.NewRegistry()
-		q, err := notify.NewQueue("pagerduty", &notifytest.Recorder{}, testOpts, store, zap.NewNop(), notify.NewMetrics(reg), at)
-		if err != nil {
-			t.Fatalf("the queue did not start on a bad document: %v", err)
-		}
+		q := fuzzDispatcher(t, store, reg, at)
 		q.Len()
 		q.Tracks("f1")
 		if _, err := reg.Gather(); err != nil {

@@ -544,21 +544,40 @@ func TestCorruptStateIsReportedNotFatal(t *testing.T) {
 	}
 }
 
+// A failing store slows nothing down: delivery goes on from memory. The
+// writer counts and logs its failed writes and retries them; the queue's
+// saves made while its document cannot be written are counted, and logged
+// once.
 func TestSaveFailureIsCountedAndLoggedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := notifytest.NewMemStore()
 		r := newRig(t, store, &notifytest.Recorder{}, &notifytest.Recorder{})
 		store.SetSaveError(errors.New("disk full"))
 		r.start(t)
-		r.d.Send(at(notifytest.PreemptStorm(time.Now()), time.Now()))
-		synctest.Wait()
-		if got := counter(t, r.reg, "watchdog_notification_state_save_failures_total", "integration", "pagerduty"); got < 1 {
-			t.Errorf("save failures not counted")
+		ev := at(notifytest.PreemptStorm(time.Now()), time.Now())
+		r.d.Send(ev)
+		// A batch may have begun before the pagerduty document was saved;
+		// the retry a second later has tried it.
+		advance(time.Second)
+		if got := counter(t, r.reg, "watchdog_state_write_failures_total", "document", "notify-pagerduty"); got < 1 {
+			t.Errorf("write failures of notify-pagerduty = %v, want at least 1", got)
+		}
+		// The saves that follow find the document failing.
+		for range 2 {
+			ev = notifytest.Update(ev, time.Now(), detect.Critical)
+			r.d.Send(ev)
+			synctest.Wait()
+		}
+		if got := counter(t, r.reg, "watchdog_notification_state_save_failures_total", "integration", "pagerduty"); got < 2 {
+			t.Errorf("save failures = %v, want every save while the document is not written counted", got)
 		}
 		if n := r.logs.FilterMessageSnippet("cannot persist").FilterField(zap.String("integration", "pagerduty")).Len(); n != 1 {
 			t.Errorf("save failure logged %d times for pagerduty, want once", n)
 		}
-		if got := kinds(r.pd.Delivered()); got != "5f1c/trigger" {
+		if n := r.logs.FilterMessageSnippet("writing a state document failed").FilterField(zap.String("document", "notify-pagerduty")).Len(); n != 1 {
+			t.Errorf("write failure logged %d times for notify-pagerduty, want once", n)
+		}
+		if got := kinds(r.pd.Delivered()); !strings.HasPrefix(got, "5f1c/trigger") {
 			t.Errorf("delivery must go on without persistence, got %q", got)
 		}
 		r.stop()

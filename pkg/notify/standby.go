@@ -80,7 +80,23 @@ func (d *Dispatcher) Active() bool {
 // is not recorded, and write nothing more: the new leader owns the store.
 // An event that attempt was delivering stays in the shared outbox and the
 // new leader delivers it again (at least once across a failover).
+//
+// The dispatcher's own writer (DispatcherConfig.Store) is switched with
+// it: made writable before the takeover reads the store, and made to drop
+// this copy's unwritten outboxes after the queues stop, outside the lock
+// Send takes, since it waits for a write under way.
 func (d *Dispatcher) SetActive(active bool, now time.Time) error {
+	if active && d.ownWriter {
+		d.writer.SetWritable(true)
+	}
+	err := d.setActive(active, now)
+	if !active && d.ownWriter {
+		d.writer.SetWritable(false)
+	}
+	return err
+}
+
+func (d *Dispatcher) setActive(active bool, now time.Time) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if active == d.active {
