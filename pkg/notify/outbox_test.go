@@ -308,7 +308,11 @@ func TestOutboxRefresh(t *testing.T) {
 // Records are bounded: resolved ones and notices after their retention,
 // resolved notices at once, then beyond max_records the least useful first.
 func TestOutboxPrune(t *testing.T) {
-	b := boxWith(func(o *QueueOptions) { o.MaxRecords = 2; o.ResolvedRetention = time.Hour; o.NoticeRetention = time.Hour })
+	b := boxWith(func(o *QueueOptions) {
+		o.MaxRecords = 2
+		o.ResolvedRetention = time.Hour
+		o.NoticeRetention = time.Hour
+	})
 	rec := func(fp string, open bool, class string, age time.Duration) *Incident {
 		return &Incident{Fingerprint: fp, Open: open, Last: Event{Class: class}, UpdatedAt: t0.Add(-age)}
 	}
