@@ -334,7 +334,7 @@ func (w *Writer) flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), w.opts.FlushTimeout)
 	defer cancel()
 	failed := 0
-	for len(w.unwritten()) > 0 {
+	for w.isWritable() && len(w.unwritten()) > 0 {
 		if failed > 0 && !sleep(ctx, w.retryDelay(failed)) {
 			break
 		}
@@ -351,6 +351,12 @@ func (w *Writer) flush() {
 		w.log.Error("stopping with state documents not written; a restart reads their previous versions",
 			zap.Strings("documents", left), zap.Duration("flush_timeout", w.opts.FlushTimeout))
 	}
+}
+
+func (w *Writer) isWritable() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writable
 }
 
 // unwritten lists the pending documents by name.
