@@ -10,10 +10,11 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/state"
 )
 
-// journalOptions are the incident journal's settings. It is saved in the
-// local state directory only: in HA mode the shared ConfigMap (1 MiB)
-// holds the paging state, and each copy keeps its own journal.
-func journalOptions(cfg config.Config, dir *state.Dir, logger *zap.Logger) incident.Options {
+// journalOptions are the incident journal's settings. It is saved through
+// store, the writer of the local state directory dir, and only when dir is
+// on disk: in HA mode the shared ConfigMap (1 MiB) holds the paging state,
+// and each copy keeps its own journal.
+func journalOptions(cfg config.Config, dir *state.Dir, store incident.Store, logger *zap.Logger) incident.Options {
 	opts := incident.Options{
 		Retention:    time.Duration(cfg.Incidents.Retention),
 		MaxIncidents: cfg.Incidents.MaxIncidents,
@@ -21,7 +22,7 @@ func journalOptions(cfg config.Config, dir *state.Dir, logger *zap.Logger) incid
 		Logger:       logger,
 	}
 	if dir.Path() != "" {
-		opts.Store = dir
+		opts.Store = store
 	}
 	return opts
 }

@@ -277,11 +277,13 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	if alertsOut == nil && cfg.LogFormat == config.LogFormatConsole {
 		alertsOut = dio.stderr
 	}
-	journal := incident.New(journalOptions(cfg, stateDir, logger.Named("incidents")), reg, now)
+	// Nothing on the evaluation or delivery path waits for the store.
+	writers := newStateWriters(stateStore, stateDir, reg, logger.Named("state"))
+	journal := incident.New(journalOptions(cfg, stateDir, writers.journal, logger.Named("incidents")), reg, now)
 	dispatcher, err := notify.NewDispatcher(notify.DispatcherConfig{
 		Integrations: integrations,
 		Routes:       notify.RouteConfig{Routes: cfg.Notify.Routes},
-		Store:        stateStore,
+		Store:        writers.state,
 		Standby:      cfg.HA.Enabled,
 		Logger:       logger.Named("notify"),
 		Registerer:   reg,
@@ -314,7 +316,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		Tracker:   tracker,
 		Windows:   store,
 		Sender:    dispatcher,
-		Persister: stateStore,
+		Persister: writers.state,
 		Silences:  silences,
 		Logger:    logger.Named("eval"),
 		Observer:  rounds,
@@ -383,7 +385,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	pipeCtx, stopPipe := context.WithCancel(context.Background())
 	notifyCtx, stopNotify := context.WithCancel(context.Background())
 	httpCtx, stopHTTP := context.WithCancel(context.Background())
-	notifyDone := make(chan struct{})
+	notifyDone, loopDone := make(chan struct{}), make(chan struct{})
 	runCtx, stopRun := context.WithCancel(ctx)
 	g.Add(func() error { <-runCtx.Done(); return nil }, func(error) { stopRun() })
 	feed := hist.run(scraper.Run)
@@ -420,8 +422,11 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 			g.Add(func() error { return watcher.Run(pipeCtx) }, func(error) { stopPipe() })
 		}
 	}
-	g.Add(func() error { return loop.Run(pipeCtx) }, func(error) { stopPipe() })
+	g.Add(func() error { defer close(loopDone); return loop.Run(pipeCtx) }, func(error) { stopPipe() })
 	g.Add(func() error { defer close(notifyDone); return dispatcher.Run(notifyCtx) }, func(error) { stopPipe(); stopNotify() })
+	// The state is written to the end: what the last round and the drain saved.
+	stopWriting := func() { stopPipe(); stopNotify(); <-notifyDone; <-loopDone; writers.stop() }
+	g.Add(writers.run, func(error) { stopWriting() })
 	g.Add(func() error { return srv.Run(httpCtx) }, func(error) {
 		stopPipe()
 		stopNotify()
@@ -443,14 +448,15 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		g.Add(func() error {
 			return silences.Follow(pipeCtx, cfg.Evaluation.Interval, standby, func(err error) { logger.Warn("follower could not reload the silences", zap.Error(err)) })
 		}, func(error) { stopPipe() })
-		failover, err := ha.New(ha.Options{Elector: elector, Store: kstore, Dispatcher: dispatcher, Evaluator: loop, Now: time.Now, Logger: logger.Named("ha")})
+		failover, err := ha.New(ha.Options{Elector: elector, Store: writers.state, Dispatcher: dispatcher, Evaluator: loop, Now: time.Now, Logger: logger.Named("ha")})
 		if err != nil {
 			return err
 		}
 		electorCtx, stopElector := context.WithCancel(context.Background())
-		// The lease is released only after the notification drain, so the
-		// next leader does not start while this one still delivers.
-		g.Add(func() error { return failover.Run(electorCtx) }, func(error) { stopPipe(); stopNotify(); <-notifyDone; stopElector() })
+		// The lease is released only after the notification drain and the
+		// state's last write, so the next leader does not start while this
+		// one still delivers, and reads what it delivered.
+		g.Add(func() error { return failover.Run(electorCtx) }, func(error) { stopWriting(); <-writers.done; stopElector() })
 	}
 	err = g.Run()
 	logger.Info("watchdog stopped")

@@ -17,8 +17,9 @@ type Elector interface {
 	Run(ctx context.Context) error
 }
 
-// Store is the shared state store; only the leader may write it
-// (internal/kubestore).
+// Store is the shared state store (internal/kubestore), or the writer in
+// front of it (pkg/persist), which passes the switch on and drops what this
+// copy saved and had not written; only the leader may write it.
 type Store interface {
 	SetWritable(writable bool)
 }
@@ -77,7 +78,8 @@ func (f *Failover) Run(ctx context.Context) error { return f.opts.Elector.Run(ct
 // switchTo makes this copy the leader or a follower.
 //
 // Losing the lease, the store stops writing first: a copy that lost it must
-// not overwrite the new leader's records, even with a delivery under way.
+// not overwrite the new leader's records, even with a delivery under way,
+// nor later with what it saved and had not written yet.
 // Gaining it, the store becomes writable before the dispatcher activates,
 // since activation reads the old leader's records and writes the catch-up;
 // the evaluator then restores the incidents the dispatcher holds open that

@@ -32,6 +32,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/persist"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -83,12 +84,14 @@ func newWorld(t *testing.T) *world {
 func (w *world) at(n int) time.Time { return w.base.Add(time.Duration(n) * 5 * time.Second) }
 
 // daemon is one watchdog copy, built from the same components as
-// cmd/watchdog in HA mode: a kubestore, a standby dispatcher with Slack and
-// PagerDuty, the real evaluation loop (window store, assessment, alert
-// tracker) and the Failover that switches them on leadership changes.
+// cmd/watchdog in HA mode: a kubestore and the writer over it, a standby
+// dispatcher with Slack and PagerDuty, the real evaluation loop (window
+// store, assessment, alert tracker) and the Failover that switches them on
+// leadership changes.
 type daemon struct {
 	name     string
 	store    *kubestore.Store
+	writer   *persist.Writer
 	d        *notify.Dispatcher
 	loop     *eval.Loop
 	silences *silence.Store
@@ -97,8 +100,8 @@ type daemon struct {
 	requests atomic.Int64 // HTTP requests this copy made to Slack and PagerDuty
 	logs     *observer.ObservedLogs
 
-	stopNotify, stopFailover context.CancelFunc
-	notifyDone, failoverDone chan struct{}
+	stopNotify, stopWriter, stopFailover context.CancelFunc
+	notifyDone, writerDone, failoverDone chan struct{}
 }
 
 type countingTransport struct {
@@ -163,6 +166,10 @@ func (w *world) start(t *testing.T, name string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	writer := persist.New(store, persist.Options{
+		Order:  []string{notify.StateDocumentPrefix + "*", eval.HeldDocument, eval.AlertsDocument},
+		Logger: logger, Metrics: persist.NewMetrics(reg),
+	})
 	sl, err := slack.New(slack.Config{BotToken: "xoxb-test", Channel: "#llm-oncall", APIURL: w.slack.APIURL()}, httpClient, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +183,7 @@ func (w *world) start(t *testing.T, name string) *daemon {
 			{Name: notify.IntegrationSlack, Notifier: sl, Options: queueOpts},
 			{Name: notify.IntegrationPagerDuty, Notifier: pd, Options: queueOpts},
 		},
-		Routes: notify.DefaultRoutes(), Store: store, Logger: logger, Registerer: reg, Standby: true,
+		Routes: notify.DefaultRoutes(), Store: writer, Logger: logger, Registerer: reg, Standby: true,
 	}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +209,7 @@ func (w *world) start(t *testing.T, name string) *daemon {
 		Assessor: assess.New([]detect.Detector{dm.detector}, assess.Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()}),
 		Tracker:  alert.NewTracker(alert.Config{ResolvedRetention: time.Hour}),
 		Links:    alert.Links{ExternalURL: "https://watchdog.example"},
-		Windows:  windows, Sender: d, Persister: store, Silences: dm.silences, Logger: logger,
+		Windows:  windows, Sender: d, Persister: writer, Silences: dm.silences, Logger: logger,
 	}, reg)
 
 	e, err := leader.New(haCfg, client, name, reg, logger)
@@ -210,13 +217,13 @@ func (w *world) start(t *testing.T, name string) *daemon {
 		t.Fatal(err)
 	}
 	failover, err := ha.New(ha.Options{
-		Elector: observedElector{e, dm.changes}, Store: store, Dispatcher: d, Evaluator: dm.loop,
+		Elector: observedElector{e, dm.changes}, Store: writer, Dispatcher: d, Evaluator: dm.loop,
 		Now: time.Now, Logger: logger,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dm.store, dm.d = store, d
+	dm.store, dm.writer, dm.d = store, writer, d
 
 	// Registered before the stop below, so it runs after it: no switch this
 	// copy made, the final step-down included, found the state unreadable.
@@ -226,27 +233,31 @@ func (w *world) start(t *testing.T, name string) *daemon {
 		}
 	})
 	nctx, stopNotify := context.WithCancel(context.Background())
+	wctx, stopWriter := context.WithCancel(context.Background())
 	fctx, stopFailover := context.WithCancel(context.Background())
-	dm.stopNotify, dm.stopFailover = stopNotify, stopFailover
-	dm.notifyDone, dm.failoverDone = make(chan struct{}), make(chan struct{})
+	dm.stopNotify, dm.stopWriter, dm.stopFailover = stopNotify, stopWriter, stopFailover
+	dm.notifyDone, dm.writerDone, dm.failoverDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { _ = d.Run(nctx); close(dm.notifyDone) }()
+	go func() { _ = writer.Run(wctx); close(dm.writerDone) }()
 	go func() { _ = failover.Run(fctx); close(dm.failoverDone) }()
 	t.Cleanup(dm.stop)
 	return dm
 }
 
-// stop is the daemon's clean shutdown order: the dispatcher drains while
-// this copy still leads, then the lease is released.
+// stop is the daemon's clean shutdown order: the dispatcher drains and the
+// state is written while this copy still leads, then the lease is released.
 func (dm *daemon) stop() {
 	dm.stopNotify()
 	<-dm.notifyDone
+	dm.stopWriter()
+	<-dm.writerDone
 	dm.stopFailover()
 	<-dm.failoverDone
 }
 
 // evaluate is one evaluation round of the real loop with the detector
 // showing findings: assessment, alert tracker, events to the dispatcher,
-// firing alerts persisted (a follower's store skips the write).
+// firing alerts saved (a follower's writer keeps nothing).
 func (dm *daemon) evaluate(t *testing.T, findings []detect.Finding, now time.Time) []notify.Event {
 	t.Helper()
 	dm.detector.set(findings)
