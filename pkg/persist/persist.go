@@ -36,26 +36,37 @@
 //
 // The evaluation loop hands each round's events to the dispatcher, whose
 // queues save their outboxes ("notify-<integration>"), before it saves the
-// alert state ("alerts"), and the daemon orders "notify-*" before "alerts".
-// So the alert state that survives a crash is never newer than the outboxes
-// that survive with it: an event enqueued but not yet written is lost only
-// together with the alert state of the round that produced it (and of every
-// later round). The restarted tracker holds the firing alerts of an earlier
-// round, and completes them from the notifiers' records
-// (Tracker.RestoreIncidents), which may be newer:
+// alert state ("alerts"), and the daemon ranks "notify-*" before "alerts".
+// So the alert state on disk is never ahead of the outboxes: an event
+// enqueued but not yet written when the process dies is lost only together
+// with the alert state of the round that produced it (and of every later
+// round). The restarted tracker holds the firing alerts of an earlier round
+// (Tracker.Restore) and adds the incidents the notifiers' records hold
+// open (Tracker.RestoreIncidents):
 //
 //   - a lost trigger or update: the tracker does not believe it paged (or
-//     escalated). If the condition is still there it is detected again and
-//     paged after the pending period: late, not lost. If it ended before the
-//     restart, nothing is paged.
-//   - a lost resolve: the alert is restored as firing; not seen again, it
-//     resolves after alerts.restore_grace and the resolve is sent then.
+//     escalated). If the condition is still there, it pages again once the
+//     detectors see it in their refilled windows and the pending period
+//     (alerts.for) has passed: late, not lost. If the condition ended
+//     before the restart, nothing is paged for it.
+//   - a lost resolve: the alert state still holds the alert firing; not seen
+//     again, it resolves after alerts.restore_grace and the resolve is sent
+//     then.
 //
-// Delivery does not wait for the write: an event can reach the provider
-// before its outbox is written. After a crash in between, the restarted
-// daemon sends it again (Slack may post a second message; PagerDuty
-// deduplicates on the incident key), and a trigger delivered that way
-// whose condition is gone by the restart is never resolved by the
+// The price of the order: while an outbox cannot be written (a ConfigMap
+// over its size limit, say), the alert state is not written either.
+//
+// Two limits. The outboxes are written one document at a time: after a
+// crash between two of them, or while one of them keeps failing, an
+// incident can be in one integration's outbox (the built-in log's, first
+// by name) and not in another's. RestoreIncidents then restores it, the
+// tracker believes it paged, and the other integration gets it only with
+// the incident's next update, repeat (alerts.repeat_interval) or resolve.
+// And delivery does not wait for the write: an event can reach the
+// provider before its outbox is written. After a crash in between, the
+// restarted daemon sends it again (Slack may post a second message;
+// PagerDuty deduplicates on the incident key), and a trigger delivered that
+// way whose condition is gone by the restart is never resolved by the
 // watchdog: it stays open at the provider until someone closes it. The
 // window is the time from a save to its write: about one write when the
 // store is healthy, a whole failure streak when it is not.
