@@ -186,9 +186,10 @@ func New(store Store, opts Options) *Writer {
 	if opts.RetryInitial <= 0 {
 		opts.RetryInitial = DefaultRetryInitial
 	}
-	if opts.RetryMax < opts.RetryInitial {
-		opts.RetryMax = max(DefaultRetryMax, opts.RetryInitial)
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = DefaultRetryMax
 	}
+	opts.RetryMax = max(opts.RetryMax, opts.RetryInitial)
 	if opts.FlushTimeout <= 0 {
 		opts.FlushTimeout = DefaultFlushTimeout
 	}
