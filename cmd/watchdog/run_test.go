@@ -217,6 +217,14 @@ func TestEndToEnd(t *testing.T) {
 	}
 	slackSrv := notifytest.NewSlackServer()
 	t.Cleanup(slackSrv.Close)
+	slackEvents := make(chan notifytest.Request, 100)
+	slackSrv.Respond(func(_ int, r notifytest.Request) notifytest.Response {
+		select {
+		case slackEvents <- r:
+		default: // the test reads only the first hundred
+		}
+		return notifytest.Response{}
+	})
 	pd := notifytest.NewPagerDutyServer()
 	t.Cleanup(pd.Close)
 	pdEvents := make(chan notifytest.Request, 100)
@@ -298,6 +306,11 @@ func TestEndToEnd(t *testing.T) {
 	if len(api.Alerts) != 1 {
 		t.Errorf("resolved alert not listed: %+v", api.Alerts)
 	}
+	// Each integration delivers on its own worker: Slack's resolve may
+	// land after PagerDuty's.
+	waitSlack(t, slackEvents, func(r notifytest.Request) bool {
+		return r.Method == "chat.update" && strings.Contains(strings.ToLower(r.Form.Get("text")), "resolved")
+	})
 	posts, updated := 0, false
 	for _, r := range slackSrv.Requests() {
 		if r.Method == "chat.postMessage" && r.Form.Get("thread_ts") == "" && strings.Contains(strings.ToLower(r.Form.Get("text")), "preempt") {
@@ -387,6 +400,22 @@ func waitPagerDuty(t *testing.T, events <-chan notifytest.Request, action, dedup
 			}
 		case <-deadline:
 			t.Fatalf("PagerDuty got no %s for %s", action, dedup)
+		}
+	}
+}
+
+// waitSlack waits for a request to the fake Slack that matches.
+func waitSlack(t *testing.T, events <-chan notifytest.Request, match func(notifytest.Request) bool) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case r := <-events:
+			if match(r) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("Slack got no such request")
 		}
 	}
 }

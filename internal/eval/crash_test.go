@@ -26,9 +26,9 @@ func crashConfig() alert.Config {
 	return cfg
 }
 
-func savedAlerts(t *testing.T, d disk) []alert.Alert {
+func savedAlerts(t *testing.T, d disk) []alert.Incident {
 	t.Helper()
-	var saved []alert.Alert
+	var saved []alert.Incident
 	if raw := d.Raw(eval.AlertsDocument); len(raw) > 0 {
 		if err := json.Unmarshal(raw, &saved); err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestCrashBeforeTheWriteLosesTheTriggerWithItsAlertState(t *testing.T) {
 		dm2 := start(t, d.process(), det, pd, crashConfig(), time.Second)
 		dm2.run(dm2.writer.Run)
 		dm2.run(dm2.d.Run)
-		if a := dm2.tracker.Alerts(); len(a) != 0 {
+		if a := dm2.tracker.Incidents(); len(a) != 0 {
 			t.Fatalf("the restarted tracker holds %+v: it would believe it paged", a)
 		}
 		if evs := dm2.loop.Evaluate(time.Now()); len(evs) != 0 {

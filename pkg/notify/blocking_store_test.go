@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -104,7 +106,7 @@ func TestDeliveryGoesOnWhileTheStoreIsStalled(t *testing.T) {
 			t.Fatalf("writes begun %v, landed %v: want the first one waiting at the store", begun, landed)
 		}
 		advance(time.Minute)
-		upd := notifytest.Update(trig, time.Now(), "critical")
+		upd := notifytest.Update(trig, time.Now(), detect.Critical)
 		d.Send(upd)
 		synctest.Wait()
 		d.Send(notifytest.Resolve(upd, time.Now()))
@@ -171,7 +173,7 @@ func TestSendReturnsWhileTheStoreIsStalled(t *testing.T) {
 			ev := at(notifytest.PreemptStorm(now), now)
 			ev.Fingerprint = fmt.Sprintf("%016x", i)
 			d.Send(ev)
-			d.Queue("pagerduty").Enqueue(notifytest.Update(ev, now, "critical"))
+			d.Queue("pagerduty").Enqueue(notifytest.Update(ev, now, detect.Critical))
 		}
 		d.Queue("pagerduty").Len()
 	}()

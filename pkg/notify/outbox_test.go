@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 // The outbox's decisions, driven directly: no worker, no store, no clock.
@@ -23,7 +25,7 @@ func boxWith(mod func(*QueueOptions)) *outbox {
 // ev is an event of incident fp: kind, and severity "critical" (resolve:
 // status resolved).
 func ev(fp string, kind Kind, seq int) Event {
-	e := Event{Fingerprint: fp, Seq: uint64(seq), Kind: kind, Status: StatusFiring, Severity: "critical", Class: "preempt_storm",
+	e := Event{Fingerprint: fp, Seq: uint64(seq), Kind: kind, Status: StatusFiring, Severity: detect.Critical, Class: "preempt_storm",
 		StartsAt: t0, At: t0.Add(time.Duration(seq) * time.Second)}
 	if kind == KindResolve {
 		e.Status = StatusResolved
