@@ -79,6 +79,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/promreg"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
@@ -387,19 +388,19 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		targets: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		targets: promreg.Reuse(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "watchdog_discovery_targets",
 			Help: "Targets each discovery source currently yields, before deduplication and sharding.",
 		}, []string{"source"})),
-		selected: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		selected: promreg.Reuse(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "watchdog_discovery_selected_targets",
 			Help: "Targets this watchdog scrapes: every source merged, deduplicated and sharded.",
 		})),
-		failures: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		failures: promreg.Reuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "watchdog_discovery_refresh_failures_total",
 			Help: "Failed DNS lookups and Kubernetes list/watch calls; the last known targets are kept.",
 		}, []string{"source"})),
-		updates: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		updates: promreg.Reuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "watchdog_discovery_updates_total",
 			Help: "Target lists handed to the scraper.",
 		})),
@@ -408,21 +409,4 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.failures.WithLabelValues(s)
 	}
 	return m
-}
-
-// register registers c on reg, or returns the collector already registered
-// in its place (a Discoverer rebuilt on config reload keeps its series).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err) // a name clash with another component: a programming error
-	}
-	return c
 }

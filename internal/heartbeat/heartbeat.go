@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/promreg"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -216,25 +217,18 @@ func New(cfg Config, client *http.Client, healthy func() bool, reg prometheus.Re
 		}
 		h.url = strings.TrimSpace(raw)
 	}
-	var err error
-	if h.lastSuccess, err = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	h.lastSuccess = promreg.Reuse(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "watchdog_heartbeat_last_success_timestamp_seconds",
 		Help: "Unix time of the last heartbeat ping the receiver accepted; 0 before the first.",
-	})); err != nil {
-		return nil, err
-	}
-	if h.failures, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	}))
+	h.failures = promreg.Reuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "watchdog_heartbeat_failures_total",
 		Help: "Heartbeat pings that failed, by reason (timeout, http_status, error).",
-	}, []string{"reason"})); err != nil {
-		return nil, err
-	}
-	if h.interval, err = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	}, []string{"reason"}))
+	h.interval = promreg.Reuse(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "watchdog_heartbeat_interval_seconds",
 		Help: "Configured interval between heartbeat pings; 0 when the heartbeat is disabled.",
-	})); err != nil {
-		return nil, err
-	}
+	}))
 	for _, r := range [...]string{ReasonTimeout, ReasonHTTPStatus, ReasonError} {
 		h.failures.WithLabelValues(r)
 	}
@@ -244,24 +238,6 @@ func New(cfg Config, client *http.Client, healthy func() bool, reg prometheus.Re
 		h.interval.Set(0)
 	}
 	return h, nil
-}
-
-// register registers c, or returns the collector of the same description
-// already on reg.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if reg == nil {
-		return c, nil
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("heartbeat metrics: %w", err)
-	}
-	return c, nil
 }
 
 // Run pings until ctx is done and returns nil then. The first ping is sent

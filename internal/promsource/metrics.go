@@ -2,6 +2,7 @@ package promsource
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 type metrics struct {
@@ -11,31 +12,24 @@ type metrics struct {
 	duration   prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		queries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "watchdog_prometheus_queries_total",
 			Help: "Queries to the Prometheus-compatible API (history:), by kind (range, replicas: the listing before a range, latest) and result (ok, partial: warnings or isPartial, too_large, timeout, server_error, bad_request, bad_response, error).",
 		}, []string{"kind", "result"}),
-		backfilled: prometheus.NewCounter(prometheus.CounterOpts{
+		backfilled: f.NewCounter(prometheus.CounterOpts{
 			Name: "watchdog_history_backfilled_samples_total",
 			Help: "Normalized samples read from the Prometheus-compatible API into the windows at start.",
 		}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
+		failures: f.NewCounter(prometheus.CounterOpts{
 			Name: "watchdog_history_backfill_failures_total",
 			Help: "Backfills that could not read all of their range (the windows start without the missing part).",
 		}),
-		duration: prometheus.NewGauge(prometheus.GaugeOpts{
+		duration: f.NewGauge(prometheus.GaugeOpts{
 			Name: "watchdog_history_backfill_duration_seconds",
 			Help: "How long the last backfill took.",
 		}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.queries, m.backfilled, m.failures, m.duration} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return m, nil
 }

@@ -78,11 +78,7 @@ func New(cfg Config, step time.Duration, opts Options, reg prometheus.Registerer
 	if err != nil {
 		return nil, fmt.Errorf("history.url: %w", err)
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, err
-	}
-	return &Reader{cfg: cfg, api: v1.NewAPI(&guardedClient{Client: client, max: cfg.MaxResponseBytes}), logger: logger, metrics: m, opts: opts}, nil
+	return &Reader{cfg: cfg, api: v1.NewAPI(&guardedClient{Client: client, max: cfg.MaxResponseBytes}), logger: logger, metrics: newMetrics(reg), opts: opts}, nil
 }
 
 // Step is the resolution of history reads.

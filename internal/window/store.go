@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
@@ -191,37 +192,31 @@ func New(opts Options, reg prometheus.Registerer) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	f := promauto.With(reg)
 	s := &Store{
 		opts:     opts,
 		replicas: map[string]*replica{},
 		byTarget: map[string]map[string]*replica{},
-		ingested: prometheus.NewCounter(prometheus.CounterOpts{
+		ingested: f.NewCounter(prometheus.CounterOpts{
 			Name: "watchdog_samples_ingested_total",
 			Help: "Samples recorded into the sliding windows.",
 		}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "watchdog_series_rejected_total",
 			Help: "Samples dropped because their replica reached the series limit (reason series_limit) or its window memory budget (reason memory_budget).",
 		}, []string{"target", "reason"}),
-		seriesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		seriesHeld: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "watchdog_series",
 			Help: "Series held in the sliding windows, per scrape target.",
 		}, []string{"target"}),
-		bytesHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		bytesHeld: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "watchdog_window_bytes",
 			Help: "Memory held by the sliding windows in the store's own accounting (encoded points, a chunk its series share counted once, series records, the label sets its series made), per scrape target.",
 		}, []string{"target"}),
-		replicasGauge: prometheus.NewGauge(prometheus.GaugeOpts{
+		replicasGauge: f.NewGauge(prometheus.GaugeOpts{
 			Name: "watchdog_replicas",
 			Help: "Replicas held in the sliding windows.",
 		}),
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{s.ingested, s.rejected, s.seriesHeld, s.bytesHeld, s.replicasGauge} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("window: register metrics: %w", err)
-			}
-		}
 	}
 	return s, nil
 }
