@@ -30,6 +30,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/alertmanager"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
 
 // Config is the whole configuration.
@@ -405,7 +406,7 @@ func ParseTargets(s string) ([]Target, error) {
 		if t.Name == "" {
 			u, err := url.Parse(t.URL)
 			if err != nil || u.Host == "" {
-				errs = append(errs, fmt.Errorf("item %d: %q is not name=url or a URL", i+1, redactURL(item)))
+				errs = append(errs, fmt.Errorf("item %d: %q is not name=url or a URL", i+1, redact.URL(item)))
 				continue
 			}
 			t.Name = u.Host
@@ -420,30 +421,18 @@ func ParseTargets(s string) ([]Target, error) {
 func MetricsURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("invalid URL %q", redactURL(raw))
+		return "", fmt.Errorf("invalid URL %q", redact.URL(raw))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("URL %q: scheme must be http or https", redactURL(raw))
+		return "", fmt.Errorf("URL %q: scheme must be http or https", redact.URL(raw))
 	}
 	if u.Hostname() == "" {
-		return "", fmt.Errorf("URL %q has no host", redactURL(raw))
+		return "", fmt.Errorf("URL %q has no host", redact.URL(raw))
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/metrics"
 	}
 	return u.String(), nil
-}
-
-// redactURL hides credentials a target URL may carry.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<unparseable URL>"
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	return u.Redacted()
 }
 
 // Validate reports every problem at once.
@@ -573,7 +562,7 @@ func (c Config) Validate() error {
 	}
 	for path, raw := range map[string]string{"notify.slack.api_url": s.APIURL, "notify.pagerduty.events_url": c.Notify.PagerDuty.EventsURL} {
 		if u, err := url.Parse(raw); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			add("%s: %q is not an absolute http(s) URL", path, redactURL(raw))
+			add("%s: %q is not an absolute http(s) URL", path, redact.URL(raw))
 		}
 	}
 	if s.WebhookURL != "" {

@@ -26,6 +26,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -362,7 +363,7 @@ func Diagnose(obs Observation, base detect.Config, opts Options) (*Report, error
 			now = to.Scrapes[n-1].At
 		}
 		base := TargetReport{
-			Target: to.Target.Name, URL: displayURL(to.Target.URL), Kind: to.Target.Kind,
+			Target: to.Target.Name, URL: redact.URL(to.Target.URL), Kind: to.Target.Kind,
 			Scrapes: len(to.Scrapes), Health: healthResult(to.Health),
 		}
 		var firstOK, lastOK time.Time

@@ -65,13 +65,3 @@ func ParseTargets(args []string) ([]scrape.Target, error) {
 	}
 	return out, errors.Join(errs...)
 }
-
-// displayURL is a target URL safe to print: scheme, host and path only
-// (user:password and ?token= stay out of terminals and CI logs).
-func displayURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<target URL>"
-	}
-	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
-}

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -41,8 +42,15 @@ func TestParseTargets(t *testing.T) {
 	}
 }
 
-func TestDisplayURLHidesCredentials(t *testing.T) {
-	if got := displayURL("http://user:pw@h:1/metrics?token=x"); got != "http://h:1/metrics" {
-		t.Errorf("displayURL = %q", got)
+// The report, printed to terminals and CI logs, names a target by its
+// URL without the credentials it carries.
+func TestReportURLHidesCredentials(t *testing.T) {
+	a, b := healthyPair()
+	to := observe(t, "e", 10*time.Second, expo(a), expo(b))
+	to.Target.URL = strings.Replace(to.Target.URL, "http://", "http://user:pw-77@", 1) + "?token=tok-88"
+	tr := diagnoseOne(t, 10*time.Second, to).Targets[0]
+	if strings.Contains(tr.URL, "pw-77") || strings.Contains(tr.URL, "tok-88") || strings.Contains(tr.URL, "user") ||
+		!strings.HasSuffix(tr.URL, "/metrics") {
+		t.Errorf("report URL %q, want the target's scheme, host and path only", tr.URL)
 	}
 }

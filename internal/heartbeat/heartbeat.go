@@ -33,6 +33,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/promreg"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
 
 // Defaults.
@@ -305,7 +306,7 @@ func (h *Heartbeat) ping(ctx context.Context) (reason string, err error) {
 		if ctx.Err() == context.DeadlineExceeded || isTimeout(err) {
 			return ReasonTimeout, fmt.Errorf("no answer within %s", h.cfg.Timeout)
 		}
-		return ReasonError, redact(err)
+		return ReasonError, redact.Secrets{Values: []string{h.url}}.Error(err)
 	}
 	defer resp.Body.Close()
 	// Drain a little so the connection can be reused; the body is not
@@ -320,14 +321,4 @@ func (h *Heartbeat) ping(ctx context.Context) (reason string, err error) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// redact drops the *url.Error wrapper, whose message quotes the whole URL
-// (the credential), and keeps the operation and the cause.
-func redact(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return fmt.Errorf("%s <heartbeat URL>: %w", ue.Op, ue.Err)
-	}
-	return err
 }

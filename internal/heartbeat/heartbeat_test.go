@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
 
 // secretURL carries a credential in its path and query, as real heartbeat
@@ -364,7 +365,7 @@ func TestRealHTTPServerRefusedIsRedacted(t *testing.T) {
 			t.Errorf("error leaks %q: %v", s, err)
 		}
 	}
-	if !strings.Contains(err.Error(), "<heartbeat URL>") {
+	if !strings.HasPrefix(err.Error(), `Get "`+redact.Hidden+`": `) {
 		t.Errorf("error %q does not say which request failed", err)
 	}
 }

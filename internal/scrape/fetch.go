@@ -11,12 +11,12 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -89,7 +89,7 @@ func httpFetcher(client *http.Client, opts Options) fetchFunc {
 func fetch(ctx context.Context, client *http.Client, t Target, opts Options, timeoutHeader, encoding string, dst *responseBody) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err != nil {
-		return &fetchError{reason: series.FailureError, msg: "bad target URL " + redactURL(t.URL)}
+		return &fetchError{reason: series.FailureError, msg: "bad target URL " + redact.URL(t.URL)}
 	}
 	req.Header.Set("Accept", acceptHeader)
 	req.Header.Set("User-Agent", opts.UserAgent)
@@ -261,46 +261,7 @@ func classify(ctx context.Context, err error, rawURL string) *fetchError {
 	case errors.As(err, &netErr) && netErr.Timeout():
 		reason = series.FailureTimeout
 	}
-	return &fetchError{reason: reason, msg: redactError(err, rawURL)}
-}
-
-// redactError renders err without the secrets of rawURL. *url.Error embeds
-// the full URL, so it is rebuilt around a redacted one; any remaining copy
-// of the URL, its password or its query is masked as a second line of
-// defence (inner errors are not ours to trust).
-func redactError(err error, rawURL string) string {
-	var msg string
-	if ue, ok := errors.AsType[*url.Error](err); ok {
-		msg = ue.Op + " " + redactURL(ue.URL) + ": " + ue.Err.Error()
-	} else {
-		msg = err.Error()
-	}
-	u, perr := url.Parse(rawURL)
-	if perr != nil {
-		return strings.ReplaceAll(msg, rawURL, "<target URL>")
-	}
-	msg = strings.ReplaceAll(msg, rawURL, redactURL(rawURL))
-	if pw, ok := u.User.Password(); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-	}
-	if u.User != nil && u.User.Username() != "" {
-		msg = strings.ReplaceAll(msg, u.User.String()+"@", "")
-	}
-	if u.RawQuery != "" {
-		msg = strings.ReplaceAll(msg, u.RawQuery, "xxxxx")
-	}
-	return msg
-}
-
-// redactURL keeps scheme, host and path: enough to tell targets apart in a
-// log, nothing that can authenticate.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "<target URL>"
-	}
-	clean := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
-	return clean.String()
+	return &fetchError{reason: reason, msg: redact.Secrets{URLs: []string{rawURL}}.Error(err).Error()}
 }
 
 // NewTransport is an HTTP transport for scraping a fleet: its own (never

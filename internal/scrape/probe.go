@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -132,12 +133,12 @@ func probeHealth(ctx context.Context, client *http.Client, t Target, userAgent s
 	done := func() HealthProbe { p.Duration = time.Since(start); return p }
 	target, err := HealthURL(t.URL)
 	if err != nil {
-		p.Reason, p.Error = series.FailureError, "bad target URL "+redactURL(t.URL)
+		p.Reason, p.Error = series.FailureError, "bad target URL "+redact.URL(t.URL)
 		return done()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		p.Reason, p.Error = series.FailureError, "bad target URL "+redactURL(target)
+		p.Reason, p.Error = series.FailureError, "bad target URL "+redact.URL(target)
 		return done()
 	}
 	req.Header.Set("User-Agent", userAgent)

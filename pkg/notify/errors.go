@@ -156,33 +156,3 @@ func ReasonForStatus(code int) Reason {
 	}
 	return ReasonUnknown
 }
-
-// RedactURL removes the URL from a *url.Error anywhere in err's chain while
-// keeping the operation and cause, because webhook URLs are credentials.
-// The result keeps timeouts recognisable (ReasonOf still sees them).
-func RedactURL(err error) error {
-	var ue *url.Error
-	if !errors.As(err, &ue) {
-		return err
-	}
-	return &redactedURLError{op: ue.Op, err: ue.Err}
-}
-
-type redactedURLError struct {
-	op  string
-	err error
-}
-
-func (e *redactedURLError) Error() string {
-	return fmt.Sprintf("%s <redacted url>: %v", e.op, e.err)
-}
-func (e *redactedURLError) Unwrap() error { return e.err }
-
-// Timeout reports whether the cause was a timeout, like *url.Error does.
-func (e *redactedURLError) Timeout() bool {
-	var ne net.Error
-	return errors.As(e.err, &ne) && ne.Timeout() || errors.Is(e.err, context.DeadlineExceeded)
-}
-
-// Temporary is required by net.Error.
-func (e *redactedURLError) Temporary() bool { return false }

@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
 
 func TestErrorClassification(t *testing.T) {
@@ -37,12 +38,14 @@ func TestErrorClassification(t *testing.T) {
 	if notify.ReasonOf(context.DeadlineExceeded) != notify.ReasonTimeout {
 		t.Error("deadline is a timeout")
 	}
+	// A transport error with its credential taken out still classifies.
+	hook := redact.Secrets{Values: []string{"https://hooks.slack.com/services/T/B/SECRET", "https://x/SECRET"}}
 	ue := &url.Error{Op: "Post", URL: "https://hooks.slack.com/services/T/B/SECRET", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}
-	red := notify.RedactURL(fmt.Errorf("post: %w", ue))
+	red := hook.Error(fmt.Errorf("post: %w", ue))
 	if strings.Contains(red.Error(), "SECRET") || notify.ReasonOf(red) != notify.ReasonNetwork {
 		t.Errorf("redacted %q reason %s", red, notify.ReasonOf(red))
 	}
-	to := notify.RedactURL(&url.Error{Op: "Post", URL: "https://x/SECRET", Err: context.DeadlineExceeded})
+	to := hook.Error(&url.Error{Op: "Post", URL: "https://x/SECRET", Err: context.DeadlineExceeded})
 	if notify.ReasonOf(to) != notify.ReasonTimeout || strings.Contains(to.Error(), "SECRET") {
 		t.Errorf("timeout redacted %q reason %s", to, notify.ReasonOf(to))
 	}

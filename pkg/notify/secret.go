@@ -1,6 +1,10 @@
 package notify
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
+)
 
 // Secret is a credential (bot token, webhook URL, routing key). Every way of
 // printing or encoding it yields "<secret>"; only an explicit string
@@ -8,7 +12,7 @@ import "log/slog"
 // that.
 type Secret string
 
-const redacted = "<secret>"
+const redacted = redact.Hidden
 
 // String implements fmt.Stringer.
 func (Secret) String() string { return redacted }

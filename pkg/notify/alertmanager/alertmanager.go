@@ -32,6 +32,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
 
 // Name is the integration's name in routes, metrics and state.
@@ -371,7 +372,9 @@ func (n *Notifier) postOne(ctx context.Context, endpoint string, body []byte) er
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := n.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("alertmanager %s: %w", endpoint, notify.RedactURL(err))
+		// The endpoint holds no credential (Validate refuses userinfo and
+		// queries); any other URL the error quotes is reduced all the same.
+		return fmt.Errorf("alertmanager %s: %w", endpoint, redact.Secrets{}.Error(err))
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))

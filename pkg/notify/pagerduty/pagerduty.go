@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
 
 // Events API endpoints.
@@ -98,6 +99,7 @@ func baseURL(events string) (string, error) {
 type Notifier struct {
 	client     *pd.Client
 	routingKey string
+	secrets    redact.Secrets
 	log        *zap.Logger
 }
 
@@ -119,7 +121,11 @@ func New(cfg Config, httpClient *http.Client, logger *zap.Logger) (*Notifier, er
 	}
 	c := pd.NewClient("", pd.WithV2EventsAPIEndpoint(base))
 	c.HTTPClient = capturingClient{inner: httpClient}
-	return &Notifier{client: c, routingKey: string(cfg.RoutingKey), log: logger}, nil
+	key := string(cfg.RoutingKey)
+	// The events URL may be a proxy's, with a credential in its path: an
+	// error shows neither it nor the key.
+	secrets := redact.Secrets{Values: []string{key, base}}
+	return &Notifier{client: c, routingKey: key, secrets: secrets, log: logger}, nil
 }
 
 // Notify implements notify.Notifier (without incident context).
@@ -365,7 +371,7 @@ func (n *Notifier) send(ctx context.Context, e *pd.V2Event) error {
 	what := "pagerduty " + e.Action
 	switch {
 	case c.transportErr != nil:
-		terr := notify.RedactURL(c.transportErr)
+		terr := n.secrets.Error(c.transportErr)
 		reason := notify.ReasonNetwork
 		if errors.Is(c.transportErr, context.DeadlineExceeded) || notify.ReasonOf(terr) == notify.ReasonTimeout {
 			reason = notify.ReasonTimeout
@@ -399,8 +405,7 @@ func retryAfter(h string) time.Duration {
 
 // redact removes the routing key from text a server sent back.
 func (n *Notifier) redact(s string) string {
-	s = strings.ReplaceAll(s, n.routingKey, "<secret>")
-	s = strings.TrimSpace(oneLine(s))
+	s = strings.TrimSpace(oneLine(n.secrets.String(s)))
 	if s == "" {
 		s = "(empty body)"
 	}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
 
 // DefaultAPIURL is Slack's public Web API base.
@@ -87,7 +88,7 @@ type Notifier struct {
 	channel    string
 	webhookURL string
 	http       *http.Client
-	secrets    []string
+	secrets    redact.Secrets
 	log        *zap.Logger
 }
 
@@ -108,7 +109,7 @@ func New(cfg Config, httpClient *http.Client, logger *zap.Logger) (*Notifier, er
 	n := &Notifier{channel: cfg.Channel, http: httpClient, log: logger}
 	for _, s := range []notify.Secret{cfg.BotToken, cfg.WebhookURL} {
 		if s.IsSet() {
-			n.secrets = append(n.secrets, string(s))
+			n.secrets.Values = append(n.secrets.Values, string(s))
 		}
 	}
 	if cfg.BotToken.IsSet() {
@@ -284,7 +285,7 @@ func (n *Notifier) classify(call string, err error) error {
 			return notify.WithReason(notify.Permanent(e), notify.ReasonForStatus(sc.Code))
 		}
 	case errors.As(err, &se):
-		e := fmt.Errorf("slack %s: %s", call, n.redact(se.Err))
+		e := fmt.Errorf("slack %s: %s", call, n.secrets.String(se.Err))
 		switch {
 		case se.Err == "ratelimited" || se.Err == "rate_limited":
 			return notify.RetryAfter(e, defaultRateLimit)
@@ -298,22 +299,15 @@ func (n *Notifier) classify(call string, err error) error {
 			return notify.WithReason(notify.Permanent(e), notify.ReasonClientError)
 		}
 	}
+	red := n.secrets.Error(err)
 	var ue *url.Error
 	if errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		red := notify.RedactURL(err)
 		reason := notify.ReasonOf(red)
 		if reason == notify.ReasonUnknown {
 			reason = notify.ReasonNetwork
 		}
-		return notify.WithReason(fmt.Errorf("slack %s: %s", call, n.redact(red.Error())), reason)
+		return notify.WithReason(fmt.Errorf("slack %s: %s", call, red), reason)
 	}
 	// Undecodable responses and the like: retry, but never quote a secret.
-	return notify.WithReason(fmt.Errorf("slack %s: %s", call, n.redact(err.Error())), notify.ReasonUnknown)
-}
-
-func (n *Notifier) redact(s string) string {
-	for _, secret := range n.secrets {
-		s = strings.ReplaceAll(s, secret, "<secret>")
-	}
-	return s
+	return notify.WithReason(fmt.Errorf("slack %s: %s", call, red), notify.ReasonUnknown)
 }
