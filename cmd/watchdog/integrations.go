@@ -8,17 +8,25 @@ import (
 
 	"go.uber.org/zap"
 
+	commoncfg "github.com/prometheus/common/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/httpclient"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/alertmanager"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
 )
 
+// httpClient is an HTTP client of the daemon's, on its network; name
+// labels its connections (pkg/httpclient).
+func (dio daemonIO) httpClient(name string, timeout time.Duration) *http.Client {
+	return httpclient.New(name, timeout, commoncfg.WithDialContextFunc(dio.dial))
+}
+
 // buildIntegrations constructs the configured paging integrations, each with
 // its own HTTP client so one provider's slowness cannot exhaust another's
 // connections. The log integration is always added by the dispatcher.
-func buildIntegrations(cfg config.Config, logger *zap.Logger) ([]notify.Integration, error) {
+func buildIntegrations(cfg config.Config, dio daemonIO, logger *zap.Logger) ([]notify.Integration, error) {
 	var out []notify.Integration
 	var errs []error
 	// A secret file named but absent (an optional Secret key left out) or
@@ -37,9 +45,6 @@ func buildIntegrations(cfg config.Config, logger *zap.Logger) ([]notify.Integrat
 				zap.String("setting", f.path), zap.String("file", f.file))
 		}
 	}
-	client := func() *http.Client {
-		return &http.Client{Timeout: 30 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}
-	}
 	sc := slack.Config{
 		BotToken:   cfg.Notify.Slack.BotToken,
 		Channel:    cfg.Notify.Slack.Channel,
@@ -47,7 +52,7 @@ func buildIntegrations(cfg config.Config, logger *zap.Logger) ([]notify.Integrat
 		WebhookURL: cfg.Notify.Slack.WebhookURL,
 	}
 	if sc.Enabled() {
-		n, err := slack.New(sc, client(), logger.Named("slack"))
+		n, err := slack.New(sc, dio.httpClient(notify.IntegrationSlack, 30*time.Second), logger.Named("slack"))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("slack: %w", err))
 		} else {
@@ -56,7 +61,7 @@ func buildIntegrations(cfg config.Config, logger *zap.Logger) ([]notify.Integrat
 	}
 	pc := pagerduty.Config{RoutingKey: cfg.Notify.PagerDuty.RoutingKey, EventsURL: cfg.Notify.PagerDuty.EventsURL}
 	if pc.Enabled() {
-		n, err := pagerduty.New(pc, client(), logger.Named("pagerduty"))
+		n, err := pagerduty.New(pc, dio.httpClient(notify.IntegrationPagerDuty, 30*time.Second), logger.Named("pagerduty"))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pagerduty: %w", err))
 		} else {
@@ -64,7 +69,7 @@ func buildIntegrations(cfg config.Config, logger *zap.Logger) ([]notify.Integrat
 		}
 	}
 	if am := cfg.Notify.Alertmanager; am.Enabled() {
-		n, err := alertmanager.New(am, logger.Named("alertmanager"))
+		n, err := alertmanager.New(am, logger.Named("alertmanager"), commoncfg.WithDialContextFunc(dio.dial))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("alertmanager: %w", err))
 		} else {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"reflect"
@@ -104,7 +103,7 @@ type daemonIO struct {
 	// /-/reload); nil disables reloading.
 	load func() (config.Config, error)
 	// dial and listen replace the operating system's network for every
-	// connection the daemon opens (through transport) or accepts: a test
+	// connection the daemon opens (through httpClient) or accepts: a test
 	// passes an in-memory network to run the daemon in a testing/synctest
 	// bubble, where sockets would stop the fake clock. nil: the real network.
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
@@ -112,15 +111,6 @@ type daemonIO struct {
 	// record, when set, makes the run watchdog record's: nothing is sent,
 	// and every scrape and round is written to a recording.
 	record *recordingRun
-}
-
-// transport is the HTTP transport of every client the daemon builds.
-func (dio daemonIO) transport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	if dio.dial != nil {
-		t.DialContext = dio.dial
-	}
-	return t
 }
 
 // newLogger writes one record per line to w in format (config.LogFormats).
@@ -250,7 +240,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		MaxSeries:    cfg.Scrape.MaxSeries,
 		KeepFamilies: keptFamilies(cfg),
 		AcceptGzip:   cfg.Scrape.AcceptGzip,
-		Client:       &http.Client{Transport: scrape.NewTransport(dio.dial)},
+		Client:       scrape.NewClient(dio.dial),
 		// /health_generate of engine targets, so a hang with nothing in
 		// flight is seen.
 		HealthProbeInterval:    probe.Interval,
@@ -266,7 +256,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 		return fmt.Errorf("detectors: %w", err)
 	}
 
-	integrations, err := buildIntegrations(cfg, logger)
+	integrations, err := buildIntegrations(cfg, dio, logger)
 	if err != nil {
 		return err
 	}
@@ -435,7 +425,7 @@ func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
 	})
 	// The heartbeat pings only while evaluation runs and, in HA mode, only
 	// from the leader: its silence must mean "nobody is watching".
-	hb, err := heartbeat.New(cfg.Heartbeat, &http.Client{Transport: dio.transport()}, func() bool {
+	hb, err := heartbeat.New(cfg.Heartbeat, dio.httpClient("heartbeat", 0), func() bool {
 		last := loop.LastEvaluation()
 		fresh := !last.IsZero() && time.Since(last) < loopStaleAfter(cfg.Evaluation.Interval)
 		return fresh && (elector == nil || elector.IsLeader())

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -59,7 +58,7 @@ func (f *silenceFlags) add(fs *flag.FlagSet, env map[string]string) {
 }
 
 func (f *silenceFlags) client(dio daemonIO, needToken bool) (*silence.Client, error) {
-	c := &silence.Client{BaseURL: f.url, HTTP: &http.Client{Transport: dio.transport(), Timeout: 30 * time.Second}}
+	c := &silence.Client{BaseURL: f.url, HTTP: dio.httpClient("silence", 30*time.Second)}
 	if !needToken {
 		return c, nil
 	}

@@ -247,7 +247,7 @@ func Observe(ctx context.Context, targets []scrape.Target, opts Options) (Observ
 	}
 	client := opts.Client
 	if client == nil {
-		client = &http.Client{Transport: scrape.NewTransport(nil)}
+		client = scrape.NewClient(nil)
 		defer client.CloseIdleConnections()
 	}
 	obs := Observation{Interval: opts.Interval, Samples: opts.Samples, Targets: make([]TargetObservation, len(targets))}

@@ -32,6 +32,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/promreg"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/httpclient"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
@@ -186,7 +187,7 @@ func New(cfg Config, client *http.Client, healthy func() bool, reg prometheus.Re
 	}
 	cfg = cfg.WithDefaults()
 	if client == nil {
-		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		client = httpclient.New("heartbeat", 0)
 	}
 	if healthy == nil {
 		healthy = func() bool { return true }

@@ -62,18 +62,14 @@ func New(cfg Config, step time.Duration, opts Options, reg prometheus.Registerer
 	if cfg.Step <= 0 {
 		return nil, errors.New("history.step: must be positive")
 	}
-	var copts []commoncfg.HTTPClientOption
-	if opts.Dial != nil {
-		copts = append(copts, commoncfg.WithDialContextFunc(opts.Dial))
-	}
-	rt, err := commoncfg.NewRoundTripperFromConfig(cfg.HTTPClient, "sglang-watchdog", copts...)
+	rt, err := commoncfg.NewRoundTripperFromConfig(cfg.HTTPClient, "sglang-watchdog", commoncfg.WithDialContextFunc(opts.Dial))
 	if err != nil {
 		return nil, fmt.Errorf("history: http client: %w", err)
 	}
 	client, err := api.NewClient(api.Config{
 		Address: cfg.URL,
 		// Every request runs under a context with cfg.Timeout (query).
-		Client: &http.Client{Transport: limitedTransport{next: rt, max: cfg.MaxResponseBytes}},
+		RoundTripper: limitedTransport{next: rt, max: cfg.MaxResponseBytes},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("history.url: %w", err)

@@ -152,15 +152,16 @@ type Notifier struct {
 	now       func() time.Time
 }
 
-// New builds the notifier and its HTTP client from cfg.HTTPClient.
-func New(cfg Config, logger *zap.Logger) (*Notifier, error) {
+// New builds the notifier and its HTTP client from cfg.HTTPClient; opts
+// are the client's process-level options (a test's in-memory network).
+func New(cfg Config, logger *zap.Logger, opts ...commoncfg.HTTPClientOption) (*Notifier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if !cfg.Enabled() {
 		return nil, errors.New("urls: at least one Alertmanager URL is required")
 	}
-	client, err := commoncfg.NewClientFromConfig(cfg.HTTPClient.HTTPClientConfig, Name)
+	client, err := commoncfg.NewClientFromConfig(cfg.HTTPClient.HTTPClientConfig, Name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("http_client: %w", err)
 	}

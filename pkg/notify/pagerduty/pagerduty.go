@@ -21,6 +21,7 @@ import (
 	pd "github.com/PagerDuty/go-pagerduty"
 	"go.uber.org/zap"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/httpclient"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
@@ -114,7 +115,7 @@ func New(cfg Config, httpClient *http.Client, logger *zap.Logger) (*Notifier, er
 	}
 	base, _ := baseURL(cfg.EventsURL)
 	if httpClient == nil {
-		httpClient = &http.Client{Timeout: 15 * time.Second}
+		httpClient = httpclient.New(notify.IntegrationPagerDuty, 15*time.Second)
 	}
 	if logger == nil {
 		logger = zap.NewNop()

@@ -18,6 +18,7 @@ import (
 	slackapi "github.com/slack-go/slack"
 	"go.uber.org/zap"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/httpclient"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
@@ -101,7 +102,7 @@ func New(cfg Config, httpClient *http.Client, logger *zap.Logger) (*Notifier, er
 		return nil, errors.New("bot_token or webhook_url: required")
 	}
 	if httpClient == nil {
-		httpClient = &http.Client{Timeout: 15 * time.Second}
+		httpClient = httpclient.New(notify.IntegrationSlack, 15*time.Second)
 	}
 	if logger == nil {
 		logger = zap.NewNop()
