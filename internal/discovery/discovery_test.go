@@ -204,7 +204,7 @@ func TestNewClientAndNamespace(t *testing.T) {
 		t.Error("in-cluster client built outside a cluster")
 	}
 
-	if got := Namespace("testdata/kubeconfig.yaml"); got != "models" {
+	if got := ownNamespace("testdata/kubeconfig.yaml", serviceAccountNamespace); got != "models" {
 		t.Errorf("kubeconfig namespace %q, want models", got)
 	}
 	if got := ownNamespace("", "testdata/serviceaccount/namespace"); got != "llm" {

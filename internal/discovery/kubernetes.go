@@ -58,14 +58,10 @@ func NewClient(kubeconfig string) (kubernetes.Interface, error) {
 	return client, nil
 }
 
-// Namespace is the namespace the watchdog runs in: the current context's
-// namespace of the kubeconfig when a path is given, else the pod's own
-// (from its service account), else "default". Discovery watches it when
-// kubernetes.namespaces is empty; leader election may keep its Lease there.
-func Namespace(kubeconfig string) string {
-	return ownNamespace(kubeconfig, serviceAccountNamespace)
-}
-
+// ownNamespace is the namespace the watchdog runs in: the current
+// context's namespace of the kubeconfig when a path is given, else the
+// pod's own (read from saFile, its service account's), else "default".
+// Discovery watches it when kubernetes.namespaces is empty.
 func ownNamespace(kubeconfig, saFile string) string {
 	if kubeconfig != "" {
 		loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(

@@ -48,13 +48,6 @@ func New[C any](current C, load func() (C, error), apply func(old, next C) error
 	return r
 }
 
-// Current is the configuration in force.
-func (r *Reloader[C]) Current() C {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.current
-}
-
 // Reload loads and applies the configuration. On error the running
 // configuration is kept and the error says why.
 func (r *Reloader[C]) Reload(now time.Time) error {

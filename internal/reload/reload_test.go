@@ -27,8 +27,8 @@ func TestBadConfigKeepsTheRunningOneAndSaysWhy(t *testing.T) {
 			return nil
 		}, time.Unix(100, 0), reg, zap.NewNop())
 
-	if err := r.Reload(time.Unix(200, 0)); err != nil || r.Current() != 2 {
-		t.Fatalf("good reload: %v, current %d", err, r.Current())
+	if err := r.Reload(time.Unix(200, 0)); err != nil || r.current != 2 {
+		t.Fatalf("good reload: %v, current %d", err, r.current)
 	}
 	gauge := func(name string) float64 {
 		mfs, _ := reg.Gather()
@@ -46,12 +46,12 @@ func TestBadConfigKeepsTheRunningOneAndSaysWhy(t *testing.T) {
 
 	source.err = errors.New("yaml: line 3: field tresholds not found")
 	err := r.Reload(time.Unix(300, 0))
-	if err == nil || !strings.Contains(err.Error(), "tresholds") || r.Current() != 2 {
-		t.Fatalf("load failure: %v, current %d", err, r.Current())
+	if err == nil || !strings.Contains(err.Error(), "tresholds") || r.current != 2 {
+		t.Fatalf("load failure: %v, current %d", err, r.current)
 	}
 	source.err, source.cfg = nil, -5
-	if err := r.Reload(time.Unix(400, 0)); err == nil || r.Current() != 2 {
-		t.Fatalf("apply failure accepted: current %d", r.Current())
+	if err := r.Reload(time.Unix(400, 0)); err == nil || r.current != 2 {
+		t.Fatalf("apply failure accepted: current %d", r.current)
 	}
 	if gauge("watchdog_config_last_reload_successful") != 0 || gauge("watchdog_config_last_reload_success_timestamp_seconds") != 200 {
 		t.Fatal("failure not recorded")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/textparse"
 
@@ -148,12 +149,12 @@ func checkAgainstTextparse(t *testing.T, body []byte, got []RawSample) {
 		}
 		rs := got[i]
 		i++
-		if name := ls.Get(labels.MetricName); name != rs.Name {
+		if name := ls.Get(model.MetricNameLabel); name != rs.Name {
 			t.Fatalf("sample %d: name %q, textparse %q", i, rs.Name, name)
 		}
 		var want []series.Label
 		ls.Range(func(l labels.Label) {
-			if l.Name != labels.MetricName {
+			if l.Name != model.MetricNameLabel {
 				want = append(want, series.Label{Name: l.Name, Value: l.Value})
 			}
 		})

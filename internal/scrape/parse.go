@@ -258,7 +258,7 @@ func (p *textParser) appendSeries(dst []RawSample, tp textparse.Parser) ([]RawSa
 		// enough to take textparse's own, allocating, path.
 		var ls labels.Labels
 		tp.Labels(&ls)
-		name = []byte(ls.Get(labels.MetricName))
+		name = []byte(ls.Get(model.MetricNameLabel))
 	}
 	if p.keep != nil && !p.keep.keeps(name) {
 		p.cache(raw, split{drop: true})

@@ -39,9 +39,3 @@ func (n *Normalizer) Scrape(t Target, at time.Time, raw []RawSample) series.Scra
 	sc.Groups = groups
 	return sc
 }
-
-// NormalizeRaw is Normalizer.Scrape with a fresh normalizer and the default
-// series limit, for one-off use.
-func NormalizeRaw(t Target, at time.Time, raw []RawSample) series.Scrape {
-	return NewNormalizer(0).Scrape(t, at, raw)
-}

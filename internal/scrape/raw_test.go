@@ -10,7 +10,7 @@ import (
 )
 
 // TestNormalizeRawMatchesScrape: samples that reach the watchdog through
-// NormalizeRaw (a query API, a recording) become exactly the groups a
+// a Normalizer (a query API, a recording) become exactly the groups a
 // scrape of the same exposition produces, for every captured release.
 func TestNormalizeRawMatchesScrape(t *testing.T) {
 	norm := NewNormalizer(0) // one normalizer across captures, as a reader reuses it
@@ -33,11 +33,11 @@ func TestNormalizeRawMatchesScrape(t *testing.T) {
 			at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			got := norm.Scrape(target, at, raw)
 			if got.Reason != "" || !got.At.Equal(at) || got.Target != "r" || got.Kind != KindEngine {
-				t.Fatalf("NormalizeRaw: reason %q at %v target %q kind %q", got.Reason, got.At, got.Target, got.Kind)
+				t.Fatalf("Normalizer.Scrape: reason %q at %v target %q kind %q", got.Reason, got.At, got.Target, got.Kind)
 			}
 			// Rendered, so NaN samples compare equal to NaN.
 			if g, w := fmt.Sprintf("%+v", got.Groups), fmt.Sprintf("%+v", scraped.Groups); g != w {
-				t.Errorf("NormalizeRaw groups differ from the scrape's (%d vs %d bytes rendered)", len(g), len(w))
+				t.Errorf("Normalizer.Scrape groups differ from the scrape's (%d vs %d bytes rendered)", len(g), len(w))
 			}
 		})
 	}

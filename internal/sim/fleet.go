@@ -101,9 +101,6 @@ func (f *Fleet) Replicas() []string {
 	return names
 }
 
-// Scenario returns the scenario the fleet runs.
-func (f *Fleet) Scenario() Scenario { return f.scenario }
-
 // Advance simulates every replica up to now, in fixed sub-steps, so the
 // outcome depends only on the seed and now, not on how often it is called.
 // A now earlier than the last one is ignored.

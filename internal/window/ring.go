@@ -57,15 +57,6 @@ func (r *ring[T]) at(seq uint64) (T, bool) {
 	return r.buf[(r.start+int(seq-r.first))%len(r.buf)], true
 }
 
-// set overwrites a held point; it reports whether seq was held.
-func (r *ring[T]) set(seq uint64, v T) bool {
-	if seq < r.first || seq >= r.end() {
-		return false
-	}
-	r.buf[(r.start+int(seq-r.first))%len(r.buf)] = v
-	return true
-}
-
 // dropBefore forgets every point with a seq below seq.
 func (r *ring[T]) dropBefore(seq uint64) {
 	if seq <= r.first {

@@ -109,10 +109,6 @@ func (a *API) FailWith(name string, f func(verb, resource string) error) {
 	a.clients[name].fail = f
 }
 
-// Tracker is the shared object store (to inspect or seed objects; objects
-// added through it get resourceVersion "" until updated by a client).
-func (a *API) Tracker() k8stesting.ObjectTracker { return a.tracker }
-
 func (a *API) react(st *clientState, action k8stesting.Action) (bool, runtime.Object, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -52,9 +52,6 @@ type Config struct {
 	EventsURL string `yaml:"events_url"`
 }
 
-// DefaultConfig has the US events endpoint and no routing key.
-func DefaultConfig() Config { return Config{EventsURL: DefaultEventsURL} }
-
 // Enabled reports whether a routing key is configured.
 func (c Config) Enabled() bool { return c.RoutingKey.IsSet() }
 

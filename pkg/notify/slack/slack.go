@@ -39,22 +39,8 @@ type Config struct {
 	WebhookURL notify.Secret `yaml:"webhook_url"`
 }
 
-// DefaultConfig has Slack's public API URL and nothing else.
-func DefaultConfig() Config { return Config{APIURL: DefaultAPIURL} }
-
 // Enabled reports whether a bot token or a webhook URL is configured.
 func (c Config) Enabled() bool { return c.BotToken.IsSet() || c.WebhookURL.IsSet() }
-
-// Mode is "bot", "webhook" or "" (disabled).
-func (c Config) Mode() string {
-	switch {
-	case c.BotToken.IsSet():
-		return "bot"
-	case c.WebhookURL.IsSet():
-		return "webhook"
-	}
-	return ""
-}
 
 // Validate reports every problem with YAML-relative paths. It never prints
 // the token or the webhook URL.

@@ -439,7 +439,7 @@ func TestConfigValidate(t *testing.T) {
 		cfg  slack.Config
 		want string // "" = valid
 	}{
-		{"disabled", slack.DefaultConfig(), ""},
+		{"disabled", slack.Config{APIURL: slack.DefaultAPIURL}, ""},
 		{"bot", slack.Config{BotToken: "xoxb-1", Channel: "C1", APIURL: slack.DefaultAPIURL}, ""},
 		{"webhook", slack.Config{WebhookURL: "https://hooks.slack.com/services/T/B/X"}, ""},
 		{"bot without channel", slack.Config{BotToken: "xoxb-1"}, "channel: required"},
