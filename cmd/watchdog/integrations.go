@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	commoncfg "github.com/prometheus/common/config"
 	"go.uber.org/zap"
 
-	commoncfg "github.com/prometheus/common/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/httpclient"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
