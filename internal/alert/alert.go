@@ -57,6 +57,11 @@ type Config struct {
 	// detectors need this long to confirm the condition before it may
 	// resolve.
 	RestoreGrace time.Duration `yaml:"restore_grace"`
+	// UpdateInterval is the least time between an update of a firing
+	// incident and a page of its impact growing (a class joined, failures
+	// rose); the first growth after the trigger, escalations and renames
+	// page at once. 0: growth pages nothing.
+	UpdateInterval time.Duration `yaml:"update_interval"`
 	// Aftermath: a consequence found on a replica within this long after
 	// an incident that explains it resolved is that incident's drain (a
 	// latency tail still inside a detector's range, a backlog emptying),
@@ -74,6 +79,7 @@ func DefaultConfig() Config {
 		RepeatInterval:    4 * time.Hour,
 		ResolvedRetention: time.Hour,
 		RestoreGrace:      10 * time.Minute,
+		UpdateInterval:    5 * time.Minute,
 		Aftermath:         10 * time.Minute,
 	}
 }
@@ -92,6 +98,7 @@ func (c Config) Validate(prefix string) error {
 	neg("repeat_interval", c.RepeatInterval)
 	neg("resolved_retention", c.ResolvedRetention)
 	neg("restore_grace", c.RestoreGrace)
+	neg("update_interval", c.UpdateInterval)
 	neg("aftermath", c.Aftermath)
 	for _, name := range slices.Sorted(maps.Keys(c.Classes)) {
 		t := c.Classes[name]
@@ -141,8 +148,10 @@ type Incident struct {
 	ResolvedAt time.Time       `json:"resolved_at,omitzero"`
 	LastSeen   time.Time       `json:"last_seen"`
 	HoldUntil  time.Time       `json:"hold_until,omitzero"` // restored incidents do not resolve before this
-	// LastNotified is the time of the last page of the incident.
+	// LastNotified is the time of the last page of the incident,
+	// UpdatedAt of the last update.
 	LastNotified time.Time      `json:"last_notified,omitzero"`
+	UpdatedAt    time.Time      `json:"updated_at,omitzero"`
 	Seq          uint64         `json:"seq"`
 	Finding      detect.Finding `json:"finding"`
 	// Members are every class seen as part of the incident during its life.
@@ -159,19 +168,36 @@ type Incident struct {
 	AbsorbedBy   string `json:"absorbed_by,omitempty"`
 	AbsorbedByID string `json:"absorbed_by_incident,omitempty"`
 	// Draining says the cause has cleared while consequences it explains
-	// are still seen (a backlog draining): the incident stays open.
-	Draining bool `json:"draining,omitempty"`
+	// are still seen (a backlog draining): the incident stays open. Cleared
+	// is then the cause's last finding; Finding is what remains, under the
+	// cause's name.
+	Draining bool            `json:"draining,omitempty"`
+	Cleared  *detect.Finding `json:"cleared,omitempty"`
+	// Failing is what failing users see this round (the summary of the
+	// error_rate finding the incident holds), when requests fail and the
+	// failures are not the incident's cause.
+	Failing string `json:"failing,omitempty"`
+	// Restored says the incident was reinstated after a restart and its
+	// own class has not been seen since: until it is, nothing else
+	// continues it, and it takes in no other incident.
+	Restored bool `json:"restored,omitempty"`
+	// Paged is the impact the last page told of, against which growth is
+	// judged.
+	Paged Paged `json:"paged,omitzero"`
 	// QuietUntil holds a pending incident that is the aftermath of an
 	// incident just resolved (After, its ID AfterID): it fires only if
 	// still seen then.
 	QuietUntil time.Time `json:"quiet_until,omitzero"`
 	After      string    `json:"after,omitempty"`
 	AfterID    string    `json:"after_incident,omitempty"`
-	// Peak is the evidence at the incident's worst round, shown beside the
-	// recovered values when it resolves.
-	Peak      []detect.Evidence `json:"peak,omitempty"`
-	PeakAt    time.Time         `json:"peak_at,omitzero"`
-	PeakScore float64           `json:"peak_score,omitempty"`
+	// Peak is the evidence at the incident's worst round; Worst is each
+	// evidence's worst value over the incident's life (its maximum, or its
+	// minimum where lower is worse): the resolve shows the signals that
+	// decided the incident at their worst beside the recovered values.
+	Peak      []detect.Evidence  `json:"peak,omitempty"`
+	Worst     map[string]float64 `json:"worst,omitempty"`
+	PeakAt    time.Time          `json:"peak_at,omitzero"`
+	PeakScore float64            `json:"peak_score,omitempty"`
 	// Frozen are the baselines each member finding compared against when
 	// it joined the incident (detect.Finding.Baselines), given back to its
 	// detector as a detect.Reference while the incident is open, so that
@@ -196,8 +222,19 @@ func (a *Incident) clone() Incident {
 	c := *a
 	c.Members, c.Explains, c.ExplainedBy = slices.Clone(a.Members), slices.Clone(a.Explains), slices.Clone(a.ExplainedBy)
 	c.Peak, c.Labels, c.SilencedBy = slices.Clone(a.Peak), maps.Clone(a.Labels), slices.Clone(a.SilencedBy)
-	c.Frozen = slices.Clone(a.Frozen)
+	c.Frozen, c.Worst = slices.Clone(a.Frozen), maps.Clone(a.Worst)
+	c.Paged.Members = slices.Clone(a.Paged.Members)
+	if a.Cleared != nil {
+		cleared := *a.Cleared
+		c.Cleared = &cleared
+	}
 	return c
+}
+
+// Paged is the impact a page told of.
+type Paged struct {
+	Members         []detect.Class `json:"members,omitempty"`
+	AbortsPerSecond float64        `json:"aborts_per_second,omitempty"`
 }
 
 // Frozen is one member finding's baseline as the incident began for it.

@@ -57,6 +57,10 @@ func runbookClass(a Incident) detect.Class {
 func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 	a := tr.Incident
 	f := a.Finding
+	if tr.Page == notify.KindResolve && a.Cleared != nil {
+		// A resolve describes the incident while it fired: its cause.
+		f = *a.Cleared
+	}
 	ev := notify.Event{
 		Fingerprint: a.Fingerprint,
 		Incident:    a.ID,
@@ -76,6 +80,8 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 		Emergency:   f.Emergency,
 		RootCause:   f.RootCause,
 		Draining:    a.Draining,
+		Title:       detect.Title(a.Class),
+		Failing:     a.Failing,
 		Reason:      tr.Reason,
 		RunbookURL:  l.runbook(runbookClass(a)),
 		AlertURL:    l.incident(a.ID, a.Fingerprint),
@@ -89,18 +95,21 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 		s := snap.Snapshot
 		ev.Impact = &notify.Impact{Queued: s.QueuedRequests, TTFTP99: s.TTFTP99, AbortsPerSecond: s.AbortsPerSecond}
 	}
-	evidence := f.Evidence
 	if tr.Page == notify.KindResolve && a.Peak != nil {
-		evidence = a.Peak
-	}
-	for _, e := range evidence {
-		ev.Evidence = append(ev.Evidence, field(e))
+		ev.Evidence = peaks(a)
+	} else {
+		for _, e := range f.Evidence {
+			ev.Evidence = append(ev.Evidence, field(e))
+		}
 	}
 	for _, c := range a.ExplainedBy {
 		ev.ExplainedBy = append(ev.ExplainedBy, string(c))
 	}
 	for _, c := range a.Explains {
 		ev.Explains = append(ev.Explains, string(c))
+		if detect.SelfSustaining(detect.Finding{Class: c, Replica: a.Replica}) {
+			ev.Sustaining = append(ev.Sustaining, detect.Title(c))
+		}
 	}
 	if a.After != "" {
 		ev.After = l.incident(a.AfterID, a.After)
@@ -131,7 +140,26 @@ func (l Links) Events(ts []Transition, round assess.Round) []notify.Event {
 }
 
 func field(e detect.Evidence) notify.Field {
-	return notify.Field{Name: e.Name, Value: e.Value, Baseline: e.Baseline, HasBase: e.HasBaseline, Unit: e.Unit, Threshold: e.Threshold}
+	return notify.Field{Name: e.Name, Value: e.Value, Baseline: e.Baseline, HasBase: e.HasBaseline, Unit: e.Unit, Threshold: e.Threshold,
+		LowerIsWorse: LowerIsWorse(e)}
+}
+
+// peaks are the signals that decided a resolved incident, each at its
+// worst over the incident's life: the evidence with a rule or a baseline
+// (a number given for context, such as a page size or a request rate, is
+// no peak).
+func peaks(a Incident) []notify.Field {
+	var out []notify.Field
+	for _, e := range a.Peak {
+		if e.Threshold == "" && !e.HasBaseline {
+			continue
+		}
+		if w, ok := a.Worst[e.Name]; ok {
+			e.Value = w
+		}
+		out = append(out, field(e))
+	}
+	return out
 }
 
 // recovered are the replica's values as the incident resolves, shown next

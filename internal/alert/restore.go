@@ -92,7 +92,7 @@ func (t *Tracker) Restore(saved []Incident, now time.Time) {
 		if a.ID == "" {
 			a.ID = IncidentID(a.Fingerprint, a.ActiveAt)
 		}
-		a.HoldUntil = now.Add(t.cfg.RestoreGrace)
+		a.HoldUntil, a.Restored = now.Add(t.cfg.RestoreGrace), true
 		t.alerts[a.Fingerprint] = &a
 	}
 }
@@ -132,7 +132,8 @@ func (t *Tracker) RestoreIncidents(open []notify.Event, now time.Time) int {
 			Fingerprint: ev.Fingerprint, ID: id, Class: f.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet, Labels: ev.Labels,
 			State: StateFiring, Severity: ev.Severity,
 			ActiveAt: ev.StartsAt, FiredAt: ev.StartsAt, LastSeen: now, LastNotified: ev.At, HoldUntil: now.Add(t.cfg.RestoreGrace),
-			Seq: ev.Seq, Finding: f, Members: members,
+			Seq: ev.Seq, Finding: f, Members: members, Restored: true,
+			Paged: Paged{Members: members},
 		}
 		n++
 	}

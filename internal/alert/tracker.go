@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
@@ -48,10 +49,15 @@ func (t *Tracker) note(c Change, a *Incident, now time.Time, fill func(*Transiti
 	return len(t.changes) - 1
 }
 
-// page makes change i, a transition of a, a notification of kind.
+// page makes change i, a transition of a, a notification of kind, and
+// notes the impact it told of.
 func (t *Tracker) page(i int, a *Incident, kind notify.Kind, round assess.Round) {
 	a.Seq++
 	a.LastNotified = round.At
+	a.Paged = Paged{Members: slices.Clone(a.Members), AbortsPerSecond: abortsOf(a, round)}
+	if kind == notify.KindUpdate {
+		a.UpdatedAt = round.At
+	}
 	if snap, ok := round.Replica(a.Replica); ok && len(snap.Replica.Labels) > 0 && !a.Fleet {
 		a.Labels = maps.Clone(snap.Replica.Labels)
 	}
@@ -118,7 +124,7 @@ func (t *Tracker) Update(round assess.Round) []Transition {
 		if a != nil && a.Fleet && !g.Fleet {
 			// A replica of a model with an open fleet incident of this cause:
 			// the fleet incident goes on while any replica shows it.
-			a.LastSeen = now
+			a.LastSeen, a.Restored = now, false
 			touched[a.Fingerprint] = true
 			t.absorb(a, g, now)
 			continue
@@ -234,6 +240,12 @@ func (t *Tracker) match(g correlate.Group) *Incident {
 		if !a.Open() || a.AbsorbedBy != "" {
 			continue
 		}
+		// Restored after a restart and not seen since, an incident may have
+		// ended while the daemon was down: only its own class continues it,
+		// never what a cause of its kind would explain.
+		if a.Restored && !slices.Contains(classes, a.Class) {
+			continue
+		}
 		var ok bool
 		switch {
 		case g.Fleet:
@@ -267,7 +279,7 @@ func (t *Tracker) match(g correlate.Group) *Incident {
 func (t *Tracker) absorb(a *Incident, g correlate.Group, now time.Time) {
 	for _, fp := range slices.Sorted(maps.Keys(t.alerts)) {
 		b := t.alerts[fp]
-		if b == a || !b.Open() || b.AbsorbedBy != "" || b.Fleet {
+		if b == a || !b.Open() || b.AbsorbedBy != "" || b.Fleet || b.Restored {
 			continue
 		}
 		joined := false
@@ -307,18 +319,39 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 	}
 	a.Members = union(a.Members, g.Classes())
 	a.Explains = slices.Clone(g.Finding.Consequences)
-	// While the cause has cleared and only what it explains remains, the
-	// incident keeps its cause's name: the backlog draining is this
-	// incident, not a new one.
-	a.Draining = a.State == StateFiring && g.Cause() != a.Class && detect.Explains(a.Finding, g.Finding)
-	if !a.Draining {
-		a.Finding, a.Class = g.Finding, g.Cause()
-		// A firing incident is as severe as it has been: the page that went
-		// out, its repeats and its resolve carry that severity.
-		if a.State != StateFiring || g.Finding.Severity > a.Severity {
-			a.Severity = g.Finding.Severity
+	a.Restored = false
+	a.Failing = ""
+	for _, m := range g.Members[1:] {
+		if m.Class == detect.ErrorRate {
+			a.Failing = m.Summary
 		}
 	}
+	// While the cause has cleared and only what it explains remains, the
+	// incident keeps its cause's name: the backlog draining is this
+	// incident, not a new one. Its finding is then what remains, under the
+	// cause's name (drained), so the page says what users feel now.
+	a.Draining = a.State == StateFiring && g.Cause() != a.Class && detect.Explains(a.Finding, g.Finding)
+	switch {
+	case !a.Draining:
+		a.Finding, a.Class, a.Cleared = g.Finding, g.Cause(), nil
+	case a.Cleared == nil:
+		cause := a.Finding
+		a.Cleared = &cause
+		fallthrough
+	default:
+		a.Finding = drained(*a.Cleared, g.Finding)
+	}
+	// An incident is as severe as its worst member now, and a firing one
+	// as severe as it has been: the page that went out, its repeats and its
+	// resolve carry that severity. A consequence with users failing
+	// escalates the incident it belongs to, draining or not.
+	switch {
+	case a.State != StateFiring:
+		a.Severity = g.Finding.Severity
+	case g.Finding.Severity > a.Severity:
+		a.Severity = g.Finding.Severity
+	}
+	grew := t.grew(a, round)
 	t.notePeak(a, g.Finding, now)
 	freeze(a, g, now)
 	renamed := -1
@@ -342,11 +375,63 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 			t.page(i, a, notify.KindUpdate, round)
 		case renamed >= 0:
 			t.page(renamed, a, notify.KindUpdate, round)
+		case grew:
+			t.page(t.note(Grew, a, now, nil), a, notify.KindUpdate, round)
 		case t.cfg.RepeatInterval > 0 && now.Sub(a.LastNotified) >= t.cfg.RepeatInterval:
 			t.page(t.note(Repeated, a, now, nil), a, notify.KindRepeat, round)
 		}
 	}
 	t.note(Seen, a, now, func(tr *Transition) { tr.Group = g })
+}
+
+// drained is the incident's finding once its cause has cleared and g,
+// what the cause brought about, remains: g's summary, evidence and steps,
+// under the cause's class, layer and runbook (what explains what is still
+// decided by the cause), the cause's root-cause steps after g's.
+func drained(cause, g detect.Finding) detect.Finding {
+	f := g
+	f.Class, f.Layer, f.Runbook = cause.Class, cause.Layer, cause.Runbook
+	f.Consequences = union([]detect.Class{g.Class}, g.Consequences)
+	f.RootCause = slices.Clone(g.RootCause)
+	for _, s := range cause.RootCause {
+		if !slices.Contains(f.RootCause, s) {
+			f.RootCause = append(f.RootCause, s)
+		}
+	}
+	f.Baselines = cause.Baselines
+	return f
+}
+
+// grew reports whether a firing incident's impact grew materially since
+// its last page: a class joined it, or its replica's aborted requests
+// doubled and rose by at least one a second. A fall of impact pages
+// nothing. The first growth after the trigger pages at once, later ones
+// at most once per update_interval after the last update (escalations and
+// renames are updates too, and page at once).
+func (t *Tracker) grew(a *Incident, round assess.Round) bool {
+	if a.State != StateFiring || t.cfg.UpdateInterval <= 0 ||
+		(!a.UpdatedAt.IsZero() && round.At.Sub(a.UpdatedAt) < t.cfg.UpdateInterval) {
+		return false
+	}
+	for _, c := range a.Members {
+		if !slices.Contains(a.Paged.Members, c) {
+			return true
+		}
+	}
+	aborts := abortsOf(a, round)
+	return aborts >= 2*a.Paged.AbortsPerSecond && aborts >= a.Paged.AbortsPerSecond+1
+}
+
+// abortsOf is the aborted requests a second of a's replica this round, 0
+// for a fleet incident or a replica that could not be read.
+func abortsOf(a *Incident, round assess.Round) float64 {
+	if a.Fleet {
+		return 0
+	}
+	if r, ok := round.Replica(a.Replica); ok && r.Scrape.Up && r.Snapshot.AbortsPerSecond != nil {
+		return *r.Snapshot.AbortsPerSecond
+	}
+	return 0
 }
 
 // freeze keeps the baselines of g's member findings that the incident has
@@ -404,7 +489,28 @@ func (t *Tracker) notePeak(a *Incident, f detect.Finding, now time.Time) {
 	if a.Peak == nil || score > a.PeakScore {
 		a.Peak, a.PeakAt, a.PeakScore = slices.Clone(f.Evidence), now, score
 	}
+	for _, e := range f.Evidence {
+		if !finite(e.Value) {
+			continue
+		}
+		if a.Worst == nil {
+			a.Worst = map[string]float64{}
+		}
+		w, seen := a.Worst[e.Name]
+		if !seen || (LowerIsWorse(e) && e.Value < w) || (!LowerIsWorse(e) && e.Value > w) {
+			a.Worst[e.Name] = e.Value
+		}
+	}
 }
+
+// LowerIsWorse reports whether a lower value of e is the worse one: a rule
+// that fires below a limit ("<= 0.5x baseline"), a hit rate.
+func LowerIsWorse(e detect.Evidence) bool {
+	t := strings.TrimSpace(e.Threshold)
+	return strings.HasPrefix(t, "<") || strings.HasPrefix(t, "≤") || strings.Contains(strings.ToLower(e.Name), "hit rate")
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 func overlaps(a, b []detect.Class) bool {
 	for _, c := range a {

@@ -30,6 +30,10 @@ const (
 	// Escalated: a firing incident's severity rose (FromSeverity was the
 	// old one).
 	Escalated Change = "escalated"
+	// Grew: a firing incident's impact grew materially since its last page
+	// (a class joined, failures rose): an update, at most one per
+	// update_interval.
+	Grew Change = "grew"
 	// Repeated: a firing incident is paged again after repeat_interval,
 	// or again after a silence that held its pages ended.
 	Repeated Change = "repeated"

@@ -218,3 +218,85 @@ func TestBaselinesFreezeAtOnsetForTheIncidentsLife(t *testing.T) {
 		t.Errorf("a resolved incident still hands back %+v", refs)
 	}
 }
+
+// A warning incident whose consequence has users failing escalates to
+// critical, also while its cause has cleared and only the consequence is
+// left: the update carries the higher severity and, draining, says what
+// users see now under the cause's name.
+func TestConsequenceWithUsersFailingEscalatesADrainingIncident(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	tr := newPager(cfg, Links{})
+	storm := finding("r1", detect.PreemptStorm, detect.Warning)
+	storm.Summary = "Preemption storm: 2 retracted requests/s"
+	storm.RootCause = []string{"lower the batch cap"}
+	outage := finding("r1", detect.ErrorRate, detect.Critical)
+	outage.Summary = "100% of requests failing over 2m"
+	outage.Emergency = []string{"take the replica out of rotation"}
+	evs := update(tr, []detect.Finding{storm}, t0)
+	if len(evs) != 1 || evs[0].Severity != detect.Warning {
+		t.Fatalf("trigger %v", kinds(evs))
+	}
+	evs = update(tr, []detect.Finding{outage}, t0.Add(10*time.Second))
+	if len(evs) != 1 || evs[0].Kind != notify.KindUpdate || evs[0].Severity != detect.Critical || evs[0].Class != "preempt_storm" {
+		t.Fatalf("want one critical update of the storm incident, got %v %+v", kinds(evs), evs)
+	}
+	ev := evs[0]
+	if !ev.Draining || ev.Summary != outage.Summary || !slices.Equal(ev.Emergency, outage.Emergency) || !slices.Contains(ev.RootCause, "lower the batch cap") {
+		t.Errorf("the draining page does not say what users see now: summary %q, steps %v / %v", ev.Summary, ev.Emergency, ev.RootCause)
+	}
+	if evs := update(tr, []detect.Finding{outage}, t0.Add(20*time.Second)); len(evs) != 0 {
+		t.Errorf("the same impact paged again: %v", kinds(evs))
+	}
+}
+
+// A class joining a firing incident pages one update at once; more growth
+// within update_interval waits for it; a fall of impact pages nothing.
+func TestImpactGrowthPagesRateLimitedUpdates(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	cfg.UpdateInterval = time.Minute
+	tr := newPager(cfg, Links{})
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	queue := finding("r1", detect.QueueLatency, detect.Critical)
+	errs := finding("r1", detect.ErrorRate, detect.Critical)
+	var got []string
+	for i, fs := range [][]detect.Finding{
+		{storm}, {storm, queue}, {storm, queue, errs}, {storm, queue, errs}, {storm, queue, errs},
+		{storm, queue, errs}, {storm, queue, errs}, {storm}, {storm},
+	} {
+		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*20*time.Second)) {
+			got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String())
+		}
+	}
+	want := []string{"trigger@0s", "update@20s", "update@1m20s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("pages %v, want %v: the first growth at once, the next a minute after that update, none for the fall", got, want)
+	}
+}
+
+// An incident restored after a restart, not seen again, is continued only
+// by its own class: a consequence a cause of its kind would explain
+// (aborts after the storm ended while the daemon was down) is a new
+// incident, and the restored one resolves when its grace ends.
+func TestRestoredIncidentDoesNotAbsorbWhatComesAfter(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	old := newPager(cfg, Links{})
+	update(old, []detect.Finding{finding("r1", detect.PreemptStorm, detect.Critical)}, t0)
+	tr := newPager(cfg, Links{})
+	restart := t0.Add(time.Hour)
+	tr.Restore(old.Snapshot(), restart)
+	errs := finding("r1", detect.ErrorRate, detect.Critical)
+	var evs []notify.Event
+	for i := 0; i <= int(cfg.RestoreGrace/(10*time.Second)); i++ {
+		evs = append(evs, update(tr, []detect.Finding{errs}, restart.Add(time.Duration(i)*10*time.Second))...)
+	}
+	var classes []string
+	for _, ev := range evs {
+		classes = append(classes, string(ev.Kind)+":"+ev.Class)
+	}
+	if !slices.Equal(classes, []string{"trigger:error_rate", "resolve:preempt_storm"}) {
+		t.Errorf("pages %v: want the failures paged as their own incident and the restored storm resolved at its grace", classes)
+	}
+}

@@ -196,16 +196,27 @@ func explainedWithin(findings []detect.Finding, idx []int, c int) bool {
 	return false
 }
 
+// withConsequences folds cs, the findings root explains on its replica,
+// into root. A consequence that feeds on itself once started (a retry
+// loop) does not clear with its cause: its emergency steps come first,
+// since they stop the harm sooner, and the diagnosis says so; the others
+// should clear with the cause.
 func withConsequences(root detect.Finding, cs []detect.Finding) detect.Finding {
 	root.Evidence = slices.Clone(root.Evidence)
 	root.Consequences = nil
-	var names []string
+	var clearing, sustaining []string
+	var first []string
 	for _, c := range cs {
 		root.Consequences = append(root.Consequences, c.Class)
 		if c.Severity > root.Severity {
 			root.Severity = c.Severity // the incident is as bad as its worst symptom
 		}
-		names = append(names, c.Summary)
+		if detect.SelfSustaining(c) {
+			sustaining = append(sustaining, c.Summary)
+			first = append(first, c.Emergency...)
+		} else {
+			clearing = append(clearing, c.Summary)
+		}
 		for _, e := range c.Evidence {
 			if hasEvidence(root.Evidence, e.Name) {
 				continue // the triage and shared signals appear once
@@ -213,8 +224,23 @@ func withConsequences(root detect.Finding, cs []detect.Finding) detect.Finding {
 			root.Evidence = append(root.Evidence, e)
 		}
 	}
-	root.Diagnosis = strings.TrimSpace(root.Diagnosis + " Consequences on this replica, explained by this cause: " +
-		strings.Join(names, "; ") + ". Fix the cause first: they should clear with it.")
+	if len(first) > 0 {
+		steps := slices.Clone(first)
+		for _, s := range root.Emergency {
+			if !slices.Contains(steps, s) {
+				steps = append(steps, s)
+			}
+		}
+		root.Emergency = steps
+	}
+	if len(sustaining) > 0 {
+		root.Diagnosis = strings.TrimSpace(root.Diagnosis + " It set off what now feeds on itself on this replica: " +
+			strings.Join(sustaining, "; ") + ". That loop does not stop when the cause is fixed: break it first (its steps come first), then fix the cause.")
+	}
+	if len(clearing) > 0 {
+		root.Diagnosis = strings.TrimSpace(root.Diagnosis + " Consequences on this replica, explained by this cause: " +
+			strings.Join(clearing, "; ") + ". Fix the cause first: they should clear with it.")
+	}
 	return root
 }
 

@@ -342,6 +342,7 @@ func (c MetricsBlindConfig) position(Finding) position { return position{} }
 // the comment over its section of configs/watchdog.yaml.
 func (c MetricsBlindConfig) doc() doc {
 	return doc{
+		name:     "Metrics blind",
 		means:    "the watchdog cannot see: `/metrics` answers unusably (404 without `--enable-metrics`, 5xx, an HTML login page, a truncated body, a redirect to another host) or needed families are missing",
 		signals:  "says which detectors are blind and why — a broken metrics endpoint on a serving replica is never `replica_down`",
 		settings: "The exposition lacks what detectors need (--enable-metrics off, renamed families).",

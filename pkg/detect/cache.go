@@ -370,6 +370,7 @@ func (c CacheCollapseConfig) position(f Finding) position {
 // the comment over its section of configs/watchdog.yaml.
 func (c CacheCollapseConfig) doc() doc {
 	return doc{
+		name:     "Prefix-cache collapse",
 		means:    "prefix-cache hit rate collapse",
 		signals:  "windowed hit rate from counters (`prefill_effective_tokens_total`, `realtime_tokens_total`, or `cached_tokens_total / prompt_tokens_total`); on v0.4 the per-batch `cache_hit_rate` gauge averaged, said to be lower confidence (warning at most); tells eviction pressure from a prompt change",
 		settings: "Prefix-cache hit rate (from counters, never the per-batch gauge) far below its baseline.",

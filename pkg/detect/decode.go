@@ -445,6 +445,7 @@ func (c DecodeSlowdownConfig) position(Finding) position { return position{stage
 // the comment over its section of configs/watchdog.yaml.
 func (c DecodeSlowdownConfig) doc() doc {
 	return doc{
+		name:     "Decode slowdown",
 		means:    "inter-token latency up at the same batch size",
 		signals:  "GPU side: throttling, noisy neighbour, interconnect; once established it holds while ITL stays above its level before the slowdown, even after the backlog changes the batch",
 		settings: "Inter-token latency up at an unchanged batch size (GPU side).",

@@ -310,3 +310,9 @@ func RunbookPath(c Class) string { return "/runbooks/" + string(c) }
 // The relation is acyclic and irreflexive, so grouping by it always finds
 // a root cause.
 func Explains(cause, effect Finding) bool { return Registry().Explains(cause, effect) }
+
+// SelfSustaining is Registry().SelfSustaining(f).
+func SelfSustaining(f Finding) bool { return Registry().SelfSustaining(f) }
+
+// Title is Registry().Title(class).
+func Title(class Class) string { return Registry().Title(class) }

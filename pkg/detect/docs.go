@@ -19,6 +19,9 @@ import (
 // doc is what a detector says about itself for the generated
 // documentation.
 type doc struct {
+	// name is the incident's name on a page, a capitalised noun phrase
+	// ("Preemption storm").
+	name string
 	// means is what a finding means, in a few words (the class table's
 	// "what it means").
 	means string

@@ -312,6 +312,7 @@ func (c EngineHangConfig) position(Finding) position {
 // the comment over its section of configs/watchdog.yaml.
 func (c EngineHangConfig) doc() doc {
 	return doc{
+		name:     "Engine hang",
 		means:    "e.g. an NCCL hang",
 		signals:  "requests in flight, decode progress flat, frozen gauges, the `/health_generate` probe (on by default every 30 s, `scrape.health_probe`)",
 		settings: "Requests in flight, no decode progress (e.g. an NCCL hang).",

@@ -384,6 +384,7 @@ func (c KVSaturationConfig) position(Finding) position { return position{stage: 
 // the comment over its section of configs/watchdog.yaml.
 func (c KVSaturationConfig) doc() doc {
 	return doc{
+		name:     "KV cache saturation",
 		means:    "OOM risk",
 		signals:  "KV usage pinned near full (`token_usage` counts evictable prefixes as free): runaway decode (no `max_new_tokens`) or plain capacity",
 		settings: "KV pool pinned near full (OOM risk): runaway decode or plain capacity.",

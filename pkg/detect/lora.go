@@ -218,6 +218,7 @@ func (c LoraThrashConfig) position(Finding) position {
 // the comment over its section of configs/watchdog.yaml.
 func (c LoraThrashConfig) doc() doc {
 	return doc{
+		name:     "LoRA thrash",
 		means:    "LoRA adapter pool thrash",
 		signals:  "`sglang:lora_pool_*`, CUDA graph fallbacks",
 		settings: "LoRA adapter pool pinned full with latency up and CUDA graph fallbacks.",

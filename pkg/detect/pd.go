@@ -198,6 +198,7 @@ func (c PDTransferFailureConfig) position(Finding) position {
 // the comment over its section of configs/watchdog.yaml.
 func (c PDTransferFailureConfig) doc() doc {
 	return doc{
+		name:     "PD transfer failure",
 		means:    "P/D disaggregation KV transfer/bootstrap failures",
 		signals:  "`sglang:num_{bootstrap,transfer}_failed_reqs_total`",
 		settings: "P/D disaggregation bootstrap and KV transfer failures.",

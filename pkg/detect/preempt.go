@@ -295,6 +295,7 @@ func (c PreemptStormConfig) position(Finding) position { return position{stage: 
 // the comment over its section of configs/watchdog.yaml.
 func (c PreemptStormConfig) doc() doc {
 	return doc{
+		name:     "Preemption storm",
 		means:    "KV retraction cascade",
 		signals:  "`rate(sglang:num_retracted_requests_total)` above max(absolute floor, 1% of finished requests/s) and 5× baseline, KV usage near full; critical at 10% of finished requests; lossy `sglang:num_retracted_reqs` gauge on old releases",
 		settings: "KV retraction cascade: retraction rate far above its baseline while the KV pool is near full.",

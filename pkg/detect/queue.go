@@ -287,6 +287,7 @@ func (c QueueLatencyConfig) position(Finding) position { return position{stage: 
 // the comment over its section of configs/watchdog.yaml.
 func (c QueueLatencyConfig) doc() doc {
 	return doc{
+		name:     "Queue latency",
 		means:    "TTFT tail up",
 		signals:  "queue wait dominating (fix scheduling) vs prefill itself slow (profile next)",
 		settings: "Time-to-first-token tail up: queue wait (scheduling side) vs prefill.",

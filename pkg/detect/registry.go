@@ -3,6 +3,7 @@ package detect
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -90,6 +91,35 @@ func (c Catalog) Explains(cause, effect Finding) bool {
 	return slices.Contains(cp.explains, effect.Class) || slices.Contains(ep.explainedBy, cause.Class)
 }
 
+// SelfSustaining reports whether f, once started, feeds on itself and so
+// does not clear with its cause (a retry loop): its steps stay on the
+// page of the incident it belongs to, first.
+func (c Catalog) SelfSustaining(f Finding) bool {
+	for _, e := range c {
+		if e.Class() == f.Class {
+			return e.position(f).sustains
+		}
+	}
+	return false
+}
+
+// Title is class's name on a page ("Preemption storm"); a class c lacks
+// is named after its identifier.
+func (c Catalog) Title(class Class) string {
+	for _, e := range c {
+		if e.Class() == class {
+			if n := e.doc().name; n != "" {
+				return n
+			}
+		}
+	}
+	s := strings.ReplaceAll(string(class), "_", " ")
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
 // position is a finding's place in the causal order Explains follows,
 // declared with its detector.
 type position struct {
@@ -101,6 +131,9 @@ type position struct {
 	// explainedBy are the classes that explain it beside the chain's
 	// order.
 	explainedBy []Class
+	// sustains says that, once started, it feeds on itself (a retry loop):
+	// it does not clear with its cause, and its own steps stop the harm.
+	sustains bool
 }
 
 // settings is what a detector's settings type (PreemptStormConfig, ...)

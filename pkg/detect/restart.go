@@ -115,6 +115,7 @@ func (c ReplicaRestartedConfig) position(Finding) position {
 // the comment over its section of configs/watchdog.yaml.
 func (c ReplicaRestartedConfig) doc() doc {
 	return doc{
+		name:     "Replica restarted",
 		means:    "a restart seen without an outage (possible crash/OOM)",
 		signals:  "counter resets, process start time",
 		settings: "A restart seen without an outage (counters reset): warning.",

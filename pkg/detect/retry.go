@@ -436,12 +436,15 @@ func (c RetryAvalancheConfig) severities() []Severity { return []Severity{Warnin
 // position: on the mechanism chain, before queue_latency: in a retry
 // feedback loop the loop is what must be broken, and the queue latency it
 // causes is listed under it, not the other way round.
-func (c RetryAvalancheConfig) position(Finding) position { return position{stage: 48} }
+// position: a retry loop feeds on itself once started (positive feedback),
+// so it does not clear with its cause and keeps its own steps.
+func (c RetryAvalancheConfig) position(Finding) position { return position{stage: 48, sustains: true} }
 
 // doc describes the detector: its row in the README's class table and
 // the comment over its section of configs/watchdog.yaml.
 func (c RetryAvalancheConfig) doc() doc {
 	return doc{
+		name:     "Retry avalanche",
 		means:    "client retries feeding on themselves",
 		signals:  "only with evidence of retries: the gateway's own retries and upstream attempts per client request (`smg_*`, legacy `sgl_router_*`, the page leads with the amplification), or engine arrivals beyond the offered load. A surge shed with 503 is overload (`error_rate`), not an avalanche",
 		settings: "Client retry positive feedback: arrivals outgrow completions, failures and the backlog rise, with evidence of retries (gateway retries, or arrivals beyond the offered load). An organic surge (both up, few failures) is not one; overload without retries is error_rate's.",

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"strings"
+	"unicode"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
@@ -22,7 +23,7 @@ type Impact struct {
 func Compose(ev Event) Event {
 	ev.Headline = headline(ev)
 	note := func(s string) { ev.Diagnosis = strings.TrimSpace(ev.Diagnosis + " " + s) }
-	if ev.Draining {
+	if ev.Draining && ev.Kind != KindResolve {
 		note("The cause has cleared; what it caused is still draining, so the incident stays open.")
 	}
 	if ev.After != "" {
@@ -40,8 +41,10 @@ func Compose(ev Event) Event {
 	return ev
 }
 
-// headline is the page's one line: where, what is happening (the cause),
-// and what users feel now (queue and time to first token) when known.
+// headline is the page's one line: where, what users feel when requests
+// fail, what is happening (the cause, and what feeds on itself after it),
+// and what users feel now (queue, time to first token, aborts) when the
+// replica could be read and the line does not already say it.
 //
 // A resolve's headline says what ended and how long it lasted, with the
 // values now: the numbers of the firing summary would read as still
@@ -51,32 +54,60 @@ func headline(ev Event) string {
 	if ev.Fleet {
 		where = "fleet " + ev.Model
 	}
-	resolved := ev.Kind == KindResolve
-	h := where + ": " + ev.Summary
-	if resolved {
-		h = where + ": " + strings.ReplaceAll(ev.Class, "_", " ") + " over"
-		if !ev.StartsAt.IsZero() {
-			h += " after " + FormatDuration(ev.At.Sub(ev.StartsAt))
-		}
+	title := ev.Title
+	if title == "" {
+		title = strings.ReplaceAll(ev.Class, "_", " ")
 	}
+	resolved := ev.Kind == KindResolve
+	var lead string
+	switch {
+	case resolved:
+		lead = title + " over"
+		if !ev.StartsAt.IsZero() {
+			lead += " after " + FormatDuration(ev.At.Sub(ev.StartsAt))
+		}
+	case ev.Draining:
+		lead = title + " cleared → " + ev.Summary
+	case len(ev.Sustaining) > 0:
+		chain := title
+		for _, s := range ev.Sustaining {
+			chain += " → " + lowerFirst(s)
+		}
+		lead = chain + ": " + trimTitle(ev.Summary, title)
+	default:
+		lead = ev.Summary
+	}
+	if ev.Failing != "" && !resolved {
+		lead = ev.Failing + " — " + lead
+	}
+	h := where + ": " + lead
 	if ev.Impact == nil {
 		return h
 	}
-	// An impact number the summary already states is not repeated.
+	// An impact the line already states is not given again, with another
+	// number for the same quantity.
+	said := strings.ToLower(lead)
 	var impact []string
-	add := func(label string, v *float64, unit string, onlyPositive bool) {
+	add := func(label string, words []string, v *float64, unit string, onlyPositive bool) {
 		if v == nil || (onlyPositive && *v <= 0) {
 			return
 		}
 		n := detect.FormatNumber(*v)
-		if !resolved && (strings.Contains(ev.Summary, n) || strings.Contains(strings.ToLower(ev.Summary), label)) {
-			return
+		if !resolved {
+			if strings.Contains(lead, n) {
+				return
+			}
+			for _, w := range words {
+				if strings.Contains(said, w) {
+					return
+				}
+			}
 		}
 		impact = append(impact, label+" "+n+unit)
 	}
-	add("queue", ev.Impact.Queued, "", false)
-	add("p99 TTFT", ev.Impact.TTFTP99, " s", false)
-	add("aborted", ev.Impact.AbortsPerSecond, "/s", true)
+	add("queue", []string{"queue"}, ev.Impact.Queued, "", false)
+	add("p99 TTFT", []string{"ttft", "time to first token"}, ev.Impact.TTFTP99, " s", false)
+	add("aborted", []string{"aborted"}, ev.Impact.AbortsPerSecond, "/s", true)
 	switch {
 	case len(impact) == 0:
 	case resolved:
@@ -85,4 +116,24 @@ func headline(ev Event) string {
 		h += "; " + strings.Join(impact, ", ")
 	}
 	return h
+}
+
+// lowerFirst lowers a title's first letter when the word is not an
+// acronym ("Retry avalanche" → "retry avalanche", "KV cache" stays).
+func lowerFirst(s string) string {
+	r := []rune(s)
+	if len(r) < 2 || !unicode.IsUpper(r[0]) || unicode.IsUpper(r[1]) {
+		return s
+	}
+	r[0] = unicode.ToLower(r[0])
+	return string(r)
+}
+
+// trimTitle drops a summary's leading "Title: ", which the chain before it
+// already names.
+func trimTitle(summary, title string) string {
+	if len(summary) > len(title)+1 && strings.EqualFold(summary[:len(title)], title) && summary[len(title)] == ':' {
+		return strings.TrimSpace(summary[len(title)+1:])
+	}
+	return summary
 }

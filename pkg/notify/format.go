@@ -175,7 +175,12 @@ func Recoveries(ev Event) []Recovery {
 					continue
 				}
 				if ps, ok := signalOf(peaks[i]); ok && ps.key == sig.key {
-					r.Peak, used[i] = &peaks[i], true
+					used[i] = true
+					// A peak that is not worse than now is no peak: the
+					// incident was never worse than the replica is.
+					if worse(peaks[i], now.Value) {
+						r.Peak = &peaks[i]
+					}
 					break
 				}
 			}
@@ -188,6 +193,15 @@ func Recoveries(ev Event) []Recovery {
 		}
 	}
 	return out
+}
+
+// worse reports whether f's value is worse than v: higher, or lower for a
+// field where lower is worse.
+func worse(f Field, v float64) bool {
+	if f.LowerIsWorse {
+		return f.Value < v
+	}
+	return f.Value > v
 }
 
 // Resolved reports whether ev ends its incident.

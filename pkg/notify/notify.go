@@ -40,6 +40,9 @@ type Field struct {
 	HasBase   bool    `json:"has_baseline,omitempty"`
 	Unit      string  `json:"unit,omitempty"`
 	Threshold string  `json:"threshold,omitempty"`
+	// LowerIsWorse says a lower value is the worse one (a hit rate): a
+	// resolve's peak of it is its minimum.
+	LowerIsWorse bool `json:"lower_is_worse,omitempty"`
 }
 
 // Event is one notification about one alert. It is plain data: integrations
@@ -88,6 +91,15 @@ type Event struct {
 	// queue, time to first token and aborts); nil when the replica could
 	// not be read, as its last values would be stale.
 	Impact *Impact `json:"impact,omitempty"`
+	// Title is the incident's name on a page ("Preemption storm").
+	Title string `json:"title,omitempty"`
+	// Sustaining are the titles of the consequences that feed on
+	// themselves (a retry loop): the headline names them after the cause.
+	Sustaining []string `json:"sustaining,omitempty"`
+	// Failing is what failing users see, when requests fail as part of
+	// the incident and the failures are not its cause: the headline leads
+	// with it.
+	Failing string `json:"failing,omitempty"`
 	// Draining says the cause has cleared while what it caused is still
 	// seen: the incident stays open.
 	Draining bool `json:"draining,omitempty"`
