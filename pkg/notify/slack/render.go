@@ -3,6 +3,7 @@ package slack
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -318,6 +319,21 @@ func ChangeText(last, ev notify.Event) string {
 			verb = "De-escalated"
 		}
 		parts = append(parts, fmt.Sprintf("*%s* %s → %s", verb, last.Severity, ev.Severity))
+	}
+	if ev.Failing != "" && ev.Failing != last.Failing {
+		parts = append(parts, "*Users failing:* "+Escape(ev.Failing))
+	}
+	if ev.Draining && !last.Draining {
+		parts = append(parts, "*Cause cleared*, what it caused is still here: "+Escape(ev.Summary))
+	}
+	var joined []string
+	for _, c := range ev.Explains {
+		if !slices.Contains(last.Explains, c) {
+			joined = append(joined, c)
+		}
+	}
+	if last.Fingerprint != "" && len(joined) > 0 {
+		parts = append(parts, "*Now also:* "+Escape(strings.Join(joined, ", ")))
 	}
 	if strings.Join(last.ExplainedBy, ",") != strings.Join(ev.ExplainedBy, ",") {
 		if len(ev.ExplainedBy) == 0 {
