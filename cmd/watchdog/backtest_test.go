@@ -228,7 +228,7 @@ ha: {enabled: true}
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := (&recordingRun{}).restrict(cfg)
+	got := (&recordingRun{}).Restrict(cfg)
 	if got.Notify.Slack != (config.Slack{}) || got.Notify.PagerDuty != (config.PagerDuty{}) || got.Notify.Alertmanager.Enabled() ||
 		got.Heartbeat.Enabled || got.HA.Enabled || got.StateDir != "" {
 		t.Errorf("a recording run keeps something that sends: %+v", got.Notify)

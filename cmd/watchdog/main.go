@@ -1,6 +1,8 @@
 // Command watchdog watches a fleet of SGLang replicas and pages people with
-// a diagnosis. main only handles signals and the exit code; run does the
-// wiring so tests can call it in-process.
+// a diagnosis. main handles signals (SIGINT and SIGTERM stop, SIGHUP
+// reloads) and the exit code; run turns arguments and the environment into
+// a configuration and internal/app's options, so tests can call it
+// in-process.
 package main
 
 import (
@@ -23,7 +25,7 @@ func main() {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], environ(), os.Stdout, os.Stderr)
+	err := runCommand(ctx, os.Args[1:], environ(), daemonIO{stdout: os.Stdout, stderr: os.Stderr, reload: reloads(ctx)})
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "watchdog:", err)
@@ -38,6 +40,28 @@ func main() {
 // memory was twice the windows for garbage that a collection every few
 // seconds clears. At 25 it is a quarter more.
 const defaultGCPercent = 25
+
+// reloads turns every SIGHUP into a reload request until ctx is done.
+func reloads(ctx context.Context) <-chan struct{} {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	out := make(chan struct{}, 1)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				select {
+				case out <- struct{}{}:
+				default: // one already pending
+				}
+			}
+		}
+	}()
+	return out
+}
 
 func environ() map[string]string {
 	m := map[string]string{}

@@ -109,7 +109,7 @@ type recordingRun struct {
 }
 
 // restrict turns off everything that would reach people or other copies.
-func (r *recordingRun) restrict(cfg config.Config) config.Config {
+func (r *recordingRun) Restrict(cfg config.Config) config.Config {
 	cfg.Notify.Slack = config.Slack{}
 	cfg.Notify.PagerDuty = config.PagerDuty{}
 	cfg.Notify.Alertmanager = config.Alertmanager{}
@@ -122,7 +122,7 @@ func (r *recordingRun) restrict(cfg config.Config) config.Config {
 
 // start writes the header and returns the tap in front of store and the
 // observer of the evaluation rounds.
-func (r *recordingRun) start(cfg config.Config, store scrape.Appender, now time.Time) (scrape.Appender, eval.RoundObserver, error) {
+func (r *recordingRun) Start(cfg config.Config, store scrape.Appender, now time.Time) (scrape.Appender, eval.RoundObserver, error) {
 	settings, err := recordedSettings(cfg)
 	if err != nil {
 		return nil, nil, err

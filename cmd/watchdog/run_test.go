@@ -456,7 +456,9 @@ func TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		err := run(ctx, []string{"--web.enable-lifecycle", "--config.watch-interval=0"}, map[string]string{"WATCHDOG_CONFIG": cfgPath, "WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0"}, outW, errW)
+		// As main runs it: SIGHUP reloads.
+		err := runCommand(ctx, []string{"--web.enable-lifecycle", "--config.watch-interval=0"}, map[string]string{"WATCHDOG_CONFIG": cfgPath, "WATCHDOG_LISTEN_ADDRESS": "127.0.0.1:0"},
+			daemonIO{stdout: outW, stderr: errW, reload: reloads(ctx)})
 		outW.Close()
 		errW.Close()
 		done <- err

@@ -18,8 +18,6 @@ type Silences interface {
 	// Mutes returns the IDs of the silences active at now that match
 	// labels; none: the alert is not muted.
 	Mutes(labels map[string]string, now time.Time) []string
-	// Sweep runs once per round (forgetting long-expired silences).
-	Sweep(now time.Time)
 	// Load reads the stored silences again: at an HA takeover the previous
 	// leader's are the current ones.
 	Load(now time.Time) error
@@ -78,7 +76,6 @@ func (l *Loop) decideSilences(now time.Time) {
 		return
 	}
 	l.loadHeld(now)
-	l.opts.Silences.Sweep(now)
 	decided := map[string][]string{}
 	for _, a := range l.opts.Tracker.Incidents() {
 		if ids := l.opts.Silences.Mutes(AlertLabels(a), now); len(ids) > 0 {

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -29,34 +29,27 @@ type stateWriters struct {
 	// journal holds the incident journal, always in the local state
 	// directory: in HA the shared ConfigMap keeps the paging state only.
 	journal *persist.Writer
-
-	stop context.CancelFunc
-	ctx  context.Context
-	done chan struct{} // closed when both have written what they held
 }
 
 func newStateWriters(stateStore persist.Store, dir *state.Dir, reg prometheus.Registerer, logger *zap.Logger) *stateWriters {
 	m := persist.NewMetrics(reg)
 	w := &stateWriters{
 		state: persist.New(stateStore, persist.Options{Order: stateOrder, Logger: logger, Metrics: m}),
-		done:  make(chan struct{}),
 	}
 	w.journal = w.state
 	if persist.Store(dir) != stateStore {
 		w.journal = persist.New(dir, persist.Options{Logger: logger, Metrics: m})
 	}
-	w.ctx, w.stop = context.WithCancel(context.Background())
 	return w
 }
 
-// run writes until stop, then flushes (each writer bounded by its flush
-// timeout) and returns.
-func (w *stateWriters) run() error {
-	defer close(w.done)
+// run writes until ctx is done, then flushes (each writer bounded by its
+// flush timeout) and returns.
+func (w *stateWriters) run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = w.state.Run(w.ctx) })
+	wg.Go(func() { _ = w.state.Run(ctx) })
 	if w.journal != w.state {
-		wg.Go(func() { _ = w.journal.Run(w.ctx) })
+		wg.Go(func() { _ = w.journal.Run(ctx) })
 	}
 	wg.Wait()
 	return nil

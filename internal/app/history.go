@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -25,11 +25,11 @@ type history struct {
 
 // newHistory builds the reader when history.url is set; nil otherwise.
 // lookback is how much history a window holds (what a backfill reads).
-func newHistory(cfg config.Config, dio daemonIO, app promsource.Appender, lookback time.Duration, reg prometheus.Registerer, logger *zap.Logger) (*history, error) {
+func newHistory(cfg config.Config, dial Dialer, app promsource.Appender, lookback time.Duration, reg prometheus.Registerer, logger *zap.Logger) (*history, error) {
 	if !cfg.History.Enabled() {
 		return nil, nil
 	}
-	reader, err := promsource.New(cfg.History, cfg.Scrape.Interval, promsource.Options{Dial: dio.dial, MaxSeries: cfg.Scrape.MaxSeries}, reg, logger)
+	reader, err := promsource.New(cfg.History, cfg.Scrape.Interval, promsource.Options{Dial: dial, MaxSeries: cfg.Scrape.MaxSeries}, reg, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,10 @@
-package main
+package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -17,16 +19,19 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
 )
 
-// httpClient is an HTTP client of the daemon's, on its network; name
-// labels its connections (pkg/httpclient).
-func (dio daemonIO) httpClient(name string, timeout time.Duration) *http.Client {
-	return httpclient.New(name, timeout, commoncfg.WithDialContextFunc(dio.dial))
+// Dialer replaces the operating system's network (Options.Dial).
+type Dialer = func(ctx context.Context, network, address string) (net.Conn, error)
+
+// httpClient is an HTTP client of the daemon's, on its network (dial; nil:
+// the operating system's); name labels its connections (pkg/httpclient).
+func httpClient(dial Dialer, name string, timeout time.Duration) *http.Client {
+	return httpclient.New(name, timeout, commoncfg.WithDialContextFunc(dial))
 }
 
 // buildIntegrations constructs the configured paging integrations, each with
 // its own HTTP client so one provider's slowness cannot exhaust another's
 // connections. The log integration is always added by the dispatcher.
-func buildIntegrations(cfg config.Config, dio daemonIO, logger *zap.Logger) ([]notify.Integration, error) {
+func buildIntegrations(cfg config.Config, dial Dialer, logger *zap.Logger) ([]notify.Integration, error) {
 	var out []notify.Integration
 	var errs []error
 	// A secret file named but absent (an optional Secret key left out) or
@@ -52,7 +57,7 @@ func buildIntegrations(cfg config.Config, dio daemonIO, logger *zap.Logger) ([]n
 		WebhookURL: cfg.Notify.Slack.WebhookURL,
 	}
 	if sc.Enabled() {
-		n, err := slack.New(sc, dio.httpClient(notify.IntegrationSlack, 30*time.Second), logger.Named("slack"))
+		n, err := slack.New(sc, httpClient(dial, notify.IntegrationSlack, 30*time.Second), logger.Named("slack"))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("slack: %w", err))
 		} else {
@@ -61,7 +66,7 @@ func buildIntegrations(cfg config.Config, dio daemonIO, logger *zap.Logger) ([]n
 	}
 	pc := pagerduty.Config{RoutingKey: cfg.Notify.PagerDuty.RoutingKey, EventsURL: cfg.Notify.PagerDuty.EventsURL}
 	if pc.Enabled() {
-		n, err := pagerduty.New(pc, dio.httpClient(notify.IntegrationPagerDuty, 30*time.Second), logger.Named("pagerduty"))
+		n, err := pagerduty.New(pc, httpClient(dial, notify.IntegrationPagerDuty, 30*time.Second), logger.Named("pagerduty"))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pagerduty: %w", err))
 		} else {
@@ -69,7 +74,7 @@ func buildIntegrations(cfg config.Config, dio daemonIO, logger *zap.Logger) ([]n
 		}
 	}
 	if am := cfg.Notify.Alertmanager; am.Enabled() {
-		n, err := alertmanager.New(am, logger.Named("alertmanager"), commoncfg.WithDialContextFunc(dio.dial))
+		n, err := alertmanager.New(am, logger.Named("alertmanager"), commoncfg.WithDialContextFunc(dial))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("alertmanager: %w", err))
 		} else {
