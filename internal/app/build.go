@@ -215,8 +215,11 @@ func (d *daemon) buildEvaluation(now time.Time) error {
 		d.logger.Info("restored open incidents; they resolve unless seen again", zap.Int("alerts", len(saved)),
 			zap.Int("from_notifier_records", fromNotifiers), zap.Duration("grace", d.cfg.Alerts.RestoreGrace))
 	}
+	// Silences are saved as they change, by the API's handler and by the
+	// sweep, neither on the evaluation path: a silence a user was told is
+	// in place is on disk.
 	opts := silence.DefaultOptions()
-	opts.Persister = d.writers.state
+	opts.Persister = d.stateStore
 	d.silences = silence.New(opts, d.reg)
 	if err := d.silences.Load(now); err != nil {
 		d.logger.Error("silences unreadable; starting without them", zap.Error(err))
