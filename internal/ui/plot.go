@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
 // Plot geometry in SVG user units; the CSS scales the SVG to the page's
@@ -271,28 +273,8 @@ func newSparkline(title string, ps []point, from, to time.Time) sparkline {
 	return s
 }
 
-// formatValue prints a number with its unit as the pages and the table
-// fallback show it.
-func formatValue(v float64, unit string) string {
-	var s string
-	switch a := math.Abs(v); {
-	case a == math.Trunc(a) && a < 1e6:
-		s = strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 1000:
-		s = strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 10:
-		s = strconv.FormatFloat(v, 'f', 1, 64)
-	case a >= 0.01:
-		s = strconv.FormatFloat(v, 'f', 2, 64)
-	default:
-		s = strconv.FormatFloat(v, 'g', 2, 64)
-	}
-	switch unit {
-	case "", "ratio":
-		return s
-	case "%":
-		return s + "%"
-	default:
-		return s + " " + unit
-	}
-}
+// formatValue prints a number with its unit as the pages the watchdog
+// sends print it (notify.FormatValue): a share ("ratio") in percent, every
+// number to three significant digits, so the workspace and the page on
+// call agree to the digit.
+func formatValue(v float64, unit string) string { return notify.FormatValue(v, unit) }

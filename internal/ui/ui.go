@@ -490,9 +490,6 @@ func optValue(v *float64, unit string) string {
 	if v == nil {
 		return "–"
 	}
-	if unit == "%" {
-		return formatValue(*v*100, "%")
-	}
 	return formatValue(*v, unit)
 }
 
