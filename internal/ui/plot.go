@@ -10,18 +10,35 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
-// Plot geometry in SVG user units; the CSS scales the SVG to the page's
-// width, so one size serves phones and desktops.
+// geometry is a plot's size in SVG user units. The CSS scales a plot to
+// its box's width, so the font size is set against the width: a large
+// plot spans the page and its text reads at about the page's own size, a
+// compact one shares a row with others.
+type geometry struct {
+	Width, Height, FontSize float64
+	Large                   bool
+}
+
+var (
+	compactPlot = geometry{Width: 600, Height: 220, FontSize: 13}
+	largePlot   = geometry{Width: 960, Height: 340, FontSize: 14, Large: true}
+)
+
 const (
-	plotWidth   = 600
-	plotHeight  = 160
-	plotLeft    = 56 // room for the y-axis labels
-	plotRight   = 8
-	plotTop     = 8
-	plotBottom  = 24 // room for the time labels
+	plotRight   = 12
 	sparkWidth  = 120
 	sparkHeight = 28
+	// yTicks and xTicks are about how many labelled values an axis has.
+	yTicks = 4
+	xTicks = 6
 )
+
+// lineHeight is the height of one row of text.
+func (g geometry) lineHeight() float64 { return math.Round(g.FontSize * 1.35) }
+
+// textWidth estimates how wide s is set in the plot's font (a
+// proportional sans-serif averages under 0.6 em a character).
+func (g geometry) textWidth(s string) float64 { return 0.6 * g.FontSize * float64(len([]rune(s))) }
 
 // point is one value at one time; OK is false where the value is unknown
 // (the line is broken there, not drawn through zero).
@@ -55,7 +72,10 @@ type plotSpec struct {
 	Limit       float64
 	HasLimit    bool
 	LimitPoints []point
-	Markers     []marker
+	// Rule is the threshold as the page words it, for the legend.
+	Rule    string
+	Markers []marker
+	Size    geometry
 }
 
 // svgPath is one laid-out path.
@@ -68,12 +88,19 @@ type svgLine struct {
 	Class, Name    string
 	X1, Y1, X2, Y2 string
 	LabelX, LabelY string
+	Anchor         string // the label's text-anchor class: "" (start) or "end"
 }
 
-// thresholdPath is the laid-out threshold with its label.
-type thresholdPath struct {
-	Name, D        string
-	LabelX, LabelY string
+// svgText is one laid-out label.
+type svgText struct {
+	Text, X, Y string
+	Anchor     string // "", "middle" or "end"
+}
+
+// legendEntry is one line of the legend under a plot: a swatch drawn in
+// the line's class and what the line is.
+type legendEntry struct {
+	Class, Text string
 }
 
 // tableRow is one row of the text fallback: a time and each line's value.
@@ -85,25 +112,31 @@ type tableRow struct {
 // renderedPlot is a plot laid out for the template: SVG coordinates and
 // the table of the same numbers for readers that do not see the drawing.
 type renderedPlot struct {
-	Title, Unit, Label  string
-	Width, Height       int
-	Paths               []svgPath
-	Threshold           *thresholdPath
-	Markers             []svgLine
-	YTop, YBottom       string // axis labels
-	YTopAt, YBottomAt   string
-	XStart, XEnd        string
-	XRight, XLabelY     string
-	Columns             []string
-	Rows                []tableRow
-	Empty               bool
-	PlotLeft, PlotRight string
+	Title, Unit, Label string
+	Rule               string
+	Width, Height      int
+	Large              bool
+	FontSize           string
+	Paths              []svgPath
+	Threshold          *svgPath
+	Labels             []svgText // baseline and threshold labels
+	Markers            []svgLine
+	Grid               []svgLine // one per y tick, across the plot
+	YTicks, XTicks     []svgText
+	XAxis              svgText // the time axis's name
+	AxisY              string  // the time axis's height
+	PlotLeft           string
+	PlotRight          string
+	Legend             []legendEntry
+	Columns            []string
+	Rows               []tableRow
+	Empty              bool
 }
 
 func coord(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 
 // yRange is the vertical extent: every known value, the limit, and zero
-// when all values are positive (so a bar's height reads as magnitude).
+// when all values are positive (so a line's height reads as magnitude).
 func (s plotSpec) yRange() (lo, hi float64, ok bool) {
 	lo, hi = math.Inf(1), math.Inf(-1)
 	for _, l := range s.Lines {
@@ -131,53 +164,206 @@ func (s plotSpec) yRange() (lo, hi float64, ok bool) {
 	return lo, hi, true
 }
 
-// layout turns the spec into SVG geometry.
+// layout turns the spec into SVG geometry: the value ticks in the
+// signal's unit on the left, time ticks below, the marks' labels in rows
+// above the plot area so that none covers another or the data.
 func (s plotSpec) layout() renderedPlot {
-	r := renderedPlot{Title: s.Title, Unit: s.Unit, Width: plotWidth, Height: plotHeight,
-		XStart: s.From.UTC().Format("15:04:05"), XEnd: s.To.UTC().Format("15:04:05"),
-		XRight: coord(plotWidth - plotRight), XLabelY: coord(plotHeight - 6),
-		PlotLeft: coord(plotLeft), PlotRight: coord(plotWidth - plotRight)}
+	g := s.Size
+	if g.Width == 0 {
+		g = compactPlot
+	}
+	lh := g.lineHeight()
+	r := renderedPlot{Title: s.Title, Unit: s.Unit, Rule: s.Rule, Width: int(g.Width), Height: int(g.Height), Large: g.Large,
+		FontSize: coord(g.FontSize)}
 	lo, hi, ok := s.yRange()
 	r.Empty = !ok
+	yt := []float64{lo, hi}
+	if t, tok := niceTicks(lo, hi, yTicks); tok {
+		yt, lo, hi = t, t[0], t[len(t)-1]
+	}
+	left := 0.0
+	for _, v := range yt {
+		left = math.Max(left, g.textWidth(formatValue(v, s.Unit)))
+	}
+	left = math.Ceil(left + 10)
+	right := g.Width - plotRight
+	bottom := g.Height - 2*lh - 4 // tick labels, then the axis's name
+	r.PlotLeft, r.PlotRight, r.AxisY = coord(left), coord(right), coord(bottom)
+
 	span := s.To.Sub(s.From).Seconds()
 	if span <= 0 {
 		span = 1
 	}
-	x := func(t time.Time) float64 {
-		return plotLeft + (plotWidth-plotLeft-plotRight)*t.Sub(s.From).Seconds()/span
+	x := func(t time.Time) float64 { return left + (right-left)*t.Sub(s.From).Seconds()/span }
+
+	// Marks first: their label rows set where the plot area starts.
+	var rowEnds []float64
+	for _, m := range s.Markers {
+		if m.At.IsZero() || m.At.Before(s.From) || m.At.After(s.To) {
+			continue
+		}
+		mx := x(m.At)
+		name := m.Name + " " + m.At.UTC().Format("15:04:05")
+		w := g.textWidth(name)
+		x0, anchor, lx := mx+3, "", mx+3
+		if x0+w > g.Width {
+			x0, anchor, lx = mx-3-w, "end", mx-3
+		}
+		row := 0
+		for row < len(rowEnds) && rowEnds[row] > x0-g.FontSize {
+			row++
+		}
+		if row == len(rowEnds) {
+			rowEnds = append(rowEnds, 0)
+		}
+		rowEnds[row] = x0 + w
+		r.Markers = append(r.Markers, svgLine{Class: "marker", Name: name, X1: coord(mx), X2: coord(mx),
+			LabelX: coord(lx), LabelY: coord(float64(row+1) * lh), Anchor: anchor})
 	}
-	y := func(v float64) float64 {
-		return plotTop + (plotHeight-plotTop-plotBottom)*(1-(v-lo)/(hi-lo))
+	top := float64(len(rowEnds))*lh + 8
+	for i := range r.Markers {
+		r.Markers[i].Y1, r.Markers[i].Y2 = coord(top-4), coord(bottom)
 	}
-	r.YTop, r.YBottom = formatValue(hi, s.Unit), formatValue(lo, s.Unit)
-	r.YTopAt, r.YBottomAt = coord(plotTop+10), coord(plotHeight-plotBottom)
+	y := func(v float64) float64 { return top + (bottom-top)*(1-(v-lo)/(hi-lo)) }
+
+	for _, v := range yt {
+		if !ok {
+			break
+		}
+		vy := coord(y(v))
+		r.Grid = append(r.Grid, svgLine{Class: "grid", X1: coord(left), Y1: vy, X2: coord(right), Y2: vy})
+		r.YTicks = append(r.YTicks, svgText{Text: formatValue(v, s.Unit), X: coord(left - 6), Y: coord(y(v) + g.FontSize/3), Anchor: "end"})
+	}
+	for _, t := range timeTicks(s.From, s.To, xTicks) {
+		label := t.UTC().Format("15:04:05")
+		tx, w, anchor := x(t), g.textWidth(label), "middle"
+		switch {
+		case tx-w/2 < 0:
+			anchor = ""
+		case tx+w/2 > g.Width:
+			anchor = "end"
+		}
+		r.XTicks = append(r.XTicks, svgText{Text: label, X: coord(tx), Y: coord(bottom + lh), Anchor: anchor})
+	}
+	r.XAxis = svgText{Text: "time (UTC)", X: coord((left + right) / 2), Y: coord(bottom + 2*lh), Anchor: "middle"}
+
 	for _, l := range s.Lines {
 		r.Columns = append(r.Columns, l.Name)
 		if d := pathData(l.Points, x, y); d != "" {
 			r.Paths = append(r.Paths, svgPath{Class: l.Class, Name: l.Name, D: d})
 		}
+		if l.Class == "baseline" && ok {
+			if first, found := firstKnown(l.Points); found {
+				r.Labels = append(r.Labels, svgText{Text: "baseline " + formatValue(first.Value, s.Unit),
+					X: coord(x(first.At) + 4), Y: coord(y(first.Value) - 4)})
+			}
+		}
+	}
+	r.Legend = append(r.Legend, legendEntry{Class: "series", Text: s.Title})
+	for _, l := range s.Lines[min(1, len(s.Lines)):] {
+		r.Legend = append(r.Legend, legendEntry{Class: l.Class, Text: l.Name})
 	}
 	if s.HasLimit && ok {
 		d := pathData(s.LimitPoints, x, y)
-		labelAt := s.Limit
 		if d == "" {
 			ly := coord(y(s.Limit))
-			d = "M" + coord(plotLeft) + " " + ly + " L" + coord(plotWidth-plotRight) + " " + ly
+			d = "M" + coord(left) + " " + ly + " L" + coord(right) + " " + ly
 		}
-		r.Threshold = &thresholdPath{Name: "threshold " + formatValue(labelAt, s.Unit), D: d,
-			LabelX: coord(plotWidth - plotRight - 4), LabelY: coord(y(labelAt) - 3)}
+		name := "threshold " + formatValue(s.Limit, s.Unit)
+		r.Threshold = &svgPath{Class: "threshold", Name: name, D: d}
+		r.Labels = append(r.Labels, svgText{Text: name, X: coord(right - 4), Y: coord(y(s.Limit) - 4), Anchor: "end"})
+		r.Legend = append(r.Legend, legendEntry{Class: "threshold", Text: "threshold (the rule's number)"})
 	}
-	for _, m := range s.Markers {
-		if m.At.IsZero() || m.At.Before(s.From) || m.At.After(s.To) {
-			continue
-		}
-		mx := coord(x(m.At))
-		r.Markers = append(r.Markers, svgLine{Class: "marker", Name: m.Name + " " + m.At.UTC().Format("15:04:05"),
-			X1: mx, Y1: coord(plotTop), X2: mx, Y2: coord(plotHeight - plotBottom), LabelX: mx, LabelY: coord(plotTop + 8)})
-	}
-	r.Rows = tableRows(s.Lines, s.Unit)
+	r.Columns, r.Rows = s.table()
 	r.Label = s.label(lo, hi, ok)
 	return r
+}
+
+// firstKnown is the first point with a value.
+func firstKnown(ps []point) (point, bool) {
+	for _, p := range ps {
+		if p.OK {
+			return p, true
+		}
+	}
+	return point{}, false
+}
+
+// niceTicks are round values covering lo..hi in about n steps: the step
+// is 1, 2, 2.5 or 5 times a power of ten, the first tick at or below lo
+// and the last at or above hi. Of the steps that give 3 to n+2 intervals
+// it takes the one whose ticks waste the least height, the fewer ticks on
+// a tie. ok is false for a range that cannot be divided (empty, or too
+// wide for a float).
+func niceTicks(lo, hi float64, n int) ([]float64, bool) {
+	span := hi - lo
+	if !(span > 0) || math.IsInf(span, 0) {
+		return nil, false
+	}
+	mag := math.Pow(10, math.Floor(math.Log10(span/float64(n))))
+	var best []float64
+	bestCover := 0.0
+	for _, k := range []float64{0.1, 1, 10} {
+		for _, m := range []float64{1, 2, 2.5, 5} {
+			step := m * k * mag
+			if !(step > 0) || math.IsInf(step, 0) {
+				continue
+			}
+			first, last := math.Floor(lo/step+1e-9), math.Ceil(hi/step-1e-9)
+			intervals := int(last - first)
+			if intervals < 3 || intervals > n+2 {
+				continue
+			}
+			cover := span / ((last - first) * step)
+			tie := math.Abs(cover-bestCover) < 1e-9
+			if cover < bestCover && !tie || tie && intervals >= len(best)-1 {
+				continue
+			}
+			ticks := make([]float64, 0, intervals+1)
+			for i := range intervals + 1 {
+				v := (first + float64(i)) * step
+				if math.Abs(v) < step*1e-9 {
+					v = 0 // not -1e-17 from rounding
+				}
+				ticks = append(ticks, v)
+			}
+			best, bestCover = ticks, cover
+		}
+	}
+	return best, best != nil
+}
+
+// timeSteps are the spacings a time axis's ticks may have.
+var timeSteps = []time.Duration{
+	time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second,
+	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute,
+	time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
+}
+
+// timeTicks are the round times within from..to, at most n of them: the
+// smallest step of timeSteps that needs no more (whole days beyond).
+func timeTicks(from, to time.Time, n int) []time.Time {
+	span := to.Sub(from)
+	if span <= 0 {
+		return []time.Time{from}
+	}
+	step := timeSteps[len(timeSteps)-1]
+	for _, s := range timeSteps {
+		if span/s <= time.Duration(n) {
+			step = s
+			break
+		}
+	}
+	if span/step > time.Duration(n) {
+		step = (span/time.Duration(n)/(24*time.Hour) + 1) * 24 * time.Hour
+	}
+	var ticks []time.Time
+	for t := from.Truncate(step); !t.After(to) && len(ticks) <= n+1; t = t.Add(step) {
+		if !t.Before(from) {
+			ticks = append(ticks, t)
+		}
+	}
+	return ticks
 }
 
 // label is the SVG's accessible name: what it plots and its range.
@@ -220,25 +406,41 @@ func pathData(ps []point, x func(time.Time) float64, y func(float64) float64) st
 	return b.String()
 }
 
-// tableRows lists the lines' values per time, the first line's times
-// setting the rows.
-func tableRows(lines []line, unit string) []tableRow {
-	if len(lines) == 0 {
-		return nil
+// table lists the lines' values per time, the first line's times setting
+// the rows, and the threshold of each round when it has one.
+func (s plotSpec) table() ([]string, []tableRow) {
+	if len(s.Lines) == 0 {
+		return nil, nil
+	}
+	cols := make([]string, 0, len(s.Lines)+1)
+	for _, l := range s.Lines {
+		cols = append(cols, l.Name)
+	}
+	if s.HasLimit {
+		cols = append(cols, "threshold")
+	}
+	cell := func(ps []point, i int) string {
+		if i < len(ps) && ps[i].OK {
+			return formatValue(ps[i].Value, s.Unit)
+		}
+		return "–"
 	}
 	var rows []tableRow
-	for i, p := range lines[0].Points {
+	for i, p := range s.Lines[0].Points {
 		row := tableRow{At: p.At.UTC().Format("15:04:05")}
-		for _, l := range lines {
-			v := "–"
-			if i < len(l.Points) && l.Points[i].OK {
-				v = formatValue(l.Points[i].Value, unit)
+		for _, l := range s.Lines {
+			row.Values = append(row.Values, cell(l.Points, i))
+		}
+		if s.HasLimit {
+			v := cell(s.LimitPoints, i)
+			if v == "–" {
+				v = formatValue(s.Limit, s.Unit)
 			}
 			row.Values = append(row.Values, v)
 		}
 		rows = append(rows, row)
 	}
-	return rows
+	return cols, rows
 }
 
 // sparkline is a replica's small trend line in the fleet table.

@@ -1,0 +1,96 @@
+package ui
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func TestNiceTicksCoverTheRangeInRoundSteps(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   []float64
+	}{
+		{0, 0.9, []float64{0, 0.25, 0.5, 0.75, 1}},
+		{0, 9, []float64{0, 2.5, 5, 7.5, 10}},
+		{0, 5.86, []float64{0, 2, 4, 6}},
+		{0.19, 0.193, []float64{0.19, 0.191, 0.192, 0.193}},
+		{-3, 41, []float64{-10, 0, 10, 20, 30, 40, 50}},
+		{0, 1, []float64{0, 0.25, 0.5, 0.75, 1}},
+	} {
+		got, ok := niceTicks(c.lo, c.hi, yTicks)
+		if !ok || !slices.EqualFunc(got, c.want, func(a, b float64) bool { return math.Abs(a-b) < 1e-12 }) {
+			t.Errorf("niceTicks(%v, %v) = %v, %v; want %v", c.lo, c.hi, got, ok, c.want)
+		}
+	}
+	for _, c := range [][2]float64{{0, 0}, {1, 0}, {-1e308, 1e308}, {0, math.Inf(1)}, {math.NaN(), 1}} {
+		if got, ok := niceTicks(c[0], c[1], yTicks); ok {
+			t.Errorf("niceTicks(%v, %v) = %v, want no ticks for a range that cannot be divided", c[0], c[1], got)
+		}
+	}
+}
+
+func TestTimeTicksAreRoundTimesWithinTheSpan(t *testing.T) {
+	from := time.Date(2026, 5, 29, 12, 54, 14, 0, time.UTC)
+	for _, c := range []struct {
+		span  time.Duration
+		first string
+		step  time.Duration
+	}{
+		{9 * time.Minute, "12:56:00", 2 * time.Minute},
+		{50 * time.Second, "12:54:20", 10 * time.Second},
+		{5 * time.Hour, "13:00:00", time.Hour},
+		{20 * 24 * time.Hour, "00:00:00", 4 * 24 * time.Hour},
+	} {
+		ticks := timeTicks(from, from.Add(c.span), xTicks)
+		if len(ticks) == 0 || len(ticks) > xTicks+1 || ticks[0].Format("15:04:05") != c.first {
+			t.Errorf("span %s: ticks %v, want at most %d from %s", c.span, ticks, xTicks+1, c.first)
+			continue
+		}
+		for i, tk := range ticks {
+			if tk.Before(from) || tk.After(from.Add(c.span)) || (i > 0 && tk.Sub(ticks[i-1]) != c.step) {
+				t.Errorf("span %s: ticks %v, want every %s within the span", c.span, ticks, c.step)
+				break
+			}
+		}
+	}
+	if got := timeTicks(from, from, xTicks); len(got) != 1 {
+		t.Errorf("an empty span: ticks %v, want its one moment", got)
+	}
+}
+
+// Marks close together (fired seconds after onset) get their labels on
+// separate rows, so neither covers the other; the plot area starts below
+// every row.
+func TestMarkLabelsDoNotOverlap(t *testing.T) {
+	from := time.Date(2026, 5, 29, 12, 0, 0, 0, time.UTC)
+	to := from.Add(time.Hour)
+	ps := []point{{At: from, Value: 1, OK: true}, {At: to, Value: 2, OK: true}}
+	for _, g := range []geometry{compactPlot, largePlot} {
+		p := plotSpec{Title: "queued", From: from, To: to, Lines: []line{{Name: "queued", Class: "series", Points: ps}}, Size: g,
+			Markers: []marker{{"onset", from.Add(10 * time.Minute)}, {"fired", from.Add(10*time.Minute + 30*time.Second)}, {"resolved", to}}}.layout()
+		if len(p.Markers) != 3 {
+			t.Fatalf("%v: %d marks, want 3", g, len(p.Markers))
+		}
+		onset, fired := p.Markers[0], p.Markers[1]
+		if onset.LabelY == fired.LabelY {
+			t.Errorf("%v: onset and fired 30 s apart labelled on one row (y %s)", g, onset.LabelY)
+		}
+		top := math.Inf(1)
+		for _, g := range p.Grid {
+			y, _ := strconv.ParseFloat(g.Y1, 64)
+			top = min(top, y)
+		}
+		for _, m := range p.Markers {
+			y, _ := strconv.ParseFloat(m.LabelY, 64)
+			if y >= top {
+				t.Errorf("%v: %s labelled at y %v, inside the plot area starting at %v", g, m.Name, y, top)
+			}
+		}
+		if last := p.Markers[2]; last.Anchor != "end" {
+			t.Errorf("%v: the resolve mark at the right edge is labelled leftwards? anchor %q", g, last.Anchor)
+		}
+	}
+}
