@@ -85,6 +85,19 @@ type Signal struct {
 	Points    []Point `json:"points"`
 }
 
+// Constant reports whether the signal's value never moved over the
+// incident (every point holds the same value, or it has none): a capacity
+// or a page size, a count that stayed at zero. A constant is a fact about
+// the incident, never evidence of a change.
+func (s Signal) Constant() bool {
+	for _, p := range s.Points {
+		if p.Value != s.Points[0].Value {
+			return false
+		}
+	}
+	return true
+}
+
 // Point is one round's value of a signal.
 type Point struct {
 	At          time.Time `json:"at"`
