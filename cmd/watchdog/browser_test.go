@@ -185,30 +185,57 @@ func TestWorkspaceInARealBrowser(t *testing.T) {
 		t.Errorf("incident link went to %s, want /incidents/%s", loc, rec.ID)
 	}
 	shown := d.Incident(t, rec.ID)
-	limits := 0
+	limits, moving := 0, 0
 	for _, s := range shown.Signals {
-		if s.HasLimit {
-			limits++
+		if !s.Constant() {
+			moving++
+			if s.HasLimit {
+				limits++
+			}
 		}
 	}
 	if len(shown.Signals) == 0 || limits == 0 {
-		t.Fatalf("the journal recorded %d signals for %s, %d with a numeric limit; want the storm's evidence with its thresholds", len(shown.Signals), rec.ID, limits)
+		t.Fatalf("the journal recorded %d signals for %s, %d moving with a numeric limit; want the storm's evidence with its thresholds", len(shown.Signals), rec.ID, limits)
 	}
-	t.Logf("%d signals, %d with a numeric limit", len(shown.Signals), limits)
-	if n := b.count(t, "#evidence-plots figure.plot"); n != len(shown.Signals) {
-		t.Errorf("%d evidence plots, want one per signal (%d)", n, len(shown.Signals))
+	t.Logf("%d signals, %d moving, %d of them with a numeric limit", len(shown.Signals), moving, limits)
+	// The signals that decided the finding lead, large; the other moving
+	// ones are folded; the constants are facts.
+	decisive := b.count(t, "#decisive-plots figure.plot.lead")
+	if decisive == 0 || decisive > 3 {
+		t.Errorf("%d decisive plots, want 1 to 3", decisive)
 	}
-	if n := b.count(t, "#evidence-plots figure.plot svg path.series"); n != len(shown.Signals) {
-		t.Errorf("%d value lines, want %d", n, len(shown.Signals))
+	if n := b.count(t, "#decisive-plots figure.plot figcaption .rule"); n != decisive {
+		t.Errorf("%d of %d decisive plots state their rule", n, decisive)
 	}
-	if n := b.count(t, "#evidence-plots svg .threshold"); n != limits {
-		t.Errorf("%d threshold lines, want %d (signals with a limit)", n, limits)
+	if n := decisive + b.count(t, "#evidence-plots figure.plot"); n != moving {
+		t.Errorf("%d evidence plots, want one per moving signal (%d)", n, moving)
 	}
-	if n := b.count(t, "#impact-plots figure.plot"); n != len(shown.Impact) {
-		t.Errorf("%d impact plots, want %d", n, len(shown.Impact))
+	if n := b.count(t, "#evidence-facts dt"); n != len(shown.Signals)-moving {
+		t.Errorf("%d evidence facts, want one per constant signal (%d)", n, len(shown.Signals)-moving)
 	}
-	if n := b.count(t, "#evidence-plots svg line.marker"); n < len(shown.Signals) {
-		t.Errorf("%d onset/fire markers over %d plots", n, len(shown.Signals))
+	if n := b.count(t, "#decisive-plots svg path.series, #evidence-plots svg path.series"); n != moving {
+		t.Errorf("%d value lines, want %d", n, moving)
+	}
+	if n := b.count(t, "#decisive-plots svg .threshold, #evidence-plots svg .threshold"); n != limits {
+		t.Errorf("%d threshold lines, want %d (moving signals with a limit)", n, limits)
+	}
+	if n := b.count(t, "#impact-plots figure.plot") + b.count(t, "#impact-facts dt"); n != len(shown.Impact) {
+		t.Errorf("%d impact plots and facts, want %d", n, len(shown.Impact))
+	}
+	if n := b.count(t, "#decisive-plots svg line.marker"); n < decisive {
+		t.Errorf("%d onset/fire markers over %d plots", n, decisive)
+	}
+	if open := value(t, b, "folded", chromedp.Evaluate[bool](`!!document.querySelector("details.more[open]")`)); open {
+		t.Errorf("the other signals are not folded")
+	}
+	// Large enough to read: the first plot spans the page and its axis
+	// labels are set at about the page's own text size.
+	size := value(t, b, "plot size", chromedp.Evaluate[[]float64](`(() => {
+		const svg = document.querySelector("#decisive-plots svg"), tick = svg.querySelector("text.tick");
+		return [svg.getBoundingClientRect().width / document.querySelector("main").clientWidth, tick.getBoundingClientRect().height];
+	})()`))
+	if size[0] < 0.9 || size[1] < 13 {
+		t.Errorf("the first decisive plot spans %.0f%% of the page with %.1f px tick labels; want the page's width and >= 13 px", 100*size[0], size[1])
 	}
 	if n := b.count(t, `a[href^="/silences/new?"]`); n != 1 {
 		t.Errorf("%d Silence links, want 1", n)

@@ -7,9 +7,10 @@
 //	                   incidents first, a fleet incident with its replicas;
 //	                   ?model= filters, ?page= pages through large fleets
 //	/incidents/{id}    one incident from the journal: diagnosis, triage,
-//	                   the evidence plotted with baseline, threshold and
-//	                   onset/fire/resolve marks, chain, steps, timeline,
-//	                   deliveries
+//	                   the signals that decided the finding plotted large
+//	                   with baseline, threshold and onset/fire/resolve
+//	                   marks, the rest folded, constants as facts; chain,
+//	                   steps, timeline, deliveries
 //	/replicas/{name}   one replica: its key series plotted, its findings
 //	                   and incidents, its last scrape
 //
@@ -113,7 +114,8 @@ func New(opts Options) (*Handler, error) {
 		opts.ArrivalEndpoints = detect.DefaultInferenceEndpoints
 	}
 	h := &Handler{opts: opts, pages: map[string]*template.Template{}}
-	funcs := template.FuncMap{"value": formatValue, "opt": optValue, "time": formatTime, "severityClass": severityClass}
+	funcs := template.FuncMap{"value": formatValue, "opt": optValue, "time": formatTime, "severityClass": severityClass,
+		"clock": formatClock, "facts": newFactList}
 	for _, page := range []string{"fleet", "incident", "replica", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/plot.html", "templates/"+page+".html")
 		if err != nil {
@@ -349,8 +351,8 @@ func (h *Handler) sparkline(at time.Time, name string) sparkline {
 // incidentPage is one journal record laid out.
 type incidentPage struct {
 	incident.Record
-	Plots          []renderedPlot
-	ImpactPlots    []renderedPlot
+	EvidenceView   evidence
+	ImpactView     evidence
 	SilenceURL     string
 	PostmortemURL  string
 	ReplicaLinks   []link
@@ -384,8 +386,8 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	markers := []marker{{"onset", rec.OpenedAt}, {"fired", rec.FiredAt}, {"resolved", rec.ResolvedAt}}
-	p.Plots = signalPlots(rec.Signals, from, to, markers)
-	p.ImpactPlots = signalPlots(rec.Impact, from, to, markers)
+	p.EvidenceView = layoutEvidence(rec.Signals, true, from, to, markers)
+	p.ImpactView = layoutEvidence(rec.Impact, false, from, to, markers)
 	// The silence is of this incident: its ID holds while it escalates or
 	// is renamed after a newly found cause, and ends with it. Class and
 	// severity are left for on-call to add; either would let the page
@@ -411,35 +413,6 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.render(w, http.StatusOK, "incident", p)
-}
-
-// signalPlots lays out one plot per signal: its value, its baseline when
-// it has one, its limit when it has a number, and the incident's marks.
-func signalPlots(signals []incident.Signal, from, to time.Time, markers []marker) []renderedPlot {
-	var plots []renderedPlot
-	for _, s := range signals {
-		value := line{Name: s.Name, Class: "series"}
-		base := line{Name: "baseline", Class: "baseline"}
-		var limits []point
-		hasBase := false
-		for _, pt := range s.Points {
-			value.Points = append(value.Points, point{At: pt.At, Value: pt.Value, OK: true})
-			base.Points = append(base.Points, point{At: pt.At, Value: pt.Baseline, OK: pt.HasBaseline})
-			limits = append(limits, point{At: pt.At, Value: pt.Limit, OK: pt.HasLimit})
-			hasBase = hasBase || pt.HasBaseline
-		}
-		lines := []line{value}
-		if hasBase {
-			lines = append(lines, base)
-		}
-		title := s.Name
-		if s.Threshold != "" {
-			title += " (" + s.Threshold + ")"
-		}
-		plots = append(plots, plotSpec{Title: title, Unit: s.Unit, From: from, To: to, Lines: lines,
-			Limit: s.Limit, HasLimit: s.HasLimit, LimitPoints: limits, Markers: markers}.layout())
-	}
-	return plots
 }
 
 // replicaPage is one replica laid out.
@@ -499,6 +472,8 @@ func formatTime(t time.Time) string {
 	}
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
+
+func formatClock(t time.Time) string { return t.UTC().Format("15:04:05") }
 
 // severityClass is the CSS class of a severity or state badge.
 func severityClass(s string) string {

@@ -170,10 +170,15 @@ func journalFor(run fleetRun) fakeJournal {
 		Emergency: []string{"shed the batch job"}, RootCause: []string{"cap the prompt length"},
 		Signals: []incident.Signal{
 			{Name: "retractions/s", Unit: "/s", Threshold: "> 0.1/s", Limit: 0.1, HasLimit: true, Points: pts(true)},
-			{Name: "KV usage", Unit: "ratio", Points: pts(false)},
+			{Name: "KV usage", Unit: "ratio", Points: scaled(pts(false), 0.1)},
 			{Name: "queued", Threshold: "> 3x baseline", Limit: 3, HasLimit: true, Points: withLimit(pts(true), 3)},
+			{Name: "KV page size", Unit: "tokens", Points: constantPoints(pts(false), 16)},
+			{Name: "TTFT p99", Unit: "s", Threshold: ">= 3x baseline and >= 1 s", Points: pts(true)},
+			{Name: "aborted requests/s", Unit: "/s", Threshold: ">= 1/s", Limit: 1, HasLimit: true, Points: pts(false)},
+			{Name: "pod restarts", Threshold: ">= 3", Points: constantPoints(pts(false), 3)},
 		},
-		Impact: []incident.Signal{{Name: incident.ImpactQueued, Points: pts(false)}, {Name: incident.ImpactTTFT, Unit: "s", Points: pts(false)}},
+		Impact: []incident.Signal{{Name: incident.ImpactQueued, Points: pts(false)}, {Name: incident.ImpactTTFT, Unit: "s", Points: pts(false)},
+			{Name: incident.ImpactRunning, Points: constantPoints(pts(false), 128)}},
 		Timeline: []incident.Event{{At: t0, Kind: incident.EventFirstFinding, Text: "retractions seen"},
 			{At: t0.Add(2 * time.Minute), Kind: incident.EventNotified, Text: "trigger", Integration: "slack"}},
 		Deliveries: []incident.Delivery{
@@ -183,6 +188,22 @@ func journalFor(run fleetRun) fakeJournal {
 		},
 	})
 	return j
+}
+
+// scaled multiplies every point's value by k.
+func scaled(ps []incident.Point, k float64) []incident.Point {
+	for i := range ps {
+		ps[i].Value *= k
+	}
+	return ps
+}
+
+// constantPoints sets every point's value to v.
+func constantPoints(ps []incident.Point, v float64) []incident.Point {
+	for i := range ps {
+		ps[i].Value = v
+	}
+	return ps
 }
 
 // withLimit gives every point a limit of factor times its baseline.
@@ -409,6 +430,82 @@ func TestFleetPagePaginates(t *testing.T) {
 	}
 }
 
+// signalByName is the record's signal of that name.
+func signalByName(t *testing.T, signals []incident.Signal, name string) incident.Signal {
+	t.Helper()
+	for _, s := range signals {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no signal %q", name)
+	return incident.Signal{}
+}
+
+// plotName is the signal a plot shows: its caption's first line.
+func plotName(fig *html.Node) string {
+	cap := find(fig, "figcaption", "")[0]
+	for c := cap.FirstChild; c != nil; c = c.NextSibling {
+		if c.Type == html.TextNode {
+			return strings.TrimSpace(c.Data)
+		}
+	}
+	return ""
+}
+
+// checkSignalPlot checks one plot against its signal: one value line, a
+// baseline when the signal has one, the threshold through each round's
+// limit, the incident's three marks labelled, ticks in the signal's unit
+// and the table of the same numbers.
+func checkSignalPlot(t *testing.T, p *html.Node, s incident.Signal) {
+	t.Helper()
+	if n := len(find(p, "path", "series")); n != 1 {
+		t.Errorf("%s: %d value paths, want 1", s.Name, n)
+	}
+	wantBase := 0
+	if s.Points[0].HasBaseline {
+		wantBase = 1
+	}
+	if n := len(find(p, "path", "baseline")); n != wantBase {
+		t.Errorf("%s: %d baseline paths, want %d", s.Name, n, wantBase)
+	}
+	wantLimit := 0
+	if s.HasLimit {
+		wantLimit = 1
+	}
+	if n := len(find(p, "path", "threshold")); n != wantLimit {
+		t.Errorf("%s: %d threshold lines, want %d (HasLimit %v)", s.Name, n, wantLimit, s.HasLimit)
+	}
+	if th := find(p, "path", "threshold"); len(th) == 1 && s.Points[0].HasLimit {
+		// A limit that moves with the baseline is drawn through each round's.
+		if n := strings.Count(attr(th[0], "d"), "L") + 1; n != len(s.Points) {
+			t.Errorf("%s: threshold drawn through %d points, want the %d rounds' limits", s.Name, n, len(s.Points))
+		}
+	}
+	if n := len(find(p, "line", "marker")); n != 3 {
+		t.Errorf("%s: %d markers, want onset, fired and resolved", s.Name, n)
+	}
+	var marks []string
+	for _, l := range find(p, "text", "mark-label") {
+		marks = append(marks, strings.Fields(text(l))[0])
+	}
+	if !slices.Equal(marks, []string{"onset", "fired", "resolved"}) {
+		t.Errorf("%s: marks labelled %v, want onset, fired, resolved", s.Name, marks)
+	}
+	ticks := find(p, "text", "y")
+	if len(ticks) < 3 {
+		t.Errorf("%s: %d value ticks, want a scale of at least 3", s.Name, len(ticks))
+	}
+	for _, tk := range ticks {
+		if want := formatValue(0, s.Unit)[1:]; !strings.HasSuffix(text(tk), want) {
+			t.Errorf("%s: value tick %q without its unit %q", s.Name, text(tk), want)
+		}
+	}
+	if rows := find(find(p, "tbody", "")[0], "tr", ""); len(rows) != len(s.Points) {
+		t.Errorf("%s: table fallback has %d rows, want %d", s.Name, len(rows), len(s.Points))
+	}
+}
+
 func TestIncidentPagePlotsEvidence(t *testing.T) {
 	srv, _, j := workspace(t, 100)
 	rec := j.records[len(j.records)-1]
@@ -418,44 +515,77 @@ func TestIncidentPagePlotsEvidence(t *testing.T) {
 	if h1 := find(doc, "h1", ""); len(h1) != 1 || text(h1[0]) != rec.Headline {
 		t.Errorf("headline %q", text(h1[0]))
 	}
-	plots := find(byID(doc, "evidence-plots"), "figure", "plot")
-	if len(plots) != len(rec.Signals) {
-		t.Fatalf("%d plots, want one per signal (%d)", len(plots), len(rec.Signals))
-	}
-	for i, s := range rec.Signals {
-		p := plots[i]
-		if n := len(find(p, "path", "series")); n != 1 {
-			t.Errorf("%s: %d value paths, want 1", s.Name, n)
-		}
-		wantBase := 0
-		if s.Points[0].HasBaseline {
-			wantBase = 1
-		}
-		if n := len(find(p, "path", "baseline")); n != wantBase {
-			t.Errorf("%s: %d baseline paths, want %d", s.Name, n, wantBase)
-		}
-		wantLimit := 0
-		if s.HasLimit {
-			wantLimit = 1
-		}
-		if n := len(find(p, "path", "threshold")); n != wantLimit {
-			t.Errorf("%s: %d threshold lines, want %d (HasLimit %v)", s.Name, n, wantLimit, s.HasLimit)
-		}
-		if th := find(p, "path", "threshold"); len(th) == 1 && s.Points[0].HasLimit {
-			// A limit that moves with the baseline is drawn through each round's.
-			if n := strings.Count(attr(th[0], "d"), "L") + 1; n != len(s.Points) {
-				t.Errorf("%s: threshold drawn through %d points, want the %d rounds' limits", s.Name, n, len(s.Points))
-			}
-		}
-		if n := len(find(p, "line", "marker")); n != 3 {
-			t.Errorf("%s: %d markers, want onset, fired and resolved", s.Name, n)
-		}
-		if rows := find(find(p, "tbody", "")[0], "tr", ""); len(rows) != len(s.Points) {
-			t.Errorf("%s: table fallback has %d rows, want %d", s.Name, len(rows), len(s.Points))
+
+	// The signals with a rule lead, at most three, in the journal's order,
+	// large; the fourth with a rule and those without one are folded.
+	lead := find(byID(doc, "decisive-plots"), "figure", "plot")
+	var leadNames []string
+	for _, p := range lead {
+		leadNames = append(leadNames, plotName(p))
+		if !hasClass(p, "lead") || attr(find(p, "svg", "")[0], "viewBox") != "0 0 960 340" {
+			t.Errorf("%s: not drawn as a large plot", plotName(p))
 		}
 	}
-	if n := len(find(byID(doc, "impact-plots"), "figure", "plot")); n != len(rec.Impact) {
-		t.Errorf("%d impact plots, want %d", n, len(rec.Impact))
+	if want := []string{"retractions/s", "queued", "TTFT p99"}; !slices.Equal(leadNames, want) {
+		t.Errorf("decisive plots %v, want %v", leadNames, want)
+	}
+	more := byID(doc, "more-evidence")
+	if more.Data != "details" || slices.ContainsFunc(more.Attr, func(a html.Attribute) bool { return a.Key == "open" }) {
+		t.Errorf("the other signals are not in a folded <details>")
+	}
+	folded := find(byID(doc, "evidence-plots"), "figure", "plot")
+	var foldedNames []string
+	for _, p := range folded {
+		foldedNames = append(foldedNames, plotName(p))
+		if hasClass(p, "lead") {
+			t.Errorf("%s: a folded plot drawn large", plotName(p))
+		}
+	}
+	if want := []string{"KV usage", "aborted requests/s"}; !slices.Equal(foldedNames, want) {
+		t.Errorf("folded plots %v, want %v", foldedNames, want)
+	}
+	if all := find(doc, "figure", "plot"); len(all) < 2 || all[0] != lead[0] {
+		t.Errorf("the page does not open its plots with the decisive ones")
+	}
+	for _, p := range slices.Concat(lead, folded) {
+		checkSignalPlot(t, p, signalByName(t, rec.Signals, plotName(p)))
+	}
+
+	// Constants are facts, never plotted.
+	facts := map[string]string{}
+	dts, dds := find(byID(doc, "evidence-facts"), "dt", ""), find(byID(doc, "evidence-facts"), "dd", "")
+	for i := range dts {
+		facts[text(dts[i])] = text(dds[i])
+	}
+	if len(facts) != 2 || !strings.HasPrefix(facts["KV page size"], "16 tokens") || !strings.HasPrefix(facts["pod restarts"], "3 (rule >= 3)") {
+		t.Errorf("evidence facts %q, want KV page size 16 tokens and pod restarts 3 with its rule", facts)
+	}
+	if !strings.Contains(facts["KV page size"], "unchanged over 10 rounds") {
+		t.Errorf("KV page size fact %q does not say it held over the incident", facts["KV page size"])
+	}
+	for _, p := range find(doc, "figure", "plot") {
+		if n := plotName(p); n == "KV page size" || n == "pod restarts" || n == incident.ImpactRunning {
+			t.Errorf("the constant %s is plotted", n)
+		}
+	}
+
+	// Shares print in percent: the KV usage's ticks and numbers.
+	kv := folded[0]
+	for _, tr := range find(find(kv, "tbody", "")[0], "tr", "") {
+		if v := text(find(tr, "td", "")[1]); !strings.HasSuffix(v, "%") {
+			t.Errorf("KV usage printed %q, want percent", v)
+		}
+	}
+	if got := text(find(find(kv, "tbody", "")[0], "tr", "")[5]); !strings.Contains(got, "50%") {
+		t.Errorf("KV usage row 5 %q, want 50%%", got)
+	}
+
+	impact := find(byID(doc, "impact-plots"), "figure", "plot")
+	if len(impact) != 2 || byID(doc, "more-impact").Data != "details" {
+		t.Errorf("%d impact plots folded, want the 2 that moved", len(impact))
+	}
+	if got := text(byID(doc, "impact-facts")); !strings.Contains(got, incident.ImpactRunning) || !strings.Contains(got, "128") {
+		t.Errorf("impact facts %q, want running requests 128", got)
 	}
 	if rows := find(find(doc, "table", "deliveries")[0], "tr", ""); len(rows) != len(rec.Deliveries)+1 {
 		t.Errorf("delivery table has %d rows, want %d and a header", len(rows), len(rec.Deliveries))
