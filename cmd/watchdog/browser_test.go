@@ -143,7 +143,17 @@ func (b *browser) checkClean(t *testing.T, page string) {
 
 func (b *browser) screenshot(t *testing.T, dir, name string) {
 	t.Helper()
-	png := value(t, b, "screenshot "+name, chromedp.CaptureScreenshot())
+	b.save(t, dir, name, value(t, b, "screenshot "+name, chromedp.CaptureScreenshot()))
+}
+
+// screenshotOf captures one element whole, beyond the viewport.
+func (b *browser) screenshotOf(t *testing.T, dir, name, selector string) {
+	t.Helper()
+	b.save(t, dir, name, value(t, b, "screenshot "+name, chromedp.Screenshot(chromedp.CSS(selector))))
+}
+
+func (b *browser) save(t *testing.T, dir, name string, png []byte) {
+	t.Helper()
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
@@ -241,6 +251,7 @@ func TestWorkspaceInARealBrowser(t *testing.T) {
 		t.Errorf("%d Silence links, want 1", n)
 	}
 	b.screenshot(t, shots, "incident-page.png")
+	b.screenshotOf(t, shots, "incident-evidence.png", `section[aria-labelledby="evidence-h"]`)
 	b.checkClean(t, "incident page")
 
 	// And on to the replica.
