@@ -118,6 +118,9 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 		ev.AbsorbedInto = l.incident(a.AbsorbedByID, a.AbsorbedBy)
 	}
 	if tr.Page == notify.KindResolve {
+		// What it was, in the words of its summary: the diagnosis was
+		// written for a replica in trouble, in the present tense.
+		ev.Diagnosis = f.Summary
 		ev.Status = notify.StatusResolved
 		ev.EndsAt = tr.At
 		ev.PostmortemURL = l.ExternalURL + PostmortemPath(a.ID)

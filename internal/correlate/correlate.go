@@ -244,13 +244,25 @@ func withConsequences(root detect.Finding, cs []detect.Finding) detect.Finding {
 	return root
 }
 
+// hasEvidence reports whether es already gives the quantity name gives:
+// the same name but for a parenthesised qualifier ("aborted requests/s"
+// and "aborted requests/s (clients gave up)" are one quantity, and a page
+// states each once, as its root cause measured it).
 func hasEvidence(es []detect.Evidence, name string) bool {
+	key := quantity(name)
 	for _, e := range es {
-		if e.Name == name {
+		if quantity(e.Name) == key {
 			return true
 		}
 	}
 	return false
+}
+
+func quantity(name string) string {
+	if i := strings.Index(name, " ("); i > 0 {
+		name = name[:i]
+	}
+	return strings.ToLower(strings.TrimSpace(name))
 }
 
 // fleet replaces, per model and cause, the groups of most of the model's

@@ -272,6 +272,8 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 	}
 	r.SilencedBy = slices.Clone(a.SilencedBy)
 	switch {
+	case paged && ev.Kind == notify.KindResolve:
+		r.Headline = ev.Headline // the diagnosis and steps stay those of the incident while it fired
 	case paged:
 		r.Headline, r.Diagnosis, r.Triage = ev.Headline, ev.Diagnosis, ev.Triage
 		r.Emergency, r.RootCause, r.Runbook = slices.Clone(ev.Emergency), slices.Clone(ev.RootCause), ev.RunbookURL
