@@ -88,7 +88,7 @@ func headline(ev Event) string {
 	// number for the same quantity.
 	said := strings.ToLower(lead)
 	var impact []string
-	add := func(label string, words []string, v *float64, unit string, onlyPositive bool) {
+	add := func(key, label string, words []string, v *float64, unit string, onlyPositive bool) {
 		if v == nil || (onlyPositive && *v <= 0) {
 			return
 		}
@@ -102,12 +102,19 @@ func headline(ev Event) string {
 					return
 				}
 			}
+			// The evidence gives the quantity over the detector's range:
+			// a second number for it would disagree.
+			for _, f := range Shown(ev.Evidence) {
+				if sig, ok := signalOf(f); ok && sig.key == key && detect.FormatNumber(f.Value) != n {
+					return
+				}
+			}
 		}
 		impact = append(impact, label+" "+n+unit)
 	}
-	add("queue", []string{"queue"}, ev.Impact.Queued, "", false)
-	add("p99 TTFT", []string{"ttft", "time to first token"}, ev.Impact.TTFTP99, " s", false)
-	add("aborted", []string{"aborted"}, ev.Impact.AbortsPerSecond, "/s", true)
+	add("queue", "queue", []string{"queue"}, ev.Impact.Queued, "", false)
+	add("ttft_p99", "p99 TTFT", []string{"ttft", "time to first token"}, ev.Impact.TTFTP99, " s", false)
+	add("aborts", "aborted", []string{"aborted"}, ev.Impact.AbortsPerSecond, "/s", true)
 	switch {
 	case len(impact) == 0:
 	case resolved:
