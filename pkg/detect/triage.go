@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -48,38 +49,121 @@ type TriageResult struct {
 	Queued   float64 `json:"queued"`
 	QueuedOK bool    `json:"-"`
 	// Capacity is what Running is compared with: max_running_requests
-	// when exposed, else the highest num_running_reqs in the lookback.
+	// when exposed (CapacityKnown), else the highest num_running_reqs in
+	// the lookback — the most the batch ran, not its configured cap.
 	Capacity       float64 `json:"capacity,omitempty"`
 	CapacitySource string  `json:"capacity_source,omitempty"`
+	CapacityKnown  bool    `json:"capacity_known,omitempty"`
 	// KVUsage is the highest KV cache usage (0-1) in the triage range, of
 	// the fullest data-parallel rank: what the KV detectors' verdicts read.
-	KVUsage     float64 `json:"kv_usage,omitempty"`
-	KVUsageOK   bool    `json:"-"`
-	RunningHigh bool    `json:"running_high"`
-	WaitingHigh bool    `json:"waiting_high"`
-	LatencyHigh bool    `json:"latency_high"`
+	// KVFull is KVUsage at or above the configured "full".
+	KVUsage   float64 `json:"kv_usage,omitempty"`
+	KVUsageOK bool    `json:"-"`
+	KVFull    bool    `json:"kv_full,omitempty"`
+	// RunningHigh: the batch is at its cap — near the configured cap, or
+	// near the most it ran while something shows it cannot grow (requests
+	// wait, the KV pool is full).
+	RunningHigh bool `json:"running_high"`
+	// NearMost: near the most the batch ran, without anything showing it
+	// cannot grow (a steady replica sits at its own maximum).
+	NearMost bool `json:"near_most,omitempty"`
+	// WaitingHigh: the queue is long against the batch (a count).
+	WaitingHigh bool `json:"waiting_high"`
+	LatencyHigh bool `json:"latency_high"`
+	// QueueWaitShare is the mean queue wait over the mean time to first
+	// token, when latency is high and the wait dominates it: requests wait
+	// for admission even if the queue is short.
+	QueueWaitShare float64 `json:"queue_wait_share,omitempty"`
 	// Reason states the numbers behind the verdict; NextStep what to do.
 	Reason   string `json:"reason"`
 	NextStep string `json:"next_step"`
 }
 
-// Label is the verdict in words, with the runbook's table row.
-func (t TriageResult) Label() string {
-	switch t.Verdict {
+// Waiting reports whether requests wait for admission: a long queue, or a
+// queue wait that dominates the time to first token.
+func (t TriageResult) Waiting() bool { return t.WaitingHigh || t.QueueWaitShare > 0 }
+
+// BelowCap reports whether the batch runs clearly below its cap (or below
+// the most it ran, when the cap is not exposed).
+func (t TriageResult) BelowCap() bool { return t.Capacity > 0 && !t.RunningHigh && !t.NearMost }
+
+// RoomLeft reports whether the numbers show room the scheduler does not
+// use: the batch below its cap and the KV pool known to have room.
+func (t TriageResult) RoomLeft() bool { return t.BelowCap() && t.KVUsageOK && !t.KVFull }
+
+// verdictName is the verdict in words; Label adds the numbers' facts.
+func verdictName(v TriageVerdict) (string, bool) {
+	switch v {
 	case TriageAdmission:
-		return "admission bottleneck (running low, waiting high)"
+		return "admission bottleneck", true
 	case TriageSaturated:
-		return "saturated but working (running high, waiting high)"
+		return "saturated but working", true
 	case TriageExecution:
-		return "single-request execution side (running low, waiting low, latency high)"
+		return "single-request execution side", true
 	case TriageFullBatch:
-		return "full batch, nothing waiting (running high, waiting low)"
+		return "full batch", true
 	case TriageNoPressure:
-		return "no load pressure (running low, waiting low)"
+		return "no load pressure", true
 	case TriageStuck:
-		return "stuck (requests held, no decode progress)"
+		return "stuck (requests held, no decode progress)", true
 	}
-	return "unknown (running/queued gauges not exposed)"
+	return "", false
+}
+
+// Label is the verdict in words with the facts it rests on, each read from
+// the numbers the triage line prints (Reason), so the two cannot disagree.
+func (t TriageResult) Label() string {
+	name, ok := verdictName(t.Verdict)
+	if !ok {
+		return "unknown (running/queued gauges not exposed)"
+	}
+	if t.Verdict == TriageStuck {
+		return name
+	}
+	return name + " (" + strings.Join(t.facts(), ", ") + ")"
+}
+
+// facts are the triage's readings in words: the batch against its cap,
+// the queue, the KV pool and, when they decided the verdict, latency and
+// queue wait.
+func (t TriageResult) facts() []string {
+	var out []string
+	switch {
+	case t.Capacity <= 0:
+		out = append(out, "batch cap unknown")
+	case t.RunningHigh && t.CapacityKnown:
+		out = append(out, "running at its cap")
+	case t.RunningHigh:
+		out = append(out, "running at the most it ran, cap not exposed")
+	case t.NearMost:
+		out = append(out, "running near the most it ran, cap not exposed")
+	case t.CapacityKnown:
+		out = append(out, "running below its cap")
+	default:
+		out = append(out, "running below the most it ran, cap not exposed")
+	}
+	switch {
+	case t.WaitingHigh:
+		out = append(out, "many waiting")
+	case t.QueueWaitShare > 0:
+		out = append(out, "requests wait "+pct(t.QueueWaitShare)+" of their time to first token")
+	default:
+		out = append(out, "few waiting")
+	}
+	switch {
+	case t.KVFull:
+		out = append(out, "KV pool full")
+	case t.KVUsageOK:
+		out = append(out, "KV room left")
+	}
+	if t.Verdict == TriageExecution || t.Verdict == TriageNoPressure {
+		if t.LatencyHigh {
+			out = append(out, "latency high")
+		} else {
+			out = append(out, "latency normal")
+		}
+	}
+	return out
 }
 
 // String is the one line a page shows: verdict, numbers, next step.
@@ -128,6 +212,15 @@ func (c TriageConfig) Reads() []string {
 // Classify triages the replica at now. latencyHigh says the caller already
 // established that latency is up (a latency detector); otherwise the
 // latency is judged here from the p99s.
+//
+// Every verdict is defined by the facts its label prints: saturated is the
+// batch at its cap with requests waiting; an admission bottleneck is
+// requests waiting with the batch below its cap (or its cap unknown); a
+// full batch is the batch at its cap with few waiting; the execution side
+// and no pressure are neither, with latency high or normal. "At its cap"
+// is near max_running_requests when the replica exposes it; otherwise near
+// the most the batch ran in the capacity lookback, and only when waiting
+// requests or a full KV pool show the batch cannot grow.
 func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) TriageResult {
 	var t TriageResult
 	from := now.Add(-c.Range)
@@ -140,11 +233,10 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	}
 	t.Running, t.Queued, t.QueuedOK = running, queued, true
 
-	capKnown := false
 	if v, ok := w.Last(Sel(maxRunningRequests)); ok && v > 0 {
-		t.Capacity, t.CapacitySource, capKnown = v, "max_running_requests", true
+		t.Capacity, t.CapacitySource, t.CapacityKnown = v, "max_running_requests", true
 	} else if v, ok := w.Max(Sel(series.NumRunningReqs), now.Add(-c.CapacityLookback), now); ok && v > 0 && c.seenLongEnough(w, now) {
-		t.Capacity, t.CapacitySource = v, "the highest running count in the last "+dur(c.CapacityLookback)
+		t.Capacity, t.CapacitySource = v, "the most running in the last "+dur(c.CapacityLookback)
 	}
 	// KV usage is read as its highest value in the range, on the fullest
 	// rank, the way preempt_storm reads "KV pool full". A pool that is full
@@ -154,23 +246,34 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	// "room left" and send on-call to --max-running-requests. The verdict
 	// that claims unused room must only be given when the pool never filled.
 	t.KVUsage, t.KVUsageOK = kvUsage(w, w.Max, from, now)
-	kvFull := t.KVUsageOK && t.KVUsage >= c.KVFullUsage
+	t.KVFull = t.KVUsageOK && t.KVUsage >= c.KVFullUsage
 
-	t.WaitingHigh = queued >= c.MinQueued && queued >= c.QueuedToRunning*running
-	nearCap := t.Capacity > 0 && running >= c.RunningHighFraction*t.Capacity && running >= c.MinRunning
-	// Without the configured cap, "at the highest count seen" only means
-	// "full" when the batch evidently cannot grow: requests wait, or the KV
-	// pool is full. A steady replica always sits at its own recent maximum.
-	t.RunningHigh = nearCap && (capKnown || t.WaitingHigh || kvFull)
 	slow := ""
 	if !latencyHigh {
 		latencyHigh, slow = c.latencyUp(w, now)
 	}
 	t.LatencyHigh = latencyHigh
+	queueWait, waitOK := c.queueWaitShare(w, from, now)
+	if latencyHigh && waitOK && queueWait.share >= c.QueueWaitShare {
+		t.QueueWaitShare = queueWait.share
+	}
+
+	t.WaitingHigh = queued >= c.MinQueued && queued >= c.QueuedToRunning*running
+	nearCap := t.Capacity > 0 && running >= c.RunningHighFraction*t.Capacity && running >= c.MinRunning
+	// Without the configured cap, "at the most it ran" only means "at its
+	// cap" when the batch evidently cannot grow: requests wait, or the KV
+	// pool is full. A steady replica always sits at its own recent maximum.
+	t.RunningHigh = nearCap && (t.CapacityKnown || t.Waiting() || t.KVFull)
+	t.NearMost = nearCap && !t.RunningHigh
 
 	nums := fmt.Sprintf("%s running", num(running))
-	if t.Capacity > 0 {
-		nums += fmt.Sprintf(" (capacity %s, from %s)", num(t.Capacity), t.CapacitySource)
+	switch {
+	case t.CapacityKnown:
+		nums += fmt.Sprintf(" (cap %s, from max_running_requests)", num(t.Capacity))
+	case t.Capacity > 0:
+		nums += fmt.Sprintf(" (the most in the last %s: %s; the cap is not exposed)", dur(c.CapacityLookback), num(t.Capacity))
+	default:
+		nums += " (the cap is not exposed)"
 	}
 	nums += fmt.Sprintf(", %s queued", num(queued))
 	if t.KVUsageOK {
@@ -179,37 +282,35 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	if slow != "" {
 		nums += ", " + slow
 	}
+	if t.QueueWaitShare > 0 {
+		nums += fmt.Sprintf(", queue wait is %s s of %s s to the first token", num(queueWait.wait), num(queueWait.ttft))
+	}
 	t.Reason = nums
 	progress, progressOK := decodeProgress(w, from, now)
-	queueWait, waitOK := c.queueWaitShare(w, from, now)
 
 	switch {
 	case progressOK && progress == 0 && running >= 1 && c.Range >= c.StuckMinRange:
 		t.Verdict, t.Layer = TriageStuck, LayerProcess
 		t.Reason = nums + fmt.Sprintf(", the decode progress counter did not move in %s", dur(c.Range))
 		t.NextStep = "requests are held but nothing is generated: probe /health_generate, read the scheduler's last log lines and py-spy dump the scheduler process; a collective (NCCL) hang needs a restart of every rank (see engine_hang)"
-	case t.RunningHigh && t.WaitingHigh:
+	case t.RunningHigh && t.Waiting():
 		t.Verdict, t.Layer = TriageSaturated, LayerQueue
-		t.NextStep = "the replica works at its limit and requests wait for a slot: add replicas or shed load at the router (max concurrency with a fast 503); raising --max-running-requests only helps while KV usage leaves room"
-		if kvFull {
+		t.NextStep = "the replica works at its limit and requests wait for a slot: add replicas or shed load at the router (max concurrency with a fast 503)"
+		if t.KVFull {
 			t.NextStep = "the replica works at its limit and the KV pool is full, so requests wait for memory as much as for a slot: add replicas or shed load at the router (max concurrency with a fast 503); do not raise --max-running-requests, the pool has no room for more"
 		}
-	case t.WaitingHigh && kvFull:
+	case t.Waiting() && t.KVFull:
 		t.Verdict, t.Layer = TriageAdmission, LayerMemory
 		t.NextStep = "admission is blocked by KV memory (the pool is full, waiting requests cannot be admitted): find what holds the KV — long outputs without max_new_tokens, a collapsed prefix hit rate, retractions (see kv_saturation, cache_collapse, preempt_storm)"
-	case t.WaitingHigh:
+	case t.Waiting():
 		t.Verdict, t.Layer = TriageAdmission, LayerQueue
-		t.NextStep = "the scheduler leaves room unused while requests wait: check --max-running-requests, --max-prefill-tokens and --chunked-prefill-size, the grammar queue (sglang:num_grammar_queue_reqs) and very long prompts that keep a prefill batch from forming (the scheduler's \"Prefill batch\" log lines)"
+		t.NextStep = c.admissionStep(t)
 	case t.RunningHigh:
 		t.Verdict, t.Layer = TriageFullBatch, LayerDecode
-		t.NextStep = "every request shares a full batch, so per-request latency follows the batch size: if the latency target matters more than throughput, lower --max-running-requests or add replicas"
-		if kvFull && !capKnown {
-			t.NextStep = "the batch is as large as the KV pool allows and nothing waits yet: there is no headroom for a burst; per-request latency follows the batch size — add replicas before the queue starts to grow"
+		t.NextStep = "every request shares a full batch, so per-request latency follows the batch size: if the latency target matters more than throughput, lower --max-running-requests (read the current value from " + ServerInfo + ") or add replicas"
+		if t.KVFull && !t.CapacityKnown {
+			t.NextStep = "the batch is as large as the KV pool allows and few wait yet: there is no headroom for a burst; per-request latency follows the batch size — add replicas before the queue starts to grow"
 		}
-	case t.LatencyHigh && waitOK && queueWait.share >= c.QueueWaitShare:
-		t.Verdict, t.Layer = TriageAdmission, LayerQueue
-		t.Reason = nums + fmt.Sprintf(", queue wait is %s s of %s s to the first token", num(queueWait.wait), num(queueWait.ttft))
-		t.NextStep = "the time to first token goes to waiting for admission, the scheduling side: check --max-running-requests, --chunked-prefill-size and --schedule-policy, and what holds slots (long generations, retractions) before looking at kernels"
 	case t.LatencyHigh:
 		t.Verdict = TriageExecution
 		t.NextStep = "neither admission nor load explains the latency, the time goes into executing single requests: pick slow requests by rid in the request log, split their timeline (queue wait, prefill, decode; sglang:per_stage_req_latency_seconds), and only then profile the slow stage (torch profiler, nsys)"
@@ -218,6 +319,36 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 		t.NextStep = "nothing to triage: latency and load are normal"
 	}
 	return t
+}
+
+// admissionStep is the next step for requests waiting while the batch is
+// not at its cap and the KV pool not full: what it says depends on what
+// the numbers show of the cap and the pool.
+func (c TriageConfig) admissionStep(t TriageResult) string {
+	prefix := ""
+	if t.QueueWaitShare > 0 && !t.WaitingHigh {
+		prefix = "the time to first token goes to waiting for admission, the scheduling side: "
+	}
+	prefill := "check what keeps a prefill batch from forming: --max-prefill-tokens and --chunked-prefill-size against the prompt lengths, very long prompts (the scheduler's \"Prefill batch\" log lines) and the grammar queue (sglang:num_grammar_queue_reqs)"
+	kv := ""
+	if !t.KVUsageOK {
+		kv = "; KV usage is not exposed: a full pool blocks admission too (token usage in the scheduler's \"Decode batch\" log lines)"
+	}
+	switch {
+	case t.CapacityKnown:
+		room := "below its cap"
+		if t.RoomLeft() {
+			room = "below its cap with KV room left: the scheduler leaves room unused, so"
+		} else {
+			room += ", so"
+		}
+		return prefix + "requests wait while the batch runs " + room + " the cap is not what holds them — " + prefill + kv
+	case t.Capacity > 0:
+		return prefix + "requests wait while the batch runs below the most it ran (" + num(t.Capacity) + "): read the current --max-running-requests from " + ServerInfo +
+			" — if the batch sits at it, the cap was lowered and the replica is saturated at it (add replicas or shed load); if not, " + prefill + kv
+	}
+	return prefix + "the batch cap is not exposed: read --max-running-requests from " + ServerInfo +
+		" — if the batch sits at it, the replica is saturated (add replicas or shed load); if not, " + prefill + kv
 }
 
 // seenLongEnough reports whether the window covers enough history for the

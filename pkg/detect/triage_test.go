@@ -30,25 +30,25 @@ func TestTriageTable(t *testing.T) {
 		next     string
 	}{
 		// The runbook's snapshot: 8 running, 47 waiting, KV 0.91.
-		{"running low, waiting high, KV full: admission blocked by memory", fullEngine().with(
+		{"below the most it ran, many waiting, KV full: admission blocked by memory", fullEngine().with(
 			gauge(series.NumRunningReqs, stepAt(incident, 40, 8)),
 			gauge(series.NumQueueReqs, stepAt(incident, 2, 47)),
 			gauge(series.TokenUsage, stepAt(incident, 0.5, 0.91)),
 			gauge(series.FullTokenUsage, stepAt(incident, 0.5, 0.91)), slowTTFT),
 			detect.TriageAdmission, detect.LayerMemory, "KV memory"},
-		{"running low, waiting high, room left: admission bottleneck", fullEngine().with(
+		{"below the most it ran, many waiting, room left: admission bottleneck", fullEngine().with(
 			gauge(series.NumRunningReqs, stepAt(incident, 40, 8)),
 			gauge(series.NumQueueReqs, stepAt(incident, 2, 47)), slowTTFT),
 			detect.TriageAdmission, detect.LayerQueue, "--max-running-requests"},
-		{"both high: saturated but working", fullEngine().with(
+		{"at the most it ran, many waiting: saturated but working", fullEngine().with(
 			gauge(series.NumQueueReqs, stepAt(incident, 2, 60)), slowTTFT),
 			detect.TriageSaturated, detect.LayerQueue, "add replicas"},
-		{"both low, latency high: single-request execution", fullEngine().with(slowTTFT),
+		{"near the most it ran, few waiting, latency high: single-request execution", fullEngine().with(slowTTFT),
 			detect.TriageExecution, "", "rid"},
-		{"both low, latency normal: no pressure", fullEngine(), detect.TriageNoPressure, "", "nothing to triage"},
+		{"few waiting, latency normal: no pressure", fullEngine(), detect.TriageNoPressure, "", "nothing to triage"},
 		// At the highest count seen with the KV pool full: the batch cannot
 		// grow, nothing waits.
-		{"running high, nothing waiting: full batch", fullEngine().with(
+		{"at the most it ran with the KV pool full, few waiting: full batch", fullEngine().with(
 			gauge(series.NumRunningReqs, constant(256)),
 			gauge(series.TokenUsage, constant(0.95)),
 			gauge(series.FullTokenUsage, constant(0.95))),
@@ -64,6 +64,7 @@ func TestTriageTable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tr := triageOf(t, tt.scenario)
+			labelAgrees(t, tr)
 			if tr.Verdict != tt.verdict || tr.Layer != tt.layer {
 				t.Errorf("verdict %s layer %q, want %s %q: %s", tr.Verdict, tr.Layer, tt.verdict, tt.layer, tr)
 			}
@@ -81,7 +82,8 @@ func TestTriageNumbers(t *testing.T) {
 	if tr.Running != 8 || tr.Queued != 47 || tr.Capacity != 40 || !tr.WaitingHigh || tr.RunningHigh {
 		t.Errorf("triage = %+v", tr)
 	}
-	contains(t, "triage line", tr.String(), "admission bottleneck (running low, waiting high)", "8 running (capacity 40", "47 queued")
+	contains(t, "triage line", tr.String(), "admission bottleneck (running below the most it ran, cap not exposed, many waiting, KV room left)",
+		"8 running (the most in the last 1h: 40; the cap is not exposed)", "47 queued")
 	if strings.Contains(tr.String(), "n/a") {
 		t.Errorf("triage line prints n/a: %s", tr)
 	}
@@ -168,5 +170,113 @@ func TestTriageIsNotRepeatedInDiagnosisOrEvidence(t *testing.T) {
 				t.Errorf("%s evidence repeats the triage numbers: %+v", tc.class, e)
 			}
 		}
+	}
+}
+
+// labelAgrees checks that every fact the label states is what the numbers
+// it prints say, by the default settings' rules.
+func labelAgrees(t *testing.T, tr detect.TriageResult) {
+	t.Helper()
+	c := detect.DefaultConfig().Triage
+	label := tr.Label()
+	atCap := tr.Capacity > 0 && tr.Running >= c.RunningHighFraction*tr.Capacity && tr.Running >= c.MinRunning
+	for fact, holds := range map[string]bool{
+		"running at its cap":         tr.CapacityKnown && atCap,
+		"running at the most it ran": !tr.CapacityKnown && atCap,
+		"running near the most":      !tr.CapacityKnown && atCap,
+		"running below its cap":      tr.CapacityKnown && !atCap,
+		"running below the most":     !tr.CapacityKnown && tr.Capacity > 0 && !atCap,
+		"batch cap unknown":          tr.Capacity == 0,
+		"many waiting":               tr.Queued >= c.MinQueued && tr.Queued >= c.QueuedToRunning*tr.Running,
+		"few waiting":                !(tr.Queued >= c.MinQueued && tr.Queued >= c.QueuedToRunning*tr.Running),
+		"KV pool full":               tr.KVUsageOK && tr.KVUsage >= c.KVFullUsage,
+		"KV room left":               tr.KVUsageOK && tr.KVUsage < c.KVFullUsage,
+	} {
+		if strings.Contains(label, fact) && !holds {
+			t.Errorf("label says %q but the numbers do not: %s", fact, tr)
+		}
+	}
+	for _, vague := range []string{"running low", "running high", "waiting low", "waiting high"} {
+		if strings.Contains(label, vague) {
+			t.Errorf("label says %q without saying against what: %s", vague, tr)
+		}
+	}
+	switch tr.Verdict {
+	case detect.TriageSaturated, detect.TriageFullBatch:
+		if !atCap {
+			t.Errorf("%s below the batch's cap: %s", tr.Verdict, tr)
+		}
+	case detect.TriageAdmission:
+		if tr.RunningHigh || !tr.Waiting() {
+			t.Errorf("admission bottleneck needs requests waiting below the cap: %s", tr)
+		}
+	}
+}
+
+// The numbers of the pages the issue quotes: each label now reads what its
+// numbers say, and the step follows the label.
+func TestTriageLabelFitsItsNumbers(t *testing.T) {
+	slowTTFT := hist(series.TTFTSeconds, ttftBounds, constant(10), stepAt(incident, 0.3, 2.8))
+	queueWait := hist(series.QueueTimeSeconds, queueBounds, constant(10), stepAt(incident, 0.05, 2.3))
+	slowITL := hist(series.InterTokenLatency, itlBounds, constant(300), stepAt(incident, 0.028, 0.08))
+	kv := func(v float64) []metric {
+		return []metric{gauge(series.TokenUsage, stepAt(incident, 0.5, v)), gauge(series.FullTokenUsage, stepAt(incident, 0.5, v))}
+	}
+	tests := []struct {
+		name     string
+		scenario *scenario
+		verdict  detect.TriageVerdict
+		layer    detect.Layer
+		label    []string
+		notStep  []string
+	}{
+		// "admission bottleneck (running low, waiting high): 128 running
+		// (capacity 128), 29 queued": the batch at the most it ran, a queue
+		// short against it, the first-token time spent waiting.
+		{"at the most it ran, queue wait dominating", fullEngine().with(
+			gauge(series.NumRunningReqs, constant(128)), gauge(series.NumQueueReqs, stepAt(incident, 2, 29)), slowTTFT, queueWait),
+			detect.TriageSaturated, detect.LayerQueue, []string{"running at the most it ran", "requests wait"}, []string{"--max-running-requests"}},
+		// "running low… 82 running": at its most, few waiting, slow.
+		{"at the most it ran, few waiting, slow", fullEngine().with(gauge(series.NumRunningReqs, constant(82)), slowITL),
+			detect.TriageExecution, "", []string{"running near the most it ran", "few waiting", "latency high"}, nil},
+		// The queue-wait branch at 96% KV: memory, not the cap or the policy.
+		{"queue wait at a full pool", fullEngine().with(append(kv(0.96),
+			gauge(series.NumRunningReqs, stepAt(incident, 40, 20)), slowTTFT, queueWait)...),
+			detect.TriageAdmission, detect.LayerMemory, []string{"KV pool full", "requests wait"}, []string{"--max-running-requests", "--schedule-policy"}},
+		// Requests wait below the configured cap with room in the pool: the
+		// cap is not what holds them, so it is not the step.
+		{"below the configured cap with room", fullEngine().with(gauge("sglang:max_running_requests", constant(256)),
+			gauge(series.NumRunningReqs, stepAt(incident, 40, 20)), gauge(series.NumQueueReqs, stepAt(incident, 2, 47))),
+			detect.TriageAdmission, detect.LayerQueue, []string{"running below its cap", "many waiting", "KV room left"}, []string{"raise --max-running-requests"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := triageOf(t, tt.scenario)
+			labelAgrees(t, tr)
+			if tr.Verdict != tt.verdict || tr.Layer != tt.layer {
+				t.Errorf("verdict %s layer %q, want %s %q: %s", tr.Verdict, tr.Layer, tt.verdict, tt.layer, tr)
+			}
+			contains(t, "label", tr.Label(), tt.label...)
+			for _, s := range tt.notStep {
+				if strings.Contains(tr.NextStep, s) {
+					t.Errorf("next step names %s: %s", s, tr)
+				}
+			}
+		})
+	}
+}
+
+// A replica too young for the most it ran to stand for its cap: the label
+// says the cap is unknown and the step says where to read it.
+func TestTriageCapUnknownSaysSo(t *testing.T) {
+	s := fullEngine().with(gauge(series.NumRunningReqs, constant(8)), gauge(series.NumQueueReqs, constant(47)))
+	s.length = 3 * time.Minute
+	store, now := s.run(t, detect.DefaultConfig())
+	var tr detect.TriageResult
+	store.View(s.target, func(w detect.Window) { tr = detect.Triage(w, now) })
+	labelAgrees(t, tr)
+	contains(t, "triage", tr.String(), "batch cap unknown", "(the cap is not exposed)", "read --max-running-requests from /server_info (/get_server_info on older releases)")
+	if tr.Capacity != 0 {
+		t.Errorf("capacity %v guessed from 3 minutes", tr.Capacity)
 	}
 }
