@@ -122,18 +122,28 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	if scheduling {
 		f.Diagnosis = sentence(
 			fmt.Sprintf("Queue layer: time to first token p99 is %s, and %s.", vsBaseline(ttft, "s"), how),
-			"Requests spend most of their wait before prefill starts, queued for admission; prefill itself is not the problem and the GPU is not slow. The fix is on the scheduling side — admission limits, concurrency, capacity — not the GPU or kernels; profiling would show nothing useful.",
-			"Check what keeps requests waiting with the layer triage below: a batch at its cap (add capacity), or room left unused (KV pool full, --max-running-requests, long prompts blocking prefill).")
+			"Requests spend most of their wait before prefill starts, queued for admission; prefill itself is not the problem and the GPU is not slow. The fix is on the scheduling side — admission, memory, capacity — not the GPU or kernels; profiling would show nothing useful.",
+			admissionHold(tr))
 		f.Emergency = []string{
 			"Add replicas or shift traffic to less loaded ones; at the router, cap concurrency per replica and answer the excess with a fast 503 so clients do not wait into timeouts (and retry).",
-			"If the triage shows room unused (running low, KV usage not full): raise --max-running-requests or --max-prefill-tokens on this replica.",
-			"If the KV pool is full: see kv_saturation / preempt_storm / cache_collapse on this replica for what holds the memory.",
 		}
+		if step := admissionStep(tr); step != "" {
+			f.Emergency = append(f.Emergency, step)
+		}
+		f.Emergency = append(f.Emergency,
+			"Shed or defer low-priority and offline traffic at the gateway, or move it to a separate pool.")
 		f.RootCause = []string{
 			"Capacity: size replicas and autoscaling on queue time (sglang:queue_time_seconds p99) and num_queue_reqs, not on GPU utilization.",
-			"Scheduling: review --max-running-requests, --max-prefill-tokens, --schedule-policy (e.g. lpm for shared prefixes) and priority scheduling for the traffic mix.",
-			"Smooth the arrivals: rate limits per tenant and client backoff keep bursts from becoming queues.",
 		}
+		if tr.KVFull {
+			f.RootCause = append(f.RootCause,
+				"Memory: size the KV pool for the real prompt and output mix at the target concurrency (see kv_saturation); bound requests that hold KV for long (no max_tokens).")
+		} else {
+			f.RootCause = append(f.RootCause,
+				"Scheduling: review --max-prefill-tokens and --chunked-prefill-size against the prompt lengths you serve, --schedule-policy (e.g. lpm for shared prefixes) and priority scheduling for the traffic mix.")
+		}
+		f.RootCause = append(f.RootCause,
+			"Smooth the arrivals: rate limits per tenant and client backoff keep bursts from becoming queues.")
 	} else {
 		prompts := p.perUnit(w, Sel(series.PromptTokensTotal), Sel(series.NumRequestsTotal))
 		if prompts.nowOK {
@@ -168,6 +178,52 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	tr.annotate(&f)
 	return []Finding{f}
+}
+
+// admissionHold says what the triage's numbers show holds admission: a full
+// KV pool, a batch at its cap, or neither.
+func admissionHold(tr TriageResult) string {
+	switch {
+	case tr.Verdict == TriageUnknown:
+		return "This replica does not expose the running and queued gauges: read them from /metrics to tell a batch at its cap from a full KV pool."
+	case tr.KVFull:
+		return fmt.Sprintf("The KV pool is full (usage up to %s): waiting requests cannot be admitted until memory frees, so the fix is what holds the memory, not the cap or the policy.", pct(tr.KVUsage))
+	case tr.RunningHigh && tr.CapacityKnown:
+		return fmt.Sprintf("The batch is at its cap (%s of %s) with requests waiting: the replica works at its limit and lacks capacity.", num(tr.Running), num(tr.Capacity))
+	case tr.RunningHigh:
+		return fmt.Sprintf("The batch runs at the most it ran (%s) with requests waiting: the replica works at its limit and lacks capacity.", num(tr.Running))
+	case tr.Capacity == 0:
+		return "The batch cap is not exposed: the layer triage below says where to read it."
+	}
+	return fmt.Sprintf("The batch runs below %s (%s of %s), so the cap is not what holds admission: the layer triage below says what to check.", capName(tr), num(tr.Running), num(tr.Capacity))
+}
+
+// admissionStep is the emergency step the numbers allow beyond adding
+// capacity: none for a batch at its cap, the memory pages for a full pool,
+// and for a batch below its cap what holds admission instead.
+func admissionStep(tr TriageResult) string {
+	prompts := "cap prompt length at the router if long prompts keep prefill batches from forming (a larger --max-prefill-tokens or --chunked-prefill-size needs a restart: see the root-cause fixes)"
+	switch {
+	case tr.Verdict == TriageUnknown:
+		return ""
+	case tr.KVFull:
+		return "Follow kv_saturation, preempt_storm or cache_collapse on this replica for what holds the KV memory; do not raise --max-running-requests into a full pool."
+	case tr.RunningHigh:
+		return ""
+	case tr.Capacity == 0:
+		return "Read --max-running-requests from " + ServerInfo + ": a batch at it means the replica lacks capacity (the step above); below it, " + prompts + "."
+	case !tr.CapacityKnown:
+		return fmt.Sprintf("Read the current --max-running-requests from %s: if it is below the %s this replica ran before, it was lowered and the replica is at it; if not, %s.", ServerInfo, num(tr.Capacity), prompts)
+	}
+	return fmt.Sprintf("The batch runs below its cap of %s, so the cap is not what holds admission: %s.", num(tr.Capacity), prompts)
+}
+
+// capName is what the triage compares the batch with.
+func capName(tr TriageResult) string {
+	if tr.CapacityKnown {
+		return "its cap"
+	}
+	return "the most it ran"
 }
 
 // joinCauses renders "Observed: a; b." or "".

@@ -196,3 +196,42 @@ func TestQueueLatencyBurstThresholdsAreWhatHolds(t *testing.T) {
 func TestGoldenPageEventsQueueLatency(t *testing.T) {
 	checkPage(t, pageCase{class: detect.QueueLatency, scenario: slowFirstToken(2.8, 2.3).with(gauge(series.NumQueueReqs, stepAt(incidentLong, 2, 60)))})
 }
+
+// Every step that depends on a condition is given only when the numbers
+// show it: never a raised cap for a batch at its cap or a full KV pool, and
+// the KV pages only when the pool is full.
+func TestQueueLatencyStepsFitTheNumbers(t *testing.T) {
+	kvFull := []metric{gauge(series.TokenUsage, stepAt(incidentLong, 0.5, 0.96)), gauge(series.FullTokenUsage, stepAt(incidentLong, 0.5, 0.96))}
+	tests := []struct {
+		name      string
+		scenario  *scenario
+		want, not []string
+	}{
+		{"at its cap", slowFirstToken(2.8, 2.3).with(gauge(series.NumQueueReqs, stepAt(incidentLong, 2, 60))),
+			[]string{"Add replicas", "lacks capacity"}, []string{"--max-running-requests", "kv_saturation"}},
+		{"full KV pool", slowFirstToken(2.8, 2.3).with(append(kvFull,
+			gauge(series.NumRunningReqs, stepAt(incidentLong, 40, 20)))...),
+			[]string{"KV pool is full (usage up to 96%)", "kv_saturation", "do not raise --max-running-requests"}, []string{"--max-prefill-tokens", "--schedule-policy", "lower"}},
+		{"below the configured cap with room", slowFirstToken(2.8, 2.3).with(gauge("sglang:max_running_requests", constant(256)),
+			gauge(series.NumQueueReqs, stepAt(incidentLong, 2, 60)), gauge(series.NumRunningReqs, stepAt(incidentLong, 40, 20))),
+			[]string{"below its cap of 256", "cap prompt length"}, []string{"raise --max-running-requests", "kv_saturation"}},
+		{"below the most it ran", slowFirstToken(2.8, 2.3).with(
+			gauge(series.NumQueueReqs, stepAt(incidentLong, 2, 60)), gauge(series.NumRunningReqs, stepAt(incidentLong, 40, 20))),
+			[]string{"Read the current --max-running-requests from /server_info (/get_server_info on older releases)"}, []string{"raise --max-running-requests", "kv_saturation"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := one(t, run(t, tt.scenario, detect.QueueLatency))
+			text := f.Diagnosis + " " + strings.Join(f.Emergency, " ") + " " + strings.Join(f.RootCause, " ")
+			contains(t, "page", text, tt.want...)
+			for _, s := range tt.not {
+				if strings.Contains(strings.Join(f.Emergency, " "), s) {
+					t.Errorf("emergency steps name %q: %v", s, f.Emergency)
+				}
+			}
+			if strings.Contains(text, "If the triage shows") {
+				t.Errorf("a step left to on-call to check against the triage: %v", f.Emergency)
+			}
+		})
+	}
+}
