@@ -298,7 +298,7 @@ func TestReportRendering(t *testing.T) {
 		"== storm", "running requests       8", "queued requests        47", "KV cache usage         0.97",
 		"/health_generate       OK (HTTP 200 in 30ms)",
 		"layer: admission bottleneck", "CRITICAL preempt_storm", "diagnosis: KV cache layer",
-		"do now", "1. Lower --max-running-requests", "runbook: https://watchdog.example/runbooks/preempt_storm",
+		"do now", "1. Stop feeding the storm without dropping work", "runbook: https://watchdog.example/runbooks/preempt_storm",
 		"== gone:30000", "refused: dial tcp: connection refused", "-> nothing answers there",
 		"layer: down", "not judged by a one-shot", "cache_collapse", "retry_avalanche",
 		"INCIDENT: 1 critical finding(s), 1 replica(s) down",

@@ -216,8 +216,9 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		diag.WriteString("Check what fills the pool: longer prompts/outputs, requests without max_tokens, more concurrency. If several replicas of the model drop at once, suspect the traffic, not this replica.")
 		f.Emergency = []string{
 			"Relieve KV pressure: add replicas or shift traffic away from this replica.",
-			"Lower --max-running-requests and cap prompt length/max_tokens at the router so running requests leave room for the cache.",
+			"Cap prompt length and max_tokens at the router so running requests leave room for the cache.",
 			"Do not flush the cache: the working set does not fit either way, flushing only adds recompute.",
+			"If that is not enough, read the current --max-running-requests from " + ServerInfo + " and restart with a lower value; the restart " + restartDrops(w) + ".",
 		}
 		f.RootCause = []string{
 			"Size the KV pool for the real prompt+output mix: --mem-fraction-static, GPUs with more memory, or hierarchical cache (--enable-hierarchical-cache) to keep prefixes in host memory.",

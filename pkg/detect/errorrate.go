@@ -264,7 +264,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			num(pct(share)), dur(c.Range), kinds))
 		res.Emergency = []string{
 			"Look for a cause page on the same replica (engine hang, replica down, KV saturation, PD transfer failure) and follow it.",
-			"Otherwise read the server log around the errors for tracebacks, and restart the replica if it keeps failing; take it out of rotation first if others can carry its traffic.",
+			"Otherwise read the server log around the errors for tracebacks; if it keeps failing, take it out of rotation when the others can carry its traffic, then restart it (the restart " + restartDrops(w) + ").",
 		}
 	default:
 		diag = append(diag, fmt.Sprintf("Users are failing: %s%% of the requests of the last %s failed (%s).", num(pct(share)), dur(c.Range), kinds))
@@ -363,7 +363,7 @@ func (c ErrorRateConfig) needs() []need {
 		anyOf: [][]string{{series.HTTPResponsesTotal}, {series.NumRequestsTotal, series.NumAbortedRequestsTotal}}, afterTraffic: true}}
 }
 func (c ErrorRateConfig) reads() []string {
-	return append(clientTrafficFamilies(), series.NumQueueReqs)
+	return append(clientTrafficFamilies(), series.NumQueueReqs, series.NumRunningReqs)
 }
 func (c ErrorRateConfig) build(buildEnv) Detector { return &ErrorRateDetector{cfg: c} }
 

@@ -204,17 +204,27 @@ func (d *EngineHangDetector) Detect(w Window, now time.Time) []Finding {
 	if cpuFlat {
 		diag = append(diag, "The process CPU counter did not move either.")
 	}
-	diag = append(diag, "Most often a collective operation (NCCL all-reduce) waits on a rank that crashed or lost its network path, so every rank blocks with GPU utilization pinned but no progress; also a CUDA error in one rank, a deadlock after an exception, or a driver/Xid fault. It does not heal on its own: the replica must be restarted, after capturing the evidence.")
+	diag = append(diag, "Most often a collective operation (NCCL all-reduce) waits on a rank that crashed or lost its network path, so every rank blocks with GPU utilization pinned but no progress; also a CUDA error in one rank, a deadlock after an exception, or a driver/Xid fault.",
+		"SGLang's own watchdog crashes the server when one forward batch runs longer than --watchdog-timeout (default 300 s), and the restart policy brings it back; a stall outside a forward batch, or one under a raised timeout, lasts until the replica is restarted.")
 	f.Diagnosis = strings.Join(diag, " ")
+	held := "the requests it holds"
+	switch {
+	case httpOK && httpActive >= c.MinInFlight:
+		held = fmt.Sprintf("the %s requests in flight", num(httpActive))
+	case runningOK && runningMin >= c.MinInFlight:
+		held = fmt.Sprintf("the %s requests in the running batch", num(runningMin))
+	}
 	f.Emergency = []string{
+		"Take the replica out of rotation at the router/gateway so no new request waits on it; the other replicas carry its traffic.",
 		"Before restarting, capture evidence: py-spy dump --pid <pid> for the scheduler process of every rank (a rank waiting in all_reduce / ncclAllReduce is blocked; the rank that is elsewhere or gone is the culprit).",
 		"Check the GPUs and the topology: nvidia-smi (utilization stuck at 100% without temperature rising means kernels wait on communication), nvidia-smi topo -m, dmesg for Xid errors.",
-		"Take the replica out of rotation, kill every SGLang process of it and restart; to diagnose a recurrence, restart with NCCL_DEBUG=INFO and read the last NCCL INFO line of each rank (which rank, which collective).",
+		"Then kill every SGLang process of the replica and restart it — this drops " + held + ", which make no progress anyway; to diagnose a recurrence, restart with NCCL_DEBUG=INFO and read the last NCCL INFO line of each rank (which rank, which collective).",
 	}
 	f.RootCause = []string{
 		"Match NCCL with the CUDA major version and the driver; upgrade NCCL if they drift.",
 		"Check the network between nodes: MTU consistency, firewall rules for the NCCL ports, InfiniBand links (ibstat) or packet loss on socket transports.",
 		"Set NCCL_ASYNC_ERROR_HANDLING=1 (TORCH_NCCL_ASYNC_ERROR_HANDLING in newer PyTorch) so a failed collective aborts the process instead of hanging, and keep /health_generate as the liveness probe so it gets restarted.",
+		"Keep SGLang's --watchdog-timeout (default 300 s) no longer than you can afford a stuck replica, so a stuck forward batch crashes and restarts; --soft-watchdog-timeout dumps debugging information before that.",
 	}
 	return []Finding{f}
 }

@@ -150,3 +150,21 @@ func TestEngineHangSeenByANewWatchdog(t *testing.T) {
 func TestGoldenPageEventsEngineHang(t *testing.T) {
 	checkPage(t, pageCase{class: detect.EngineHang, scenario: ncclHang(incident)})
 }
+
+// The hang's steps take the replica out of rotation before anything else
+// and restart it last, saying what the restart drops; the diagnosis names
+// SGLang's own watchdog, which crashes a stuck forward batch.
+func TestEngineHangStepsOrder(t *testing.T) {
+	f := one(t, run(t, ncclHang(incident), detect.EngineHang))
+	if !strings.Contains(f.Emergency[0], "out of rotation") {
+		t.Errorf("first step %q, want the replica out of rotation", f.Emergency[0])
+	}
+	last := f.Emergency[len(f.Emergency)-1]
+	for i, s := range f.Emergency[:len(f.Emergency)-1] {
+		if strings.Contains(s, "restart") && !strings.Contains(s, "Before restarting") {
+			t.Errorf("step %d restarts before the last: %q", i, s)
+		}
+	}
+	contains(t, "restart step", last, "restart it", "drops the 42 requests in flight")
+	contains(t, "diagnosis", f.Diagnosis, "--watchdog-timeout (default 300 s)")
+}

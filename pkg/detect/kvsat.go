@@ -229,7 +229,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		f.Emergency = []string{
 			"Enforce an output cap now: a default and a maximum max_new_tokens (max_tokens) at the router/gateway, or in the calling client.",
 			"Find the callers: request log entries with finish_reason=length and long outputs, by rid and client; ask their owners to set max_tokens.",
-			"If the pool must be relieved before that lands: lower --max-running-requests on this replica or shift traffic to others.",
+			"If the pool must be relieved before that lands: shift traffic to other replicas at the router. A restart with a lower --max-running-requests than the current one, which " + ServerInfo + " shows, relieves it too, but " + restartDrops(w) + ".",
 		}
 		f.RootCause = []string{
 			"Make an output cap mandatory (or defaulted) in the client SDK and the gateway; alert on the share of finish_reason=length.",
@@ -245,8 +245,8 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		diag += "."
 		f.Emergency = []string{
 			"Add replicas or shift traffic away from this replica.",
-			"Lower --max-running-requests so the admitted batch fits the pool with headroom.",
 			"Cap prompt length and max_tokens at the router so single requests cannot claim the pool.",
+			"Then make the admitted batch fit the pool with headroom, with a restart that " + restartDrops(w) + ": read the current --max-running-requests from " + ServerInfo + " and restart with a lower value.",
 		}
 		f.RootCause = []string{
 			"Size the KV pool for the real prompt + output mix at the target concurrency: --mem-fraction-static (carefully: CUDA graphs and activations need room), GPUs with more memory, or more tensor parallelism.",
@@ -343,7 +343,7 @@ func (c KVSaturationConfig) needs() []need {
 func (c KVSaturationConfig) reads() []string {
 	return append(append(kvUsageFamilies(), hitRateFamilies()...), series.KVAvailableTokens, series.KVEvictableTokens,
 		series.ContextLen, series.DecodeSumSeqLens, series.GenerationTokensHist, series.GenerationTokensTotal,
-		series.NumRequestsTotal, series.NumRetractedReqsGauge, series.RetractedRequestsTotal, series.NumRunningReqs)
+		series.NumRequestsTotal, series.NumRetractedReqsGauge, series.RetractedRequestsTotal, series.NumRunningReqs, series.NumQueueReqs)
 }
 func (c KVSaturationConfig) lookback() time.Duration {
 	return c.Range + c.Baseline

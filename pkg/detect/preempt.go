@@ -121,8 +121,12 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	if cost.nowOK {
 		f.Evidence = append(f.Evidence, cost.evidence("retracted tokens/s (recompute cost)", "/s", ""))
 	}
+	// Retractions push inter-token latency up (recompute, smaller decode
+	// steps between refills); an ITL that fell is no support for a storm
+	// (fewer requests left running decode faster), so it is not offered.
 	itl := p.quantile(w, 0.99, series.InterTokenLatency)
-	if itl.nowOK {
+	itlUp := itl.nowOK && (!itl.baseOK || itl.now > itl.base)
+	if itlUp {
 		f.Evidence = append(f.Evidence, itl.evidence("inter-token latency p99", "s", ""))
 	}
 	aborts := p.rate(w, Sel(series.NumAbortedRequestsTotal))
@@ -145,7 +149,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	var diag strings.Builder
 	fmt.Fprintf(&diag, "KV cache layer: %s and the scheduler is retracting running requests to free KV slots. ", poolText)
 	diag.WriteString("Retracted requests return to the queue and recompute their prompts later, which needs the same KV space again, so the pressure feeds itself (preemption cascade). ")
-	if itl.nowOK {
+	if itlUp {
 		fmt.Fprintf(&diag, "Inter-token latency p99 is %s. ", vsBaseline(itl, "s"))
 	}
 	if cost.nowOK {
@@ -158,9 +162,11 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	f.Diagnosis = strings.TrimSpace(diag.String())
 	d.triage.Classify(w, now, itl.nowOK && itl.baseOK && itl.now > itl.base).annotate(&f)
 	f.Emergency = []string{
-		"Lower --max-running-requests on this replica (restart it with roughly two thirds of the current value) so the admitted batch fits the KV pool.",
-		"Cap prompt length (and max_tokens) at the router/gateway so single long requests cannot claim the pool.",
+		"Stop feeding the storm without dropping work: if the other replicas of the model have headroom, take this replica out of rotation at the router/gateway (or lower its weight) so it works off what it holds; if they have none, shed the excess at the gateway (a concurrency limit answered with a fast 503).",
+		"Cap prompt length and max_tokens at the router/gateway so single long requests cannot claim the pool.",
 		"Add replicas (scale out) to spread the load if capacity allows.",
+		"Then make the admitted batch fit the pool, with a restart that " + restartDrops(w) +
+			": read the current --max-running-requests from " + ServerInfo + " and restart with about two thirds of it, or with a larger --schedule-conservativeness (default 1.0; a larger value admits fewer requests — SGLang's advice when requests are retracted frequently).",
 	}
 	f.RootCause = []string{
 		"Compare the real prompt and output length distribution (sglang:prompt_tokens_histogram, sglang:generation_tokens_histogram) with the KV pool size (sglang:max_total_num_tokens / --max-total-tokens); raise --mem-fraction-static carefully or move to GPUs with more memory.",
@@ -249,7 +255,7 @@ func (c PreemptStormConfig) needs() []need {
 func (c PreemptStormConfig) reads() []string {
 	return append(kvUsageFamilies(), series.RetractedRequestsTotal, series.NumRetractedReqsGauge, series.NumRequestsTotal,
 		series.RetractedInputTokens, series.RetractedOutputTokens, series.InterTokenLatency,
-		series.NumAbortedRequestsTotal, series.NumQueueReqs)
+		series.NumAbortedRequestsTotal, series.NumQueueReqs, series.NumRunningReqs)
 }
 func (c PreemptStormConfig) lookback() time.Duration {
 	return c.Range + c.Baseline

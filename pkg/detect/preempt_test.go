@@ -2,6 +2,7 @@ package detect_test
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestPreemptStormPages(t *testing.T) {
 			if c := evidenceNamed(t, f, "retracted tokens/s"); !approx(c.Value, tt.rate*2300, 0.02) {
 				t.Errorf("recompute cost evidence = %+v", c)
 			}
-			if !strings.Contains(f.Diagnosis, "retracting running requests") || !strings.Contains(f.Emergency[0], "--max-running-requests") {
+			if !strings.Contains(f.Diagnosis, "retracting running requests") || !strings.Contains(strings.Join(f.Emergency, " "), "--max-running-requests") {
 				t.Errorf("diagnosis/emergency: %s | %v", f.Diagnosis, f.Emergency)
 			}
 		})
@@ -167,4 +168,34 @@ func TestPreemptStormFloorIsWhatHolds(t *testing.T) {
 // PreemptStorm's golden page (checkPage).
 func TestGoldenPageEventsPreemptStorm(t *testing.T) {
 	checkPage(t, pageCase{class: detect.PreemptStorm, scenario: preemptStorm(2)})
+}
+
+// The storm's steps stop the harm without dropping work first; the restart
+// comes last, says what it drops (counted from the gauges) and where the
+// current value is read, and offers SGLang's admission reserve.
+func TestPreemptStormStepsOrder(t *testing.T) {
+	s := preemptStorm(2).with(gauge(series.NumQueueReqs, stepAt(incident, 2, 300)), gauge(series.NumRunningReqs, constant(70)))
+	f := one(t, run(t, s, detect.PreemptStorm))
+	restart := slices.IndexFunc(f.Emergency, func(s string) bool { return strings.Contains(s, "restart") })
+	rotation := slices.IndexFunc(f.Emergency, func(s string) bool { return strings.Contains(s, "out of rotation") })
+	if restart < 0 || rotation < 0 || rotation > restart || restart != len(f.Emergency)-1 {
+		t.Fatalf("want the non-destructive steps first and the restart last: %q", f.Emergency)
+	}
+	contains(t, "restart step", f.Emergency[restart], "drops the 370 queued and running requests it holds now (300 queued, 70 running",
+		"/server_info (/get_server_info on older releases)", "--max-running-requests", "--schedule-conservativeness (default 1.0; a larger value admits fewer requests")
+}
+
+// Inter-token latency that fell during the storm (fewer requests left
+// running) is not offered as support for it.
+func TestPreemptStormFallingITLIsNotEvidence(t *testing.T) {
+	s := preemptStorm(2).with(hist(series.InterTokenLatency, itlBounds, constant(300), stepAt(incident, 0.187, 0.035)))
+	f := one(t, run(t, s, detect.PreemptStorm))
+	for _, e := range f.Evidence {
+		if strings.HasPrefix(e.Name, "inter-token latency") {
+			t.Errorf("falling ITL offered as evidence: %+v", e)
+		}
+	}
+	if strings.Contains(f.Diagnosis, "Inter-token latency") {
+		t.Errorf("falling ITL in the diagnosis: %s", f.Diagnosis)
+	}
 }
