@@ -95,7 +95,8 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 		f.Evidence = append(f.Evidence, mean.evidence("inter-token latency mean", "s", ""))
 	}
 	if spread.nowOK {
-		f.Evidence = append(f.Evidence, spread.evidence("inter-token latency spread (p99/p50)", "ratio", ""))
+		// A multiple of the median, not a share: printed as a plain number.
+		f.Evidence = append(f.Evidence, spread.evidence("inter-token latency spread (p99/p50)", "", ""))
 	}
 	if graphs {
 		f.Evidence = append(f.Evidence, share.evidence("decode passes without CUDA graph (share)", "ratio",
@@ -108,17 +109,17 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	f.Summary = fmt.Sprintf("LoRA thrash: adapter pool full, inter-token latency p99 %s s (baseline %s s)", num(p99.now), num(p99.base))
 	graphText := "This release does not expose sglang:cuda_graph_passes_total, so CUDA graph fallbacks cannot be confirmed from metrics."
 	if graphs {
-		graphText = fmt.Sprintf("The share of decode passes run without a CUDA graph rose to %s (baseline %s): adapter switches break graph replay.", num(share.now), num(share.base))
+		graphText = fmt.Sprintf("The share of decode passes run without a CUDA graph rose to %s: adapter switches break graph replay.", pctVsBaseline(share))
 	}
 	f.Diagnosis = sentence(
-		fmt.Sprintf("Decode layer: every LoRA adapter slot has been taken for the whole range (lowest utilization %s), so requests for adapters not in the pool wait for a slot and adapters are swapped in and out.", num(lowest)),
+		fmt.Sprintf("Decode layer: every LoRA adapter slot has been taken for the whole range (lowest utilization %s), so requests for adapters not in the pool wait for a slot and adapters are swapped in and out.", pct(lowest)),
 		graphText,
 		fmt.Sprintf("Decode turns slow and jittery: inter-token latency p99 %s, spread p99/p50 %s.", vsBaseline(p99, "s"), vsBaseline(spread, "")),
 		"Causes: more distinct adapters in the traffic than the pool holds (--max-loras-per-batch), adapter switching breaking CUDA graphs, or adapters that are not loaded correctly.")
 	f.Emergency = []string{
 		"Reduce the number of adapters served concurrently by this replica: route requests by adapter (sticky routing) so each replica sees a few hot adapters.",
 		"Raise --max-loras-per-batch (and the GPU memory for adapters) if memory allows.",
-		"Compare with --disable-lora on a canary with the same traffic: a 5-15% cost of LoRA is expected, more than about 30% is a configuration problem or a bug.",
+		"Compare with a canary serving the base model alone (started without --enable-lora and --lora-paths) under the same traffic: a 5-15% cost of LoRA is expected, more than about 30% is a configuration problem or a bug.",
 	}
 	f.RootCause = []string{
 		"Pin the hot adapters so they are never evicted; send the long tail to dedicated replicas.",

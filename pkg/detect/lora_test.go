@@ -52,8 +52,13 @@ func TestLoraThrashPages(t *testing.T) {
 	if e := evidenceNamed(t, f, "decode passes without CUDA graph"); !approx(e.Value, 0.5, 1e-6) || e.Baseline != 0 {
 		t.Errorf("graph fallback evidence = %+v", e)
 	}
-	contains(t, "diagnosis", f.Diagnosis, "every LoRA adapter slot", "break graph replay")
-	contains(t, "steps", strings.Join(f.Emergency, " "), "route requests by adapter", "--max-loras-per-batch", "--disable-lora")
+	// Shares in percent, the p99/p50 spread as the multiple it is.
+	contains(t, "diagnosis", f.Diagnosis, "every LoRA adapter slot", "break graph replay", "lowest utilization 100%",
+		"rose to 50% (baseline 0%)", "spread p99/p50 1.2")
+	if e := evidenceNamed(t, f, "inter-token latency spread"); e.Unit == "ratio" {
+		t.Errorf("the p99/p50 spread is printed as a share: %+v", e)
+	}
+	contains(t, "steps", strings.Join(f.Emergency, " "), "route requests by adapter", "--max-loras-per-batch", "without --enable-lora and --lora-paths")
 	contains(t, "root cause", f.RootCause[0], "Pin the hot adapters")
 	if f.Triage == "" {
 		t.Error("no layer triage")
