@@ -244,20 +244,22 @@ func withConsequences(root detect.Finding, cs []detect.Finding) detect.Finding {
 	return root
 }
 
-// hasEvidence reports whether es already gives the quantity name gives:
-// the same name but for a parenthesised qualifier ("aborted requests/s"
-// and "aborted requests/s (clients gave up)" are one quantity, and a page
-// states each once, as its root cause measured it).
+// hasEvidence reports whether es already shows the quantity name shows.
+// Detectors qualify a shared quantity in parentheses ("aborted requests/s
+// (clients gave up)", "offered load/s (highest fresh arrivals in the
+// look-back)"), so the quantity is the name without its qualifier: the
+// cause's line stays and the consequence's copy of it is not repeated.
 func hasEvidence(es []detect.Evidence, name string) bool {
-	key := quantity(name)
+	q := quantity(name)
 	for _, e := range es {
-		if quantity(e.Name) == key {
+		if quantity(e.Name) == q {
 			return true
 		}
 	}
 	return false
 }
 
+// quantity is an evidence name without its parenthesized qualifier.
 func quantity(name string) string {
 	if i := strings.Index(name, " ("); i > 0 {
 		name = name[:i]
@@ -325,7 +327,10 @@ func pick(incidents []Group, idx []int) []Group {
 }
 
 // FleetGroup is the group of class across members, replica groups
-// of one model (fleetSize replicas).
+// of one model (fleetSize replicas). Its diagnosis and steps are the
+// fleet's: when every member's layer triage says saturated (the batch at
+// its cap, requests waiting), the fleet lacks capacity; otherwise the
+// cause is most likely shared and changed fleet-wide.
 func FleetGroup(model string, class detect.Class, fleetSize int, members []Group) Group {
 	first := members[0].Finding
 	f := detect.Finding{
@@ -334,7 +339,6 @@ func FleetGroup(model string, class detect.Class, fleetSize int, members []Group
 		Replica:   FleetReplica(model),
 		Model:     model,
 		Layer:     first.Layer,
-		Emergency: first.Emergency,
 		RootCause: first.RootCause,
 		Runbook:   "/runbooks/fleet",
 	}
@@ -347,11 +351,31 @@ func FleetGroup(model string, class detect.Class, fleetSize int, members []Group
 	}
 	sort.Strings(names)
 	f.Summary = fmt.Sprintf("%s on %d of %d replicas of %s at once", first.Summary, len(members), fleetSize, displayModel(model))
-	f.Diagnosis = fmt.Sprintf("The same incident appeared on %d of %d replicas of this model together, "+
-		"so the cause is most likely shared, not in one replica: a router or gateway policy change (e.g. cache-aware routing "+
-		"switched to round robin), a deploy or configuration rollout, a client release or a global prompt change. "+
-		"Check what changed fleet-wide in the last hour before touching individual replicas. One replica's view (%s): %s",
-		len(members), fleetSize, first.Replica, first.Diagnosis)
+	if saturated(members) {
+		f.Diagnosis = fmt.Sprintf("The same incident appeared on %d of %d replicas of this model together, and the layer triage of every one of them "+
+			"says saturated: the batch at its cap with requests waiting. The fleet lacks capacity for the traffic it gets; a shared change is not needed "+
+			"to explain it, and moving traffic between replicas that are all full does not help. One replica's view (%s): %s",
+			len(members), fleetSize, first.Replica, first.Diagnosis)
+		f.Emergency = []string{
+			"Scale out the model's fleet: add replicas (raise the autoscaler's minimum); every affected replica is at its cap.",
+			"Until they serve, shed at the gateway: a concurrency limit for the model (the model gateway's --max-concurrent-requests) that answers the excess at once with 429/503 and Retry-After, so clients fail fast instead of timing out.",
+			"Lower max_tokens for the heaviest clients or routes: shorter answers free batch slots sooner on every replica.",
+			"Find what drove the traffic up (a client release, a batch job, retries: see retry_avalanche) and defer what can wait.",
+		}
+		f.RootCause = append([]string{"Size the fleet for peak arrivals with headroom, and autoscale on queue time or queue depth, not GPU utilization."}, f.RootCause...)
+	} else {
+		f.Diagnosis = fmt.Sprintf("The same incident appeared on %d of %d replicas of this model together, "+
+			"so the cause is most likely shared, not in one replica: a router or gateway policy change (e.g. cache-aware routing "+
+			"switched to round robin), a deploy or configuration rollout, a client release or a global prompt change. "+
+			"Check what changed fleet-wide in the last hour before touching individual replicas. One replica's view (%s): %s",
+			len(members), fleetSize, first.Replica, first.Diagnosis)
+		f.Emergency = []string{
+			"Find what changed on every replica at the start time: the deploy log, the router's configuration history, client releases, prompt and template changes.",
+			"Roll back the change if there is one: router policy first (fast, low risk), then the deploy, then ask the client or prompt owners to roll back theirs.",
+			"Do not restart or drain the replicas one by one: the cause is not in them, and the others take the same load.",
+			fmt.Sprintf("While the rollback takes effect, protect the service with the emergency steps of /runbooks/%s, applied to every affected replica.", class),
+		}
+	}
 	f.Evidence = append(f.Evidence,
 		detect.Evidence{Name: "replicas affected", Value: float64(len(members))},
 		detect.Evidence{Name: "replicas of the model", Value: float64(fleetSize)})
@@ -362,6 +386,25 @@ func FleetGroup(model string, class detect.Class, fleetSize int, members []Group
 	f.AffectedReplicas = names
 	inc.Finding = f
 	return inc
+}
+
+// saturated reports whether the layer triage of every member replica says
+// saturated: its batch at its cap with requests waiting. A member's verdict
+// is carried by the first of its findings that has one.
+func saturated(members []Group) bool {
+	for _, m := range members {
+		verdict := m.Finding.TriageVerdict
+		for _, x := range m.Members {
+			if verdict != "" {
+				break
+			}
+			verdict = x.TriageVerdict
+		}
+		if verdict != detect.TriageSaturated {
+			return false
+		}
+	}
+	return len(members) > 0
 }
 
 func displayModel(m string) string {

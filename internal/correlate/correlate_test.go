@@ -159,3 +159,66 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A consequence's copy of a quantity the cause already shows, under a
+// qualified name, is not shown twice.
+func TestConsequenceEvidenceIsNotRepeated(t *testing.T) {
+	storm := f("r1", "m", detect.RetryAvalanche, detect.LayerClient, detect.Critical)
+	storm.Evidence = []detect.Evidence{
+		{Name: "aborted requests/s", Value: 14, Unit: "/s"},
+		{Name: "offered load/s (highest fresh arrivals since the growth began)", Value: 10, Unit: "/s"},
+	}
+	errs := f("r1", "m", detect.ErrorRate, detect.LayerQueue, detect.Critical)
+	errs.Evidence = []detect.Evidence{
+		{Name: "failed share of requests", Value: 1, Unit: "ratio"},
+		{Name: "aborted requests/s (clients gave up)", Value: 14, Unit: "/s"},
+		{Name: "offered load/s (highest fresh arrivals in the look-back)", Value: 10, Unit: "/s"},
+	}
+	out := Correlate(DefaultConfig(), []detect.Finding{storm, errs}, replicas("m", 1))
+	if len(out) != 1 {
+		t.Fatalf("want one incident, got %v", classes(out))
+	}
+	var names []string
+	for _, e := range out[0].Finding.Evidence {
+		names = append(names, e.Name)
+	}
+	want := "aborted requests/s|offered load/s (highest fresh arrivals since the growth began)|failed share of requests"
+	if got := strings.Join(names, "|"); got != want {
+		t.Errorf("evidence %s, want %s", got, want)
+	}
+}
+
+// Every replica of the fleet at its cap with requests waiting is a fleet
+// short of capacity: the page says so and its steps are the fleet's.
+func TestSaturatedFleetLacksCapacity(t *testing.T) {
+	var in []detect.Finding
+	for i := 0; i < 4; i++ {
+		x := f(fmt.Sprintf("m-%d", i), "m", detect.QueueLatency, detect.LayerQueue, detect.Critical)
+		x.TriageVerdict = detect.TriageSaturated
+		x.Emergency = []string{"Add replicas or shift traffic to less loaded ones on this replica."}
+		in = append(in, x)
+	}
+	out := Correlate(DefaultConfig(), in, replicas("m", 4))
+	if len(out) != 1 || !out[0].Fleet {
+		t.Fatalf("want one fleet incident, got %v", classes(out))
+	}
+	fl := out[0].Finding
+	if !strings.Contains(fl.Diagnosis, "lacks capacity") || strings.Contains(fl.Diagnosis, "deploy") || strings.Contains(fl.Diagnosis, "prompt change") {
+		t.Errorf("saturated fleet diagnosis: %s", fl.Diagnosis)
+	}
+	steps := strings.Join(fl.Emergency, " ")
+	if !strings.Contains(steps, "Scale out") || !strings.Contains(steps, "shed at the gateway") || strings.Contains(steps, "this replica") {
+		t.Errorf("saturated fleet steps: %v", fl.Emergency)
+	}
+
+	// One replica with room left: not every replica is full, so a shared
+	// change is the suspect, and the steps are still the fleet's.
+	in[2].TriageVerdict = detect.TriageAdmission
+	fl = Correlate(DefaultConfig(), in, replicas("m", 4))[0].Finding
+	if !strings.Contains(fl.Diagnosis, "shared") || strings.Contains(fl.Diagnosis, "lacks capacity") {
+		t.Errorf("mixed fleet diagnosis: %s", fl.Diagnosis)
+	}
+	if steps := strings.Join(fl.Emergency, " "); strings.Contains(steps, "this replica") || !strings.Contains(steps, "every replica") {
+		t.Errorf("mixed fleet steps: %v", fl.Emergency)
+	}
+}
