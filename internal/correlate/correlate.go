@@ -351,11 +351,12 @@ func FleetGroup(model string, class detect.Class, fleetSize int, members []Group
 	}
 	sort.Strings(names)
 	f.Summary = fmt.Sprintf("%s on %d of %d replicas of %s at once", first.Summary, len(members), fleetSize, displayModel(model))
+	together := fmt.Sprintf("The same incident appeared on %d of %d replicas of this model together", len(members), fleetSize)
+	view := fmt.Sprintf("One replica's view (%s): %s", first.Replica, first.Diagnosis)
 	if saturated(members) {
-		f.Diagnosis = fmt.Sprintf("The same incident appeared on %d of %d replicas of this model together, and the layer triage of every one of them "+
-			"says saturated: the batch at its cap with requests waiting. The fleet lacks capacity for the traffic it gets; a shared change is not needed "+
-			"to explain it, and moving traffic between replicas that are all full does not help. One replica's view (%s): %s",
-			len(members), fleetSize, first.Replica, first.Diagnosis)
+		f.Diagnosis = together + ", and the layer triage of every one of them says saturated: the batch at its cap with requests waiting. " +
+			"The fleet lacks capacity for the traffic it gets; a shared change is not needed to explain it, and moving traffic between " +
+			"replicas that are all full does not help. " + view
 		f.Emergency = []string{
 			"Scale out the model's fleet: add replicas (raise the autoscaler's minimum); every affected replica is at its cap.",
 			"Until they serve, shed at the gateway: a concurrency limit for the model (the model gateway's --max-concurrent-requests) that answers the excess at once with 429/503 and Retry-After, so clients fail fast instead of timing out.",
@@ -364,11 +365,9 @@ func FleetGroup(model string, class detect.Class, fleetSize int, members []Group
 		}
 		f.RootCause = append([]string{"Size the fleet for peak arrivals with headroom, and autoscale on queue time or queue depth, not GPU utilization."}, f.RootCause...)
 	} else {
-		f.Diagnosis = fmt.Sprintf("The same incident appeared on %d of %d replicas of this model together, "+
-			"so the cause is most likely shared, not in one replica: a router or gateway policy change (e.g. cache-aware routing "+
-			"switched to round robin), a deploy or configuration rollout, a client release or a global prompt change. "+
-			"Check what changed fleet-wide in the last hour before touching individual replicas. One replica's view (%s): %s",
-			len(members), fleetSize, first.Replica, first.Diagnosis)
+		f.Diagnosis = together + ", so the cause is most likely shared, not in one replica: a router or gateway policy change (e.g. cache-aware routing " +
+			"switched to round robin), a deploy or configuration rollout, a client release or a global prompt change. " +
+			"Check what changed fleet-wide in the last hour before touching individual replicas. " + view
 		f.Emergency = []string{
 			"Find what changed on every replica at the start time: the deploy log, the router's configuration history, client releases, prompt and template changes.",
 			"Roll back the change if there is one: router policy first (fast, low risk), then the deploy, then ask the client or prompt owners to roll back theirs.",

@@ -176,12 +176,15 @@ func (d *EngineHangDetector) Detect(w Window, now time.Time) []Finding {
 		f.Evidence = append(f.Evidence, Evidence{Name: "process CPU seconds in range", Value: cpuInc, Unit: "s"})
 	}
 
-	inFlightText := "requests in flight"
+	// held is what a restart drops, counted when the gauges count it.
+	inFlightText, held := "requests in flight", "the requests it holds"
 	switch {
 	case httpOK && httpActive >= c.MinInFlight:
 		inFlightText = fmt.Sprintf("%s requests in flight", num(httpActive))
+		held = "the " + inFlightText
 	case runningOK && runningMin >= c.MinInFlight:
 		inFlightText = fmt.Sprintf("%s requests in the running batch", num(runningMin))
+		held = "the " + inFlightText
 	}
 	var diag []string
 	switch trigger {
@@ -207,13 +210,6 @@ func (d *EngineHangDetector) Detect(w Window, now time.Time) []Finding {
 	diag = append(diag, "Most often a collective operation (NCCL all-reduce) waits on a rank that crashed or lost its network path, so every rank blocks with GPU utilization pinned but no progress; also a CUDA error in one rank, a deadlock after an exception, or a driver/Xid fault.",
 		"SGLang's own watchdog crashes the server when one forward batch runs longer than --watchdog-timeout (default 300 s), and the restart policy brings it back; a stall outside a forward batch, or one under a raised timeout, lasts until the replica is restarted.")
 	f.Diagnosis = strings.Join(diag, " ")
-	held := "the requests it holds"
-	switch {
-	case httpOK && httpActive >= c.MinInFlight:
-		held = fmt.Sprintf("the %s requests in flight", num(httpActive))
-	case runningOK && runningMin >= c.MinInFlight:
-		held = fmt.Sprintf("the %s requests in the running batch", num(runningMin))
-	}
 	f.Emergency = []string{
 		"Take the replica out of rotation at the router/gateway so no new request waits on it; the other replicas carry its traffic.",
 		"Before restarting, capture evidence: py-spy dump --pid <pid> for the scheduler process of every rank (a rank waiting in all_reduce / ncclAllReduce is blocked; the rank that is elsewhere or gone is the culprit).",

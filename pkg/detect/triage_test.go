@@ -65,9 +65,7 @@ func TestTriageTable(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tr := triageOf(t, tt.scenario)
 			labelAgrees(t, tr)
-			if tr.Verdict != tt.verdict || tr.Layer != tt.layer {
-				t.Errorf("verdict %s layer %q, want %s %q: %s", tr.Verdict, tr.Layer, tt.verdict, tt.layer, tr)
-			}
+			wantVerdict(t, tr, tt.verdict, tt.layer)
 			if !strings.Contains(tr.NextStep, tt.next) || !strings.Contains(tr.String(), "Next step: ") {
 				t.Errorf("next step lacks %q: %s", tt.next, tr)
 			}
@@ -173,6 +171,14 @@ func TestTriageIsNotRepeatedInDiagnosisOrEvidence(t *testing.T) {
 	}
 }
 
+// wantVerdict checks the triage's verdict and layer.
+func wantVerdict(t *testing.T, tr detect.TriageResult, verdict detect.TriageVerdict, layer detect.Layer) {
+	t.Helper()
+	if tr.Verdict != verdict || tr.Layer != layer {
+		t.Errorf("verdict %s layer %q, want %s %q: %s", tr.Verdict, tr.Layer, verdict, layer, tr)
+	}
+}
+
 // labelAgrees checks that every fact the label states is what the numbers
 // it prints say, by the default settings' rules.
 func labelAgrees(t *testing.T, tr detect.TriageResult) {
@@ -253,9 +259,7 @@ func TestTriageLabelFitsItsNumbers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tr := triageOf(t, tt.scenario)
 			labelAgrees(t, tr)
-			if tr.Verdict != tt.verdict || tr.Layer != tt.layer {
-				t.Errorf("verdict %s layer %q, want %s %q: %s", tr.Verdict, tr.Layer, tt.verdict, tt.layer, tr)
-			}
+			wantVerdict(t, tr, tt.verdict, tt.layer)
 			contains(t, "label", tr.Label(), tt.label...)
 			for _, s := range tt.notStep {
 				if strings.Contains(tr.NextStep, s) {
