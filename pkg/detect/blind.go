@@ -188,7 +188,7 @@ func unusableDiagnosis(reason series.ScrapeFailure, status int) (what, why strin
 	case reason == series.FailureHTTPStatus && status == http.StatusNotFound:
 		return "HTTP 404", "SGLang serves /metrics only when started with --enable-metrics (off by default), so the server most likely runs without it — or the target points at the wrong port or path (metrics are on the main HTTP port, default 30000).",
 			[]string{
-				"Check the launch flags for --enable-metrics; restart the replica with it at the next opportunity (it does not change serving behaviour).",
+				"Check the launch flags for --enable-metrics; add it at the next rollout, or restart the replica with it after taking it out of rotation: a restart drops the requests it holds (the flag itself does not change serving behaviour).",
 				"Check the target URL: main HTTP port (--port, default 30000), path /metrics; in gRPC mode the HTTP sidecar port (--grpc-http-sidecar-port).",
 			}
 	case reason == series.FailureHTTPStatus && (status == http.StatusUnauthorized || status == http.StatusForbidden):
