@@ -266,7 +266,9 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	t.RunningHigh = nearCap && (t.CapacityKnown || t.Waiting() || t.KVFull)
 	t.NearMost = nearCap && !t.RunningHigh
 
-	nums := fmt.Sprintf("%s running", num(running))
+	// The counts are averages over the range (a page's headline may show
+	// the last value), so the line says so.
+	nums := fmt.Sprintf("averages over the last %s: %s running", dur(c.Range), num(running))
 	switch {
 	case t.CapacityKnown:
 		nums += fmt.Sprintf(" (cap %s, from max_running_requests)", num(t.Capacity))
