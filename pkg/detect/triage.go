@@ -268,7 +268,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 
 	// The counts are averages over the range (a page's headline may show
 	// the last value), so the line says so.
-	nums := fmt.Sprintf("averages over the last %s: %s running", dur(c.Range), num(running))
+	nums := fmt.Sprintf("%s running", num(running))
 	switch {
 	case t.CapacityKnown:
 		nums += fmt.Sprintf(" (cap %s, from max_running_requests)", num(t.Capacity))
@@ -277,7 +277,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	default:
 		nums += " (the cap is not exposed)"
 	}
-	nums += fmt.Sprintf(", %s queued", num(queued))
+	nums += fmt.Sprintf(", %s queued, both averaged over the last %s", num(queued), dur(c.Range))
 	if t.KVUsageOK {
 		nums += fmt.Sprintf(", KV cache usage up to %s%%", num(t.KVUsage*100))
 	}
