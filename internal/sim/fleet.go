@@ -171,8 +171,12 @@ func (f *Fleet) enter(idx int, t float64) {
 	for _, r := range f.replicas {
 		r.load = f.scenario.Base
 		r.nextDocs = t // a batch job starts with a wave
+		r.gpuSlowdown = 1
 		if !p.affects(r.index) {
 			continue
+		}
+		if p.GPUSlowdown > 1 {
+			r.gpuSlowdown = p.GPUSlowdown
 		}
 		if p.Change != nil {
 			p.Change(&r.load)
@@ -197,6 +201,10 @@ type replica struct {
 	nextContent uint64
 	retries     []pendingRetry // client-side: attempts waiting out their backoff
 	nextDocs    float64        // when the batch job submits its next wave
+	// gpuSlowdown is how many times longer each GPU iteration takes than
+	// the cost model says (1: full speed). It belongs to the hardware, so
+	// a restarted process keeps it.
+	gpuSlowdown float64
 }
 
 type pendingRetry struct {
@@ -227,6 +235,7 @@ func (r *replica) step(t0, t1 float64) {
 		r.arrive(t0, t1)
 	}
 	e.c.cpu += 0.02 * dt // the tokenizer's event loop, idle or not
+	e.slowdown = r.gpuSlowdown
 	e.run(t1)
 }
 

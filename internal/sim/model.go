@@ -78,6 +78,9 @@ type engine struct {
 	clock float64 // GPU time: the end of the last iteration
 	ready float64 // server_status leaves Starting at this time
 	boot  float64 // simulated startup duration, for sglang:startup_time_seconds
+	// slowdown multiplies the GPU cost of every iteration (a throttled
+	// GPU); 0 or 1: the cost model as configured.
+	slowdown float64
 
 	waiting  []*request
 	running  []*request
@@ -185,6 +188,15 @@ func (e *engine) alloc(n int) bool {
 		e.c.evicted += float64(freed)
 	}
 	return e.available() >= n
+}
+
+// gpuTime is cost seconds of the cost model on this engine's GPU as it is
+// now: longer on a slowed-down GPU.
+func (e *engine) gpuTime(cost float64) float64 {
+	if e.slowdown > 1 {
+		return cost * e.slowdown
+	}
+	return cost
 }
 
 func (e *engine) reserve(r *request) float64 {

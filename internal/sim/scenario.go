@@ -12,6 +12,7 @@ const (
 	ClassCacheCollapse  = "cache_collapse"
 	ClassRetryAvalanche = "retry_avalanche"
 	ClassCrash          = "crash"
+	ClassDecodeSlowdown = "decode_slowdown"
 )
 
 // Phase is a stretch of a Scenario: for Duration, the replicas listed (all
@@ -27,6 +28,12 @@ type Phase struct {
 	// Crash > 0 kills the listed replicas' processes when the phase starts;
 	// they stay unreachable this long, then restart from zero.
 	Crash time.Duration
+	// GPUSlowdown > 1 makes the listed replicas' GPUs that many times
+	// slower for the phase (thermal or power throttling, a noisy
+	// neighbour): every prefill and decode iteration costs that much more
+	// GPU time. 0 or 1: full speed. The load is unchanged; what the slower
+	// GPU does to it (a longer batch, clients timing out) emerges.
+	GPUSlowdown float64
 }
 
 func (p Phase) affects(i int) bool {
@@ -158,6 +165,36 @@ func demoLoad() Load {
 	l.Rate = 7.5
 	l.ClientTimeout = 30 * time.Second
 	return l
+}
+
+// GPUSlowdownScenario is a GPU slowdown that starts a client retry loop
+// which outlives it, on sim-0 of the fleet (durations are multiplied by
+// scale). The clients time out after 25 s, above every healthy response,
+// and re-send at once up to 4 times: harmless while the replica is
+// healthy, positive feedback once responses pass the timeout.
+//
+//	healthy        0:00  3m    all    the demo's load, clients as above
+//	gpu_slowdown   3:00  1m    sim-0  its GPU runs 4x slower (throttling)
+//	retry_loop     4:00  1m30  sim-0  the GPU is back at full speed; the
+//	                                  retries keep the queue full
+//	retries_off    5:30  ...   all    the clients stop retrying (what
+//	                                  on-call does first); the queue drains
+func GPUSlowdownScenario(scale float64) Scenario {
+	d := func(s float64) time.Duration { return time.Duration(s * scale * float64(time.Second)) }
+	base := demoLoad()
+	base.ClientTimeout = 25 * time.Second
+	base.MaxRetries = 4
+	base.RetryBackoff = 200 * time.Millisecond
+	return Scenario{
+		Name: "gpu_slowdown",
+		Base: base,
+		Phases: []Phase{
+			{Name: "healthy", Duration: d(180)},
+			{Name: "gpu_slowdown", Class: ClassDecodeSlowdown, Duration: d(60), Replicas: []int{0}, GPUSlowdown: 4},
+			{Name: "retry_loop", Class: ClassRetryAvalanche, Duration: d(90), Replicas: []int{0}},
+			{Name: "retries_off", Change: func(l *Load) { l.MaxRetries = 0 }},
+		},
+	}
 }
 
 // IncidentBaseline is how long IncidentScenario runs healthy before the

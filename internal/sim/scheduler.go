@@ -130,7 +130,7 @@ func (e *engine) prefill(batch []*request) {
 		compute += r.batchCompute
 		hit += r.batchHit
 	}
-	e.clock += e.cfg.PrefillBase + float64(compute)*e.cfg.PrefillPerToken + float64(hit)*e.cfg.PrefillCached
+	e.clock += e.gpuTime(e.cfg.PrefillBase + float64(compute)*e.cfg.PrefillPerToken + float64(hit)*e.cfg.PrefillCached)
 	end := e.clock
 	for _, r := range batch {
 		e.running = append(e.running, r)
@@ -165,7 +165,7 @@ func (e *engine) decode() {
 		sum += r.promptLen + r.generated
 	}
 	n := len(e.running)
-	e.clock += e.cfg.DecodeBase + float64(n)*e.cfg.DecodePerSeq + float64(sum)*e.cfg.DecodePerKVToken
+	e.clock += e.gpuTime(e.cfg.DecodeBase + float64(n)*e.cfg.DecodePerSeq + float64(sum)*e.cfg.DecodePerKVToken)
 	end := e.clock
 	for _, r := range e.running {
 		r.generated++
