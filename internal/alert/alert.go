@@ -59,8 +59,9 @@ type Config struct {
 	RestoreGrace time.Duration `yaml:"restore_grace"`
 	// UpdateInterval is the least time between an update of a firing
 	// incident and a page of its impact growing (a class joined, failures
-	// rose); the first growth after the trigger, escalations and renames
-	// page at once. 0: growth pages nothing.
+	// rose); the first growth after the trigger, escalations, renames and a
+	// consequence that feeds on itself joining page at once. 0: growth
+	// pages nothing but such a consequence.
 	UpdateInterval time.Duration `yaml:"update_interval"`
 	// Aftermath: a consequence found on a replica within this long after
 	// an incident that explains it resolved is that incident's drain (a

@@ -407,10 +407,19 @@ func drained(cause, g detect.Finding) detect.Finding {
 // doubled and rose by at least one a second. A fall of impact pages
 // nothing. The first growth after the trigger pages at once, later ones
 // at most once per update_interval after the last update (escalations and
-// renames are updates too, and page at once).
+// renames are updates too, and page at once). A consequence that feeds on
+// itself, new since the last page, changes what the page leads with (its
+// name in the headline, its steps first): like a rename, it pages at once.
 func (t *Tracker) grew(a *Incident, round assess.Round) bool {
-	if a.State != StateFiring || t.cfg.UpdateInterval <= 0 ||
-		(!a.UpdatedAt.IsZero() && round.At.Sub(a.UpdatedAt) < t.cfg.UpdateInterval) {
+	if a.State != StateFiring {
+		return false
+	}
+	for _, c := range a.Explains {
+		if !slices.Contains(a.Paged.Members, c) && detect.SelfSustaining(detect.Finding{Class: c, Replica: a.Replica}) {
+			return true
+		}
+	}
+	if t.cfg.UpdateInterval <= 0 || (!a.UpdatedAt.IsZero() && round.At.Sub(a.UpdatedAt) < t.cfg.UpdateInterval) {
 		return false
 	}
 	for _, c := range a.Members {

@@ -275,6 +275,34 @@ func TestImpactGrowthPagesRateLimitedUpdates(t *testing.T) {
 	}
 }
 
+// A consequence that feeds on itself joining a firing incident pages at
+// once, even within update_interval of the last update: the page must
+// lead with it (its name in the headline, its steps first).
+func TestSelfSustainingConsequencePagesAtOnce(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	cfg.UpdateInterval = time.Hour
+	tr := newPager(cfg, Links{})
+	slow := finding("r1", detect.DecodeSlowdown, detect.Critical)
+	errs := finding("r1", detect.ErrorRate, detect.Critical)
+	loop := finding("r1", detect.RetryAvalanche, detect.Critical)
+	loop.Emergency = []string{"stop the client retries"}
+	var got []string
+	var last notify.Event
+	for i, fs := range [][]detect.Finding{{slow}, {slow, errs}, {slow, errs, loop}, {slow, errs, loop}} {
+		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*20*time.Second)) {
+			got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String())
+			last = ev
+		}
+	}
+	if want := []string{"trigger@0s", "update@20s", "update@40s"}; !slices.Equal(got, want) {
+		t.Fatalf("pages %v, want %v: the retry loop joining pages at once, within update_interval of the last update", got, want)
+	}
+	if !slices.Contains(last.Sustaining, detect.Title(detect.RetryAvalanche)) || len(last.Emergency) == 0 || last.Emergency[0] != "stop the client retries" {
+		t.Errorf("the update does not lead with the loop: sustaining %v, steps %v", last.Sustaining, last.Emergency)
+	}
+}
+
 // An incident restored after a restart, not seen again, is continued only
 // by its own class: a consequence a cause of its kind would explain
 // (aborts after the storm ended while the daemon was down) is a new
