@@ -205,6 +205,14 @@ func startDaemon(t *testing.T, yaml string, engines map[string]*fakeEngine) *dae
 // and point the configuration at them).
 func startDaemonWith(t *testing.T, yaml string, engines map[string]*fakeEngine, setup func(network *memnet.Network, cfg *config.Config)) *daemonRun {
 	t.Helper()
+	return startDaemonRecording(t, yaml, engines, setup, notify.IntegrationPagerDuty, notify.IntegrationSlack)
+}
+
+// startDaemonRecording is startDaemonWith with the recorder added as the
+// integrations named recordAs: in place of PagerDuty and Slack, or beside
+// the ones setup configures under a name of its own.
+func startDaemonRecording(t *testing.T, yaml string, engines map[string]*fakeEngine, setup func(network *memnet.Network, cfg *config.Config), recordAs ...string) *daemonRun {
+	t.Helper()
 	cfg, err := config.Parse(config.Default(), []byte(yaml))
 	if err != nil {
 		t.Fatalf("test configuration: %v", err)
@@ -233,15 +241,16 @@ func startDaemonWith(t *testing.T, yaml string, engines map[string]*fakeEngine, 
 	listening := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	var recorders []notify.Integration
+	for _, name := range recordAs {
+		recorders = append(recorders, notify.Integration{Name: name, Notifier: run.rec.as(name)})
+	}
 	go func() {
 		done <- daemon(ctx, cfg, daemonIO{
 			stdout: &stdout, stderr: run.stderr,
 			dial: network.DialContext, listen: network.Listen,
-			started: func(addr string) { listening <- addr },
-			extraIntegrations: []notify.Integration{
-				{Name: notify.IntegrationPagerDuty, Notifier: run.rec.as(notify.IntegrationPagerDuty)},
-				{Name: notify.IntegrationSlack, Notifier: run.rec.as(notify.IntegrationSlack)},
-			},
+			started:           func(addr string) { listening <- addr },
+			extraIntegrations: recorders,
 		})
 	}()
 	select {

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/memnet"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/notifytest"
+)
+
+// Issue 30's acceptance: pages that stay true for the whole incident,
+// checked through the real path. A simulated SGLang fleet (internal/sim:
+// a scheduler model whose incidents emerge from the load, with clients
+// that time out and retry) is scraped by the real daemon in a
+// testing/synctest bubble; the real Slack and PagerDuty integrations page
+// into notifytest's fakes over the bubble's network, and a recorder
+// routed every event beside them keeps what the pages were made of.
+
+// truthConfig goes over the demo's settings (configs/demo.yaml: 1 s
+// rounds, detectors over 20-30 s against 1-minute baselines, alerts' for
+// 5 s) and compresses decode_slowdown alike. The routes send PagerDuty and
+// Slack exactly what the default routes send them (routedAsDefault checks
+// it) and every event to the recorder.
+const truthConfig = `
+detectors:
+  decode_slowdown: {range: 20s, baseline: 1m}
+notify:
+  routes:
+    - {severities: [critical], integrations: [pagerduty, slack, record]}
+    - {severities: [warning], integrations: [slack, record]}
+    - {severities: [info], integrations: [record]}
+`
+
+// recordIntegration is the recorder's name beside Slack and PagerDuty.
+const recordIntegration = "record"
+
+// simRun is the real daemon watching a simulated fleet.
+type simRun struct {
+	*daemonRun
+	fleet sim.FleetConfig // its Start is the scenario's time zero
+	slack *notifytest.SlackServer
+	pd    *notifytest.PagerDutyServer
+}
+
+// integrationFakes starts notifytest's Slack and PagerDuty. They must be
+// started outside the bubble (their own listeners are real sockets); the
+// daemon reaches their handlers over the bubble's network.
+func integrationFakes(t *testing.T) (*notifytest.SlackServer, *notifytest.PagerDutyServer) {
+	slackSrv, pd := notifytest.NewSlackServer(), notifytest.NewPagerDutyServer()
+	t.Cleanup(slackSrv.Close)
+	t.Cleanup(pd.Close)
+	return slackSrv, pd
+}
+
+// startSimDaemon runs the simulated fleet fc from now, and the daemon on
+// it with truthConfig and then overrides over the demo's settings, paging
+// into slackSrv and pd. It must be called inside a synctest bubble.
+func startSimDaemon(t *testing.T, overrides string, fc sim.FleetConfig, slackSrv *notifytest.SlackServer, pd *notifytest.PagerDutyServer) *simRun {
+	t.Helper()
+	cfg, err := demoConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, y := range []string{truthConfig, overrides} {
+		if cfg, err = config.Parse(cfg, []byte(y)); err != nil {
+			t.Fatalf("test configuration: %v", err)
+		}
+	}
+	routedAsDefault(t, cfg.Notify.Routes)
+	fc.Start = time.Now()
+	fleet := sim.NewFleet(fc)
+	ctx, stopFleet := context.WithCancel(context.Background())
+	driven := make(chan struct{})
+	go func() { driveFleet(ctx, fleet, io.Discard); close(driven) }()
+	setup := func(network *memnet.Network, c *config.Config) {
+		serve := func(h http.Handler) string {
+			ln, err := network.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+			return "http://" + ln.Addr().String()
+		}
+		*c = cfg
+		for i, name := range fleet.Replicas() {
+			c.Targets = append(c.Targets, config.Target{Name: name, URL: serve(fleet.Handler(i)), Kind: "engine"})
+		}
+		c.Notify.Slack.BotToken, c.Notify.Slack.Channel = secretToken, "#oncall"
+		c.Notify.Slack.APIURL = serve(slackSrv.Config.Handler) + "/api"
+		c.Notify.PagerDuty.RoutingKey = secretKey
+		c.Notify.PagerDuty.EventsURL = serve(pd.Config.Handler) + "/v2/enqueue"
+	}
+	run := startDaemonRecording(t, "", nil, setup, recordIntegration)
+	stopDaemon := run.stop
+	run.stop = func() error {
+		err := stopDaemon()
+		stopFleet()
+		<-driven
+		return err
+	}
+	return &simRun{daemonRun: run, fleet: fc, slack: slackSrv, pd: pd}
+}
+
+// routedAsDefault fails unless routes, without the recorder, are the
+// default routes: what PagerDuty and Slack receive is what they would
+// receive in production.
+func routedAsDefault(t *testing.T, routes []notify.Route) {
+	t.Helper()
+	want := notify.DefaultRoutes().Routes
+	if len(routes) != len(want) {
+		t.Fatalf("test routes %v, want the default routes %v plus the recorder", routes, want)
+	}
+	for i, r := range routes {
+		got := slices.DeleteFunc(slices.Clone(r.Integrations), func(n string) bool { return n == recordIntegration })
+		if !slices.Equal(r.Severities, want[i].Severities) || !slices.Equal(got, want[i].Integrations) {
+			t.Fatalf("test route %d %+v, want the default %+v plus the recorder", i, r, want[i])
+		}
+	}
+}
+
+// at is the scenario time of an instant.
+func (r *simRun) at(tm time.Time) time.Duration { return tm.Sub(r.fleet.Start) }
+
+// sleepUntil sleeps until scenario time d.
+func (r *simRun) sleepUntil(d time.Duration) { time.Sleep(time.Until(r.fleet.Start.Add(d))) }
+
+// phaseStart is when the scenario's phase called name begins.
+func phaseStart(t *testing.T, sc sim.Scenario, name string) time.Duration {
+	t.Helper()
+	d, ok := sc.Start(name)
+	if !ok {
+		t.Fatalf("scenario %s has no phase %q", sc.Name, name)
+	}
+	return d
+}
+
+// drainedAfter is when, from recovered on, replica's queue is first empty
+// in a twin of the run's fleet (the simulation depends only on its seed,
+// its scenario and the instants it is advanced to).
+func (r *simRun) drainedAfter(t *testing.T, replica string, recovered time.Duration) time.Duration {
+	t.Helper()
+	inc := []scriptedIncident{{class: "drain", replicas: []string{replica}, recovered: recovered}}
+	if err := measureDrains(r.fleet, inc); err != nil {
+		t.Fatal(err)
+	}
+	return inc[0].drained
+}
+
+// pageLine renders an event for a failure message, in scenario time.
+func (r *simRun) pageLine(ev notify.Event) string {
+	return fmt.Sprintf("t+%s %s %s %s seq %d %q", clock(r.at(ev.At)), ev.Kind, ev.Severity, ev.Replica, ev.Seq, ev.Headline)
+}
+
+// pagerDutyFor returns what PagerDuty accepted for a dedup key.
+func (r *simRun) pagerDutyFor(key string) []notifytest.PagerDutyEvent {
+	var out []notifytest.PagerDutyEvent
+	for _, ev := range r.pd.Accepted() {
+		if ev.DedupKey == key {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// logTimeline logs the scenario's phases and every event, in scenario
+// time, with what PagerDuty and Slack received.
+func (r *simRun) logTimeline(t *testing.T) {
+	t.Helper()
+	var b strings.Builder
+	var at time.Duration
+	for _, p := range r.fleet.Scenario.Phases {
+		fmt.Fprintf(&b, "t+%s ── phase %s\n", clock(at), p.Name)
+		at += p.Duration
+	}
+	for _, ev := range r.events() {
+		fmt.Fprintf(&b, "%s key %s\n", r.pageLine(ev), ev.Fingerprint)
+		if len(ev.Emergency) > 0 {
+			fmt.Fprintf(&b, "      first step: %s\n", ev.Emergency[0])
+		}
+		if ev.Failing != "" {
+			fmt.Fprintf(&b, "      failing: %s\n", ev.Failing)
+		}
+	}
+	for _, ev := range r.pd.Accepted() {
+		fmt.Fprintf(&b, "PagerDuty: %s %s key %s %q\n", ev.Action, ev.Payload.Severity, ev.DedupKey, ev.Payload.Summary)
+	}
+	for _, m := range r.slack.Messages() {
+		kind := "message"
+		if m.ThreadTS != "" {
+			kind = "thread reply to " + m.ThreadTS
+		}
+		fmt.Fprintf(&b, "Slack %s %s (edited %d times): %q\n", kind, m.TS, m.Updates, m.Text)
+	}
+	t.Logf("timeline (t = scenario time):\n%s\nlog:\n%s", b.String(), r.stderr.String())
+}
+
+// retryLoopStep tells an emergency step that stops a retry loop: shed at
+// the router, or turn the clients' retries off or back them off.
+var retryLoopStep = regexp.MustCompile(`(?i)(router|gateway).*(503|concurrency|shed)|retries.*(stop|back off|disable)|(stop|back off|disable).*retries`)
+
+// TestGPUSlowdownRetryLoopPagesOneIncident: a GPU slowing 4x makes the
+// clients of its replica time out and retry; the retries keep the queue
+// full after the GPU recovers, until the clients stop retrying. On-call
+// gets one incident (one dedup key, one critical trigger) whose headline
+// names the decode slowdown and the retry avalanche, whose first
+// emergency step stops the loop, that stays open while the loop runs
+// after the GPU recovered, and resolves once after the load recovers.
+func TestGPUSlowdownRetryLoopPagesOneIncident(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	slackSrv, pd := integrationFakes(t)
+	synctest.Test(t, func(t *testing.T) {
+		sc := sim.GPUSlowdownScenario(1)
+		run := startSimDaemon(t, "", sim.FleetConfig{Seed: 1, Scenario: sc, Warmup: time.Minute}, slackSrv, pd)
+		slow, loop, off := phaseStart(t, sc, "gpu_slowdown"), phaseStart(t, sc, "retry_loop"), phaseStart(t, sc, "retries_off")
+		drained := run.drainedAfter(t, "sim-0", off)
+		run.sleepUntil(drained + resolveWithin + settle)
+		if err := run.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+		defer func() {
+			if t.Failed() || testing.Verbose() {
+				run.logTimeline(t)
+			}
+		}()
+		t.Logf("GPU slow at t+%s, recovered at t+%s; clients stop retrying at t+%s; sim-0's queue empty at t+%s",
+			clock(slow), clock(loop), clock(off), clock(drained))
+
+		var paged []notify.Event
+		for _, ev := range run.events() {
+			if ev.Severity >= detect.Warning {
+				paged = append(paged, ev)
+			}
+		}
+		if len(paged) == 0 {
+			t.Fatal("nothing paged")
+		}
+		key := paged[0].Fingerprint
+		var triggers, resolves []notify.Event
+		sawBoth := false
+		for _, ev := range paged {
+			line := run.pageLine(ev)
+			if ev.Fingerprint != key || ev.Replica != "sim-0" {
+				t.Errorf("a second incident: %s (key %s; the first is %s)", line, ev.Fingerprint, key)
+				continue
+			}
+			switch ev.Kind {
+			case notify.KindTrigger:
+				triggers = append(triggers, ev)
+			case notify.KindResolve:
+				resolves = append(resolves, ev)
+				continue
+			}
+			names := regexp.MustCompile(`(?i)decode slowdown`).MatchString(ev.Headline) &&
+				regexp.MustCompile(`(?i)retry avalanche`).MatchString(ev.Headline)
+			if slices.Contains(ev.Explains, string(detect.RetryAvalanche)) || sawBoth {
+				if !names {
+					t.Errorf("the retry avalanche is part of the incident, but the headline does not name both it and the decode slowdown: %s", line)
+				}
+				if len(ev.Emergency) == 0 || !retryLoopStep.MatchString(ev.Emergency[0]) {
+					first := "(none)"
+					if len(ev.Emergency) > 0 {
+						first = ev.Emergency[0]
+					}
+					t.Errorf("the first emergency step does not stop the retry loop: %q on %s", first, line)
+				}
+			}
+			sawBoth = sawBoth || names
+		}
+		if !sawBoth {
+			t.Error("no page names both the decode slowdown and the retry avalanche")
+		}
+		if len(triggers) != 1 || triggers[0].Severity != detect.Critical {
+			t.Errorf("%d triggers, want exactly 1, critical", len(triggers))
+		}
+		if len(resolves) != 1 {
+			t.Fatalf("%d resolves, want exactly 1", len(resolves))
+		}
+		switch at := run.at(resolves[0].At); {
+		case at < off:
+			t.Errorf("resolved at t+%s while the retry loop still ran (the clients stop retrying at t+%s): %s", clock(at), clock(off), run.pageLine(resolves[0]))
+		case at > drained+resolveWithin:
+			t.Errorf("resolved at t+%s, %s after sim-0's queue emptied at t+%s (want within %s)", clock(at), at-drained, clock(drained), resolveWithin)
+		}
+		// PagerDuty: one critical trigger of that key, one resolve, nothing else.
+		var actions []string
+		for _, ev := range run.pd.Accepted() {
+			actions = append(actions, ev.Action+"/"+ev.Payload.Severity+"/"+ev.DedupKey)
+		}
+		if want := []string{"trigger/critical/" + key, "resolve/critical/" + key}; !slices.Equal(actions, want) {
+			t.Errorf("PagerDuty accepted %v, want %v", actions, want)
+		}
+		// Slack: one message, edited as the incident changed, whose thread
+		// says when the loop joined.
+		if parents := run.slack.Parents(); len(parents) != 1 {
+			t.Errorf("%d Slack messages, want 1 for the one incident", len(parents))
+		} else if !slices.ContainsFunc(run.slack.Replies(parents[0].TS), func(m notifytest.SlackMessage) bool {
+			return strings.Contains(m.Text, "Now also:* retry_avalanche")
+		}) {
+			t.Error("no Slack thread reply says the retry avalanche joined")
+		}
+	})
+}
