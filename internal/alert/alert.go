@@ -57,10 +57,11 @@ type Config struct {
 	// detectors need this long to confirm the condition before it may
 	// resolve.
 	RestoreGrace time.Duration `yaml:"restore_grace"`
-	// UpdateInterval is the least time between an update of a firing
-	// incident and a page of its impact growing (a class joined, failures
+	// UpdateInterval is the least time between two updates of a firing
+	// incident paged for its impact growing (a class joined, failures
 	// rose); the first growth after the trigger, escalations, renames and a
-	// consequence that feeds on itself joining page at once. 0: growth
+	// consequence that feeds on itself joining page at once, and
+	// escalations and renames do not count as growth updates. 0: growth
 	// pages nothing but such a consequence.
 	UpdateInterval time.Duration `yaml:"update_interval"`
 	// Aftermath: a consequence found on a replica within this long after
@@ -150,7 +151,7 @@ type Incident struct {
 	LastSeen   time.Time       `json:"last_seen"`
 	HoldUntil  time.Time       `json:"hold_until,omitzero"` // restored incidents do not resolve before this
 	// LastNotified is the time of the last page of the incident,
-	// UpdatedAt of the last update.
+	// UpdatedAt of the last update paged for its impact growing.
 	LastNotified time.Time      `json:"last_notified,omitzero"`
 	UpdatedAt    time.Time      `json:"updated_at,omitzero"`
 	Seq          uint64         `json:"seq"`

@@ -55,9 +55,6 @@ func (t *Tracker) page(i int, a *Incident, kind notify.Kind, round assess.Round)
 	a.Seq++
 	a.LastNotified = round.At
 	a.Paged = Paged{Members: slices.Clone(a.Members), AbortsPerSecond: abortsOf(a, round)}
-	if kind == notify.KindUpdate {
-		a.UpdatedAt = round.At
-	}
 	if snap, ok := round.Replica(a.Replica); ok && len(snap.Replica.Labels) > 0 && !a.Fleet {
 		a.Labels = maps.Clone(snap.Replica.Labels)
 	}
@@ -376,6 +373,7 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 		case renamed >= 0:
 			t.page(renamed, a, notify.KindUpdate, round)
 		case grew:
+			a.UpdatedAt = now
 			t.page(t.note(Grew, a, now, nil), a, notify.KindUpdate, round)
 		case t.cfg.RepeatInterval > 0 && now.Sub(a.LastNotified) >= t.cfg.RepeatInterval:
 			t.page(t.note(Repeated, a, now, nil), a, notify.KindRepeat, round)
@@ -406,8 +404,10 @@ func drained(cause, g detect.Finding) detect.Finding {
 // its last page: a class joined it, or its replica's aborted requests
 // doubled and rose by at least one a second. A fall of impact pages
 // nothing. The first growth after the trigger pages at once, later ones
-// at most once per update_interval after the last update (escalations and
-// renames are updates too, and page at once). A consequence that feeds on
+// at most once per update_interval after the last growth update.
+// Escalations and renames page at once and take nothing from that budget:
+// a cause found a moment after the trigger (a rename) must not hold back
+// the failures its drain brings minutes later. A consequence that feeds on
 // itself, new since the last page, changes what the page leads with (its
 // name in the headline, its steps first): like a rename, it pages at once.
 func (t *Tracker) grew(a *Incident, round assess.Round) bool {

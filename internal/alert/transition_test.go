@@ -275,6 +275,30 @@ func TestImpactGrowthPagesRateLimitedUpdates(t *testing.T) {
 	}
 }
 
+// A rename (the cause found a moment after its consequence paged) takes
+// nothing from the growth updates' budget: failures joining a minute
+// later page at once, and more growth then waits update_interval.
+func TestRenameDoesNotHoldBackGrowth(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	cfg.UpdateInterval = 5 * time.Minute
+	tr := newPager(cfg, Links{})
+	queue := finding("r1", detect.QueueLatency, detect.Critical)
+	storm := finding("r1", detect.PreemptStorm, detect.Critical)
+	errs := finding("r1", detect.ErrorRate, detect.Critical)
+	kv := finding("r1", detect.KVSaturation, detect.Critical)
+	var got []string
+	for i, fs := range [][]detect.Finding{{queue}, {queue, storm}, {queue, storm}, {queue, storm, errs}, {queue, storm, errs, kv}} {
+		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*30*time.Second)) {
+			got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String()+"/"+ev.Class)
+		}
+	}
+	want := []string{"trigger@0s/queue_latency", "update@30s/preempt_storm", "update@1m30s/preempt_storm"}
+	if !slices.Equal(got, want) {
+		t.Errorf("pages %v, want %v: the rename at once, the failures a minute later at once, the next growth held", got, want)
+	}
+}
+
 // A consequence that feeds on itself joining a firing incident pages at
 // once, even within update_interval of the last update: the page must
 // lead with it (its name in the headline, its steps first).
