@@ -314,3 +314,98 @@ func TestGPUSlowdownRetryLoopPagesOneIncident(t *testing.T) {
 		}
 	})
 }
+
+// TestStormDrainFailuresUpdateThePageOnce: the demo's preemption storm
+// (a batch job's wave of long documents fills sim-0's KV pool) leaves
+// chats queued past their clients' 30 s timeout, so for a minute nearly
+// every request fails while the backlog drains. On-call gets the storm's
+// trigger, then exactly one update that shows the failures (the headline
+// leads with them, Slack's thread reply says users are failing) and no
+// second update for the same impact; one resolve once it has drained.
+func TestStormDrainFailuresUpdateThePageOnce(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	slackSrv, pd := integrationFakes(t)
+	synctest.Test(t, func(t *testing.T) {
+		demo := sim.DemoScenario(1)
+		storm := slices.IndexFunc(demo.Phases, func(p sim.Phase) bool { return p.Class == sim.ClassPreemptStorm })
+		sc := sim.Scenario{Name: "demo_storm", Base: demo.Base,
+			Phases: slices.Concat(demo.Phases[:storm+1], []sim.Phase{{Name: "recovery"}})}
+		run := startSimDaemon(t, "", sim.FleetConfig{Seed: 1, Scenario: sc, Warmup: time.Minute}, slackSrv, pd)
+		start, recovery := phaseStart(t, sc, sim.ClassPreemptStorm), phaseStart(t, sc, "recovery")
+		drained := run.drainedAfter(t, "sim-0", recovery)
+		run.sleepUntil(drained + resolveWithin + settle)
+		if err := run.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+		defer func() {
+			if t.Failed() || testing.Verbose() {
+				run.logTimeline(t)
+			}
+		}()
+		t.Logf("storm on sim-0 at t+%s–%s; its queue empty at t+%s", clock(start), clock(recovery), clock(drained))
+
+		var paged []notify.Event
+		for _, ev := range run.events() {
+			if ev.Severity >= detect.Warning {
+				paged = append(paged, ev)
+			}
+		}
+		if len(paged) == 0 || paged[0].Kind != notify.KindTrigger {
+			t.Fatalf("no trigger first; paged %d events", len(paged))
+		}
+		key := paged[0].Fingerprint
+		var failures, afterFailures []notify.Event
+		var resolves []notify.Event
+		for _, ev := range paged {
+			line := run.pageLine(ev)
+			switch {
+			case ev.Fingerprint != key || ev.Replica != "sim-0":
+				t.Errorf("a second incident: %s (key %s; the storm's is %s)", line, ev.Fingerprint, key)
+			case ev.Kind == notify.KindResolve:
+				resolves = append(resolves, ev)
+			case len(failures) > 0 && ev.Kind == notify.KindUpdate:
+				afterFailures = append(afterFailures, ev)
+			case ev.Failing != "":
+				failures = append(failures, ev)
+			}
+		}
+		if len(failures) != 1 || failures[0].Kind != notify.KindUpdate {
+			t.Fatalf("%d pages first showing the failures, want exactly 1 update", len(failures))
+		}
+		upd := failures[0]
+		if !regexp.MustCompile(`(?i)preempt`).MatchString(upd.Headline) || !strings.Contains(upd.Headline, upd.Failing) ||
+			!slices.Contains(upd.Explains, string(detect.ErrorRate)) {
+			t.Errorf("the update does not say that the storm now fails users: %s (explains %v)", run.pageLine(upd), upd.Explains)
+		}
+		for _, ev := range afterFailures {
+			t.Errorf("a second update after the failures were paged: %s", run.pageLine(ev))
+		}
+		if len(resolves) != 1 {
+			t.Fatalf("%d resolves, want exactly 1", len(resolves))
+		}
+		switch at := run.at(resolves[0].At); {
+		case at < recovery:
+			t.Errorf("resolved at t+%s, during the storm (until t+%s)", clock(at), clock(recovery))
+		case at > drained+resolveWithin:
+			t.Errorf("resolved at t+%s, %s after sim-0's queue emptied at t+%s (want within %s)", clock(at), at-drained, clock(drained), resolveWithin)
+		}
+		// Slack: the storm's one message, and one thread reply saying
+		// users are failing.
+		parents := run.slack.Parents()
+		if len(parents) != 1 {
+			t.Fatalf("%d Slack messages, want 1 for the one incident", len(parents))
+		}
+		var failing []string
+		for _, m := range run.slack.Replies(parents[0].TS) {
+			if strings.Contains(m.Text, "*Users failing:*") {
+				failing = append(failing, m.Text)
+			}
+		}
+		if len(failing) != 1 {
+			t.Errorf("%d Slack thread replies say users are failing, want 1: %q", len(failing), failing)
+		}
+		if parents[0].Updates < 2 {
+			t.Errorf("the Slack message was edited %d times, want the update and the resolve at least", parents[0].Updates)
+		}
+	})
+}
