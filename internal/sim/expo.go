@@ -90,29 +90,60 @@ var families = map[string][2]string{
 // carry model_name and engine_type; HTTP middleware families carry none of
 // them. prometheus_client renders label names sorted; so does writer.
 func (r *replica) schedLabels(extra ...string) []string {
+	if r.release == ReleaseSep2025 {
+		return append([]string{"engine_type", "unified", "model_name", r.model, "pp_rank", "0", "tp_rank", "0"}, extra...)
+	}
 	return append([]string{"engine_type", "unified", "model_name", r.model, "moe_ep_rank", "0", "pp_rank", "0", "tp_rank", "0"}, extra...)
 }
 
 func (r *replica) tokLabels(extra ...string) []string {
+	if r.release == ReleaseSep2025 {
+		return append([]string{"model_name", r.model}, extra...)
+	}
 	return append([]string{"engine_type", "unified", "model_name", r.model}, extra...)
 }
 
 var streamingValue = [2]string{"false", "true"}
 
-// render writes the exposition of a live engine in SGLang's text format.
+// byStreaming are a tokenizer histogram's children by is_streaming, or
+// the one child of a release without that label.
+func (r *replica) byStreaming(hs [2]*histogram) []histChild {
+	if r.release == ReleaseSep2025 {
+		return []histChild{{r.tokLabels(), merged(hs[0], hs[1])}}
+	}
+	return []histChild{{r.tokLabels("is_streaming", "false"), hs[0]}, {r.tokLabels("is_streaming", "true"), hs[1]}}
+}
+
+// streamingCounter writes a tokenizer counter by is_streaming, or as one
+// series on a release without that label.
+func (r *replica) streamingCounter(w *writer, name string, v [2]float64) {
+	w.family(name)
+	if r.release == ReleaseSep2025 {
+		w.sample(name, r.tokLabels(), v[0]+v[1])
+		return
+	}
+	for s, x := range v {
+		w.sample(name, r.tokLabels("is_streaming", streamingValue[s]), x)
+	}
+}
+
+// render writes the exposition of a live engine in SGLang's text format,
+// as the replica's release has it.
 func (r *replica) render(b *bytes.Buffer) {
 	e := r.engine
-	w := writer{b: b}
+	w := &writer{b: b, release: r.release}
 
-	w.histograms("sglang:queue_time_seconds", []histChild{{r.schedLabels(), e.h.queueTime}})
+	queueTime := e.h.queueTime
+	if r.release != ReleaseCurrent {
+		queueTime = coarser(queueTime, r.release.queueTimeBound)
+	}
+	w.histograms("sglang:queue_time_seconds", []histChild{{r.schedLabels(), queueTime}})
 	w.histograms("sglang:prompt_tokens_histogram", []histChild{{r.tokLabels(), e.h.promptLen}})
 	w.histograms("sglang:uncached_prompt_tokens_histogram", []histChild{{r.tokLabels(), e.h.uncache}})
 	w.histograms("sglang:generation_tokens_histogram", []histChild{{r.tokLabels(), e.h.genLen}})
-	w.histograms("sglang:time_to_first_token_seconds", []histChild{
-		{r.tokLabels("is_streaming", "false"), e.h.ttft[0]}, {r.tokLabels("is_streaming", "true"), e.h.ttft[1]}})
+	w.histograms("sglang:time_to_first_token_seconds", r.byStreaming(e.h.ttft))
 	w.histograms("sglang:inter_token_latency_seconds", []histChild{{r.tokLabels(), e.h.itl}})
-	w.histograms("sglang:e2e_request_latency_seconds", []histChild{
-		{r.tokLabels("is_streaming", "false"), e.h.e2e[0]}, {r.tokLabels("is_streaming", "true"), e.h.e2e[1]}})
+	w.histograms("sglang:e2e_request_latency_seconds", r.byStreaming(e.h.e2e))
 
 	w.single("sglang:num_retracted_requests_total", r.schedLabels(), e.c.retractedReqs)
 	w.single("sglang:num_retracted_input_tokens_total", r.schedLabels(), e.c.retractedIn)
@@ -126,23 +157,14 @@ func (r *replica) render(b *bytes.Buffer) {
 	w.sample("sglang:prefill_effective_tokens_total", r.schedLabels("mode", "device_hit"), e.c.effDeviceHit)
 	w.sample("sglang:prefill_effective_tokens_total", r.schedLabels("mode", "host_hit"), 0)
 	w.sample("sglang:prefill_effective_tokens_total", r.schedLabels("mode", "storage_hit"), 0)
-	for _, f := range []struct {
-		name string
-		v    [2]float64
-	}{
-		{"sglang:prompt_tokens_total", e.c.prompt},
-		{"sglang:generation_tokens_total", e.c.generation},
-	} {
-		w.family(f.name)
-		for s, v := range f.v {
-			w.sample(f.name, r.tokLabels("is_streaming", streamingValue[s]), v)
-		}
+	r.streamingCounter(w, "sglang:prompt_tokens_total", e.c.prompt)
+	r.streamingCounter(w, "sglang:generation_tokens_total", e.c.generation)
+	cached := r.tokLabels("cache_source", "device")
+	if r.release == ReleaseSep2025 {
+		cached = r.tokLabels()
 	}
-	w.single("sglang:cached_tokens_total", r.tokLabels("cache_source", "device"), e.c.cached)
-	w.family("sglang:num_requests_total")
-	for s, v := range e.c.requests {
-		w.sample("sglang:num_requests_total", r.tokLabels("is_streaming", streamingValue[s]), v)
-	}
+	w.single("sglang:cached_tokens_total", cached, e.c.cached)
+	r.streamingCounter(w, "sglang:num_requests_total", e.c.requests)
 	w.single("sglang:num_aborted_requests_total", r.tokLabels(), e.c.aborted)
 
 	// HTTP middleware: a route shows up once it has been hit, as with
@@ -221,23 +243,32 @@ type histChild struct {
 // writer renders the Prometheus text format the way prometheus_client does:
 // HELP and TYPE lines, labels sorted by name, floats in Python's repr with
 // Go-style exponents, histogram children as all _sum lines, then each
-// child's _bucket lines (cumulative, le last +Inf) and _count.
-type writer struct{ b *bytes.Buffer }
+// child's _bucket lines (cumulative, le last +Inf) and _count. A family its
+// release does not have is left out, with its samples.
+type writer struct {
+	b       *bytes.Buffer
+	release Release
+	absent  bool // the current family is not in the release: its samples are dropped
+}
 
-func (w writer) family(name string) {
+func (w *writer) family(name string) {
 	f, ok := families[name]
 	if !ok {
 		panic("sim: unknown metric family " + name) // a programming error, caught by the tests
 	}
-	w.b.WriteString("# HELP " + name + " " + f[1] + "\n# TYPE " + name + " " + f[0] + "\n")
+	w.absent = !w.release.exposes(name)
+	if w.absent {
+		return
+	}
+	w.b.WriteString("# HELP " + name + " " + w.release.help(name) + "\n# TYPE " + name + " " + f[0] + "\n")
 }
 
-func (w writer) single(name string, labels []string, v float64) {
+func (w *writer) single(name string, labels []string, v float64) {
 	w.family(name)
 	w.sample(name, labels, v)
 }
 
-func (w writer) histograms(name string, children []histChild) {
+func (w *writer) histograms(name string, children []histChild) {
 	w.family(name)
 	for _, c := range children {
 		w.sample(name+"_sum", c.labels, c.h.sum)
@@ -257,7 +288,10 @@ func (w writer) histograms(name string, children []histChild) {
 }
 
 // sample writes one line; labels are name/value pairs in any order.
-func (w writer) sample(name string, labels []string, v float64) {
+func (w *writer) sample(name string, labels []string, v float64) {
+	if w.absent {
+		return
+	}
 	idx := make([]int, len(labels)/2)
 	for i := range idx {
 		idx[i] = 2 * i

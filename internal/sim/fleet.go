@@ -32,6 +32,9 @@ type FleetConfig struct {
 	Start    time.Time
 	Scenario Scenario     // default HealthyScenario()
 	Server   ServerConfig // default DefaultServerConfig()
+	// Release is the SGLang release whose /metrics every replica speaks;
+	// the zero value is the current one.
+	Release Release
 	// Warmup is simulated (inside NewFleet, instantly) under the first
 	// phase before Start, so the fleet starts with warm caches, a full batch
 	// and non-zero counters, as a server that has been up for a while.
@@ -74,10 +77,11 @@ func NewFleet(cfg FleetConfig) *Fleet {
 	f.k = -warm
 	for i := range cfg.Replicas {
 		r := &replica{
-			name:  fmt.Sprintf("sim-%d", i),
-			model: cfg.Model,
-			index: i,
-			cfg:   cfg.Server,
+			name:    fmt.Sprintf("sim-%d", i),
+			model:   cfg.Model,
+			index:   i,
+			cfg:     cfg.Server,
+			release: cfg.Release,
 			// One PCG stream per replica: replicas are independent and each
 			// is reproducible from the seed alone.
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)),
@@ -192,6 +196,7 @@ type replica struct {
 	name, model string
 	index       int
 	cfg         ServerConfig
+	release     Release // whose exposition it renders
 	rng         *rand.Rand
 	load        Load
 	engine      *engine // nil while the process is dead
