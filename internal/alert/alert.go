@@ -60,9 +60,9 @@ type Config struct {
 	// UpdateInterval is the least time between two updates of a firing
 	// incident paged for its impact growing (a class joined, failures
 	// rose); the first growth after the trigger, escalations, renames and a
-	// consequence that feeds on itself joining page at once, and
-	// escalations and renames do not count as growth updates. 0: growth
-	// pages nothing but such a consequence.
+	// consequence that feeds on itself joining page at once; an escalation
+	// counts as a growth update, a rename does not. 0: growth pages nothing
+	// but such a consequence.
 	UpdateInterval time.Duration `yaml:"update_interval"`
 	// Aftermath: a consequence found on a replica within this long after
 	// an incident that explains it resolved is that incident's drain (a
@@ -151,7 +151,8 @@ type Incident struct {
 	LastSeen   time.Time       `json:"last_seen"`
 	HoldUntil  time.Time       `json:"hold_until,omitzero"` // restored incidents do not resolve before this
 	// LastNotified is the time of the last page of the incident,
-	// UpdatedAt of the last update paged for its impact growing.
+	// UpdatedAt of the last update paged for its impact growing (growth or
+	// escalation).
 	LastNotified time.Time      `json:"last_notified,omitzero"`
 	UpdatedAt    time.Time      `json:"updated_at,omitzero"`
 	Seq          uint64         `json:"seq"`

@@ -368,6 +368,7 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 	case StateFiring:
 		switch {
 		case a.Severity > prevSeverity:
+			a.UpdatedAt = now // the impact that escalated it grew
 			i := t.note(Escalated, a, now, func(tr *Transition) { tr.FromSeverity = prevSeverity })
 			t.page(i, a, notify.KindUpdate, round)
 		case renamed >= 0:
@@ -404,10 +405,11 @@ func drained(cause, g detect.Finding) detect.Finding {
 // its last page: a class joined it, or its replica's aborted requests
 // doubled and rose by at least one a second. A fall of impact pages
 // nothing. The first growth after the trigger pages at once, later ones
-// at most once per update_interval after the last growth update.
-// Escalations and renames page at once and take nothing from that budget:
-// a cause found a moment after the trigger (a rename) must not hold back
-// the failures its drain brings minutes later. A consequence that feeds on
+// at most once per update_interval after the last growth update or
+// escalation (escalations page at once: the impact grew past a severity).
+// Renames page at once and take nothing from that budget: a cause found a
+// moment after the trigger must not hold back the failures its drain
+// brings minutes later. A consequence that feeds on
 // itself, new since the last page, changes what the page leads with (its
 // name in the headline, its steps first): like a rename, it pages at once.
 func (t *Tracker) grew(a *Incident, round assess.Round) bool {

@@ -277,7 +277,8 @@ func TestImpactGrowthPagesRateLimitedUpdates(t *testing.T) {
 
 // A rename (the cause found a moment after its consequence paged) takes
 // nothing from the growth updates' budget: failures joining a minute
-// later page at once, and more growth then waits update_interval.
+// later page at once, and more growth then waits update_interval. An
+// escalation does take from it: a class joining just after waits.
 func TestRenameDoesNotHoldBackGrowth(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
@@ -296,6 +297,19 @@ func TestRenameDoesNotHoldBackGrowth(t *testing.T) {
 	want := []string{"trigger@0s/queue_latency", "update@30s/preempt_storm", "update@1m30s/preempt_storm"}
 	if !slices.Equal(got, want) {
 		t.Errorf("pages %v, want %v: the rename at once, the failures a minute later at once, the next growth held", got, want)
+	}
+
+	tr = newPager(cfg, Links{})
+	warn := finding("r1", detect.PreemptStorm, detect.Warning)
+	got = nil
+	for i, fs := range [][]detect.Finding{{warn}, {warn, errs}, {warn, errs, kv}} {
+		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*30*time.Second)) {
+			got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String()+"/"+ev.Severity.String())
+		}
+	}
+	want = []string{"trigger@0s/warning", "update@30s/critical"}
+	if !slices.Equal(got, want) {
+		t.Errorf("pages %v, want %v: the escalation at once, the class joining after it held", got, want)
 	}
 }
 
