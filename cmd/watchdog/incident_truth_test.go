@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +13,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/memnet"
@@ -206,6 +211,102 @@ func (r *simRun) logTimeline(t *testing.T) {
 		fmt.Fprintf(&b, "Slack %s %s (edited %d times): %q\n", kind, m.TS, m.Updates, m.Text)
 	}
 	t.Logf("timeline (t = scenario time):\n%s\nlog:\n%s", b.String(), r.stderr.String())
+}
+
+// pagerDutyRequest is one event PagerDuty accepted, with when it arrived.
+type pagerDutyRequest struct {
+	at time.Duration // scenario time
+	ev notifytest.PagerDutyEvent
+}
+
+// pagerDutyAccepted returns what PagerDuty accepted, in order.
+func (r *simRun) pagerDutyAccepted(t *testing.T) []pagerDutyRequest {
+	t.Helper()
+	var out []pagerDutyRequest
+	for _, req := range r.pd.Requests() {
+		if req.Reply != http.StatusAccepted {
+			continue
+		}
+		var ev notifytest.PagerDutyEvent
+		if err := json.Unmarshal(req.Body, &ev); err != nil {
+			t.Fatalf("PagerDuty request %s: %v", req.Body, err)
+		}
+		out = append(out, pagerDutyRequest{at: r.at(req.At), ev: ev})
+	}
+	return out
+}
+
+// finding reports whether the daemon's last round has a finding of class
+// at severity on replica, as its API shows it.
+func (r *simRun) finding(t *testing.T, replica string, class detect.Class, severity detect.Severity) bool {
+	t.Helper()
+	resp, err := r.api.Get("http://" + r.addr + "/api/v1/targets")
+	if err != nil {
+		t.Fatalf("GET /api/v1/targets: %v", err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Targets []struct {
+			Replica  string
+			Findings []struct{ Class, Severity string }
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("GET /api/v1/targets: %v", err)
+	}
+	for _, tg := range body.Targets {
+		for _, f := range tg.Findings {
+			if tg.Replica == replica && f.Class == string(class) && f.Severity == severity.String() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// failingMostSince is the first second in [from, to) from which replica
+// of a twin of the run's fleet fails most of what it answers: over the
+// 5 s before it, more requests aborted than completed, at least one a
+// second. -1 when that never happens.
+func (r *simRun) failingMostSince(t *testing.T, replica string, from, to time.Duration) time.Duration {
+	t.Helper()
+	twin := sim.NewFleet(r.fleet)
+	i := slices.Index(twin.Replicas(), replica)
+	const span = 5 * time.Second
+	type counts struct{ aborted, completed float64 }
+	read := func(at time.Duration) counts {
+		twin.Advance(r.fleet.Start.Add(at))
+		var b bytes.Buffer
+		if err := twin.WriteMetrics(&b, i); err != nil {
+			t.Fatalf("twin fleet %s at t+%s: %v", replica, clock(at), err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := func(name string) float64 {
+			v := 0.0
+			for _, m := range fams[name].GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+			return v
+		}
+		return counts{sum("sglang:num_aborted_requests_total"), sum("sglang:num_requests_total")}
+	}
+	var past []counts
+	for at := from - span; at < to; at += time.Second {
+		past = append(past, read(at))
+		if len(past) <= int(span/time.Second) {
+			continue
+		}
+		then, now := past[len(past)-1-int(span/time.Second)], past[len(past)-1]
+		aborted, completed := now.aborted-then.aborted, now.completed-then.completed
+		if aborted > completed && aborted >= span.Seconds() {
+			return at
+		}
+	}
+	return -1
 }
 
 // retryLoopStep tells an emergency step that stops a retry loop: shed at
@@ -406,6 +507,103 @@ func TestStormDrainFailuresUpdateThePageOnce(t *testing.T) {
 		}
 		if parents[0].Updates < 2 {
 			t.Errorf("the Slack message was edited %d times, want the update and the resolve at least", parents[0].Updates)
+		}
+	})
+}
+
+// demoStormScenario is the demo's first phases, up to its preemption
+// storm on sim-0, and then recovery for good.
+func demoStormScenario() sim.Scenario {
+	demo := sim.DemoScenario(1)
+	storm := slices.IndexFunc(demo.Phases, func(p sim.Phase) bool { return p.Class == sim.ClassPreemptStorm })
+	return sim.Scenario{Name: "demo_storm", Base: demo.Base,
+		Phases: slices.Concat(demo.Phases[:storm+1], []sim.Phase{{Name: "recovery"}})}
+}
+
+// TestWarningStormOutagePagesPagerDutyWithinFor: the demo's preemption
+// storm on a fleet of the September 2025 release, whose only retraction
+// signal is the lossy gauge, so the storm can only be a warning; its
+// chats time out behind the wave and the replica fails nearly every
+// request (aborts, no completions). With the default routes the warning
+// goes to Slack only; within alerts.for of the outage showing in the
+// watchdog's round, PagerDuty gets a critical trigger of the same
+// incident (the warning's dedup key).
+func TestWarningStormOutagePagesPagerDutyWithinFor(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	slackSrv, pd := integrationFakes(t)
+	synctest.Test(t, func(t *testing.T) {
+		sc := demoStormScenario()
+		run := startSimDaemon(t, "", sim.FleetConfig{Seed: 1, Scenario: sc, Warmup: time.Minute, Release: sim.ReleaseSep2025}, slackSrv, pd)
+		cfg, err := demoConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		forDur := cfg.Alerts.For
+		start, recovery := phaseStart(t, sc, sim.ClassPreemptStorm), phaseStart(t, sc, "recovery")
+		outage := run.failingMostSince(t, "sim-0", start, recovery+time.Minute)
+		drained := run.drainedAfter(t, "sim-0", recovery)
+		// Read each round's findings between rounds (they run on whole
+		// seconds): when does the watchdog first see the outage?
+		seen := time.Duration(-1)
+		for at := start + 500*time.Millisecond; at < recovery+time.Minute && seen < 0; at += time.Second {
+			run.sleepUntil(at)
+			if run.finding(t, "sim-0", detect.ErrorRate, detect.Critical) {
+				seen = at
+			}
+		}
+		run.sleepUntil(drained + resolveWithin + settle)
+		if err := run.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+		defer func() {
+			if t.Failed() || testing.Verbose() {
+				run.logTimeline(t)
+			}
+		}()
+		if outage < 0 || seen < 0 {
+			t.Fatalf("no outage: the twin fleet fails most requests from %v, the watchdog sees error_rate critical from %v", outage, seen)
+		}
+		t.Logf("storm on sim-0 at t+%s–%s; sim-0 fails most requests from t+%s; the watchdog's round shows error_rate critical at t+%s",
+			clock(start), clock(recovery), clock(outage), clock(seen))
+
+		events := run.events()
+		if len(events) == 0 || events[0].Kind != notify.KindTrigger {
+			t.Fatal("no trigger first")
+		}
+		first := events[0]
+		if first.Severity != detect.Warning || first.Class != string(detect.PreemptStorm) || first.Replica != "sim-0" {
+			t.Fatalf("the first page is not the storm's warning: %s %s", first.Class, run.pageLine(first))
+		}
+		key := first.Fingerprint
+		if parents := run.slack.Parents(); len(parents) != 1 {
+			t.Errorf("Slack has %d messages, want the storm's one", len(parents))
+		} else if posted := run.slack.Requests()[0]; posted.Method != "chat.postMessage" || !strings.HasPrefix(posted.Form.Get("text"), "[WARNING]") {
+			t.Errorf("Slack's first request is %s %q, want the warning posted", posted.Method, posted.Form.Get("text"))
+		}
+		accepted := run.pagerDutyAccepted(t)
+		var critical *pagerDutyRequest
+		for i, req := range accepted {
+			switch {
+			case req.ev.Payload.Severity != detect.Critical.String():
+				t.Errorf("PagerDuty got a %s event at t+%s: %q (the default routes send it critical only)", req.ev.Payload.Severity, clock(req.at), req.ev.Payload.Summary)
+			case req.ev.DedupKey != key:
+				t.Errorf("PagerDuty got another incident's event at t+%s (key %s, the storm's is %s): %q", clock(req.at), req.ev.DedupKey, key, req.ev.Payload.Summary)
+			case critical == nil && req.ev.Action == "trigger":
+				critical = &accepted[i]
+			}
+		}
+		if critical == nil {
+			t.Fatal("PagerDuty never got a critical trigger of the storm's incident")
+		}
+		t.Logf("warning to Slack at t+%s; PagerDuty critical at t+%s: %q", clock(run.at(first.At)), clock(critical.at), critical.ev.Payload.Summary)
+		if run.at(first.At) >= critical.at {
+			t.Errorf("the warning at t+%s did not come before PagerDuty's critical at t+%s", clock(run.at(first.At)), clock(critical.at))
+		}
+		if late := critical.at - seen; late > forDur {
+			t.Errorf("PagerDuty's critical came %s after the watchdog's round showed the outage (at t+%s), want within alerts.for (%s)", late, clock(seen), forDur)
+		}
+		if late := critical.at - outage; late > detect.Get[detect.ErrorRateConfig](cfg.Detectors).Range+forDur {
+			t.Errorf("PagerDuty's critical came %s after sim-0 began failing most requests (t+%s), want within error_rate's range and alerts.for", late, clock(outage))
 		}
 	})
 }
