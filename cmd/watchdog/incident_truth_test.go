@@ -427,10 +427,7 @@ func TestStormDrainFailuresUpdateThePageOnce(t *testing.T) {
 	keepSignalMachineryOutOfBubble(t)
 	slackSrv, pd := integrationFakes(t)
 	synctest.Test(t, func(t *testing.T) {
-		demo := sim.DemoScenario(1)
-		storm := slices.IndexFunc(demo.Phases, func(p sim.Phase) bool { return p.Class == sim.ClassPreemptStorm })
-		sc := sim.Scenario{Name: "demo_storm", Base: demo.Base,
-			Phases: slices.Concat(demo.Phases[:storm+1], []sim.Phase{{Name: "recovery"}})}
+		sc := demoStormScenario()
 		run := startSimDaemon(t, "", sim.FleetConfig{Seed: 1, Scenario: sc, Warmup: time.Minute}, slackSrv, pd)
 		start, recovery := phaseStart(t, sc, sim.ClassPreemptStorm), phaseStart(t, sc, "recovery")
 		drained := run.drainedAfter(t, "sim-0", recovery)
