@@ -281,6 +281,24 @@ func startDaemonRecording(t *testing.T, yaml string, engines map[string]*fakeEng
 // daemon's last evaluation round, as its API shows them.
 func (r *daemonRun) findings(t *testing.T) map[string][]string {
 	t.Helper()
+	out := map[string][]string{}
+	for replica, fs := range r.apiFindings(t) {
+		out[replica] = []string{}
+		for _, f := range fs {
+			out[replica] = append(out[replica], f.Class)
+		}
+		slices.Sort(out[replica])
+	}
+	return out
+}
+
+// apiFinding is a finding as the daemon's API shows it.
+type apiFinding struct{ Class, Severity string }
+
+// apiFindings returns, per replica, the findings of the daemon's last
+// evaluation round from GET /api/v1/targets.
+func (r *daemonRun) apiFindings(t *testing.T) map[string][]apiFinding {
+	t.Helper()
 	resp, err := r.api.Get("http://" + r.addr + "/api/v1/targets")
 	if err != nil {
 		t.Fatalf("GET /api/v1/targets: %v", err)
@@ -289,19 +307,15 @@ func (r *daemonRun) findings(t *testing.T) map[string][]string {
 	var body struct {
 		Targets []struct {
 			Replica  string
-			Findings []struct{ Class string }
+			Findings []apiFinding
 		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		t.Fatalf("GET /api/v1/targets: %v", err)
 	}
-	out := map[string][]string{}
+	out := map[string][]apiFinding{}
 	for _, tg := range body.Targets {
-		out[tg.Replica] = []string{}
-		for _, f := range tg.Findings {
-			out[tg.Replica] = append(out[tg.Replica], f.Class)
-		}
-		slices.Sort(out[tg.Replica])
+		out[tg.Replica] = tg.Findings
 	}
 	return out
 }

@@ -143,6 +143,27 @@ func (r *simRun) at(tm time.Time) time.Duration { return tm.Sub(r.fleet.Start) }
 // sleepUntil sleeps until scenario time d.
 func (r *simRun) sleepUntil(d time.Duration) { time.Sleep(time.Until(r.fleet.Start.Add(d))) }
 
+// runUntil lets the run go on until scenario time end and stops it; the
+// timeline is logged when the test fails (or with -v).
+func (r *simRun) runUntil(t *testing.T, end time.Duration) {
+	t.Helper()
+	r.sleepUntil(end)
+	if err := r.stop(); err != nil {
+		t.Fatalf("daemon: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			r.logTimeline(t)
+		}
+	})
+}
+
+// paged are the events that paged someone (warning or critical), in the
+// order they were made.
+func (r *simRun) paged() []notify.Event {
+	return slices.DeleteFunc(r.events(), func(ev notify.Event) bool { return ev.Severity < detect.Warning })
+}
+
 // phaseStart is when the scenario's phase called name begins.
 func phaseStart(t *testing.T, sc sim.Scenario, name string) time.Duration {
 	t.Helper()
@@ -240,28 +261,7 @@ func (r *simRun) pagerDutyAccepted(t *testing.T) []pagerDutyRequest {
 // at severity on replica, as its API shows it.
 func (r *simRun) finding(t *testing.T, replica string, class detect.Class, severity detect.Severity) bool {
 	t.Helper()
-	resp, err := r.api.Get("http://" + r.addr + "/api/v1/targets")
-	if err != nil {
-		t.Fatalf("GET /api/v1/targets: %v", err)
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Targets []struct {
-			Replica  string
-			Findings []struct{ Class, Severity string }
-		}
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("GET /api/v1/targets: %v", err)
-	}
-	for _, tg := range body.Targets {
-		for _, f := range tg.Findings {
-			if tg.Replica == replica && f.Class == string(class) && f.Severity == severity.String() {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.Contains(r.apiFindings(t)[replica], apiFinding{Class: string(class), Severity: severity.String()})
 }
 
 // failingMostSince is the first second in [from, to) from which replica
@@ -328,24 +328,11 @@ func TestGPUSlowdownRetryLoopPagesOneIncident(t *testing.T) {
 		run := startSimDaemon(t, "", sim.FleetConfig{Seed: 1, Scenario: sc, Warmup: time.Minute}, slackSrv, pd)
 		slow, loop, off := phaseStart(t, sc, "gpu_slowdown"), phaseStart(t, sc, "retry_loop"), phaseStart(t, sc, "retries_off")
 		drained := run.drainedAfter(t, "sim-0", off)
-		run.sleepUntil(drained + resolveWithin + settle)
-		if err := run.stop(); err != nil {
-			t.Fatalf("daemon: %v", err)
-		}
-		defer func() {
-			if t.Failed() || testing.Verbose() {
-				run.logTimeline(t)
-			}
-		}()
+		run.runUntil(t, drained+resolveWithin+settle)
 		t.Logf("GPU slow at t+%s, recovered at t+%s; clients stop retrying at t+%s; sim-0's queue empty at t+%s",
 			clock(slow), clock(loop), clock(off), clock(drained))
 
-		var paged []notify.Event
-		for _, ev := range run.events() {
-			if ev.Severity >= detect.Warning {
-				paged = append(paged, ev)
-			}
-		}
+		paged := run.paged()
 		if len(paged) == 0 {
 			t.Fatal("nothing paged")
 		}
@@ -431,23 +418,10 @@ func TestStormDrainFailuresUpdateThePageOnce(t *testing.T) {
 		run := startSimDaemon(t, "", sim.FleetConfig{Seed: 1, Scenario: sc, Warmup: time.Minute}, slackSrv, pd)
 		start, recovery := phaseStart(t, sc, sim.ClassPreemptStorm), phaseStart(t, sc, "recovery")
 		drained := run.drainedAfter(t, "sim-0", recovery)
-		run.sleepUntil(drained + resolveWithin + settle)
-		if err := run.stop(); err != nil {
-			t.Fatalf("daemon: %v", err)
-		}
-		defer func() {
-			if t.Failed() || testing.Verbose() {
-				run.logTimeline(t)
-			}
-		}()
+		run.runUntil(t, drained+resolveWithin+settle)
 		t.Logf("storm on sim-0 at t+%s–%s; its queue empty at t+%s", clock(start), clock(recovery), clock(drained))
 
-		var paged []notify.Event
-		for _, ev := range run.events() {
-			if ev.Severity >= detect.Warning {
-				paged = append(paged, ev)
-			}
-		}
+		paged := run.paged()
 		if len(paged) == 0 || paged[0].Kind != notify.KindTrigger {
 			t.Fatalf("no trigger first; paged %d events", len(paged))
 		}
@@ -548,26 +522,18 @@ func TestWarningStormOutagePagesPagerDutyWithinFor(t *testing.T) {
 				seen = at
 			}
 		}
-		run.sleepUntil(drained + resolveWithin + settle)
-		if err := run.stop(); err != nil {
-			t.Fatalf("daemon: %v", err)
-		}
-		defer func() {
-			if t.Failed() || testing.Verbose() {
-				run.logTimeline(t)
-			}
-		}()
+		run.runUntil(t, drained+resolveWithin+settle)
 		if outage < 0 || seen < 0 {
 			t.Fatalf("no outage: the twin fleet fails most requests from %v, the watchdog sees error_rate critical from %v", outage, seen)
 		}
 		t.Logf("storm on sim-0 at t+%s–%s; sim-0 fails most requests from t+%s; the watchdog's round shows error_rate critical at t+%s",
 			clock(start), clock(recovery), clock(outage), clock(seen))
 
-		events := run.events()
-		if len(events) == 0 || events[0].Kind != notify.KindTrigger {
+		paged := run.paged()
+		if len(paged) == 0 || paged[0].Kind != notify.KindTrigger {
 			t.Fatal("no trigger first")
 		}
-		first := events[0]
+		first := paged[0]
 		if first.Severity != detect.Warning || first.Class != string(detect.PreemptStorm) || first.Replica != "sim-0" {
 			t.Fatalf("the first page is not the storm's warning: %s %s", first.Class, run.pageLine(first))
 		}

@@ -288,12 +288,8 @@ func TestRenameDoesNotHoldBackGrowth(t *testing.T) {
 	storm := finding("r1", detect.PreemptStorm, detect.Critical)
 	errs := finding("r1", detect.ErrorRate, detect.Critical)
 	kv := finding("r1", detect.KVSaturation, detect.Critical)
-	var got []string
-	for i, fs := range [][]detect.Finding{{queue}, {queue, storm}, {queue, storm}, {queue, storm, errs}, {queue, storm, errs, kv}} {
-		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*30*time.Second)) {
-			got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String()+"/"+ev.Class)
-		}
-	}
+	got := pagesEvery(tr, 30*time.Second, [][]detect.Finding{{queue}, {queue, storm}, {queue, storm}, {queue, storm, errs}, {queue, storm, errs, kv}},
+		func(ev notify.Event) string { return ev.Class })
 	want := []string{"trigger@0s/queue_latency", "update@30s/preempt_storm", "update@1m30s/preempt_storm"}
 	if !slices.Equal(got, want) {
 		t.Errorf("pages %v, want %v: the rename at once, the failures a minute later at once, the next growth held", got, want)
@@ -301,16 +297,24 @@ func TestRenameDoesNotHoldBackGrowth(t *testing.T) {
 
 	tr = newPager(cfg, Links{})
 	warn := finding("r1", detect.PreemptStorm, detect.Warning)
-	got = nil
-	for i, fs := range [][]detect.Finding{{warn}, {warn, errs}, {warn, errs, kv}} {
-		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*30*time.Second)) {
-			got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String()+"/"+ev.Severity.String())
-		}
-	}
+	got = pagesEvery(tr, 30*time.Second, [][]detect.Finding{{warn}, {warn, errs}, {warn, errs, kv}},
+		func(ev notify.Event) string { return ev.Severity.String() })
 	want = []string{"trigger@0s/warning", "update@30s/critical"}
 	if !slices.Equal(got, want) {
 		t.Errorf("pages %v, want %v: the escalation at once, the class joining after it held", got, want)
 	}
+}
+
+// pagesEvery updates tr with one round of findings every step from t0 and
+// returns its pages as kind@offset/label.
+func pagesEvery(tr *pager, step time.Duration, rounds [][]detect.Finding, label func(notify.Event) string) []string {
+	var out []string
+	for i, fs := range rounds {
+		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*step)) {
+			out = append(out, string(ev.Kind)+"@"+ev.At.Sub(t0).String()+"/"+label(ev))
+		}
+	}
+	return out
 }
 
 // A consequence that feeds on itself joining a firing incident pages at
@@ -325,15 +329,10 @@ func TestSelfSustainingConsequencePagesAtOnce(t *testing.T) {
 	errs := finding("r1", detect.ErrorRate, detect.Critical)
 	loop := finding("r1", detect.RetryAvalanche, detect.Critical)
 	loop.Emergency = []string{"stop the client retries"}
-	var got []string
 	var last notify.Event
-	for i, fs := range [][]detect.Finding{{slow}, {slow, errs}, {slow, errs, loop}, {slow, errs, loop}} {
-		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*20*time.Second)) {
-			got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String())
-			last = ev
-		}
-	}
-	if want := []string{"trigger@0s", "update@20s", "update@40s"}; !slices.Equal(got, want) {
+	got := pagesEvery(tr, 20*time.Second, [][]detect.Finding{{slow}, {slow, errs}, {slow, errs, loop}, {slow, errs, loop}},
+		func(ev notify.Event) string { last = ev; return ev.Severity.String() })
+	if want := []string{"trigger@0s/critical", "update@20s/critical", "update@40s/critical"}; !slices.Equal(got, want) {
 		t.Fatalf("pages %v, want %v: the retry loop joining pages at once, within update_interval of the last update", got, want)
 	}
 	if !slices.Contains(last.Sustaining, detect.Title(detect.RetryAvalanche)) || len(last.Emergency) == 0 || last.Emergency[0] != "stop the client retries" {

@@ -45,13 +45,7 @@ func TestGPUSlowdownSlowsTheReplicasGPU(t *testing.T) {
 func TestGPUSlowdownScenario(t *testing.T) {
 	sc := GPUSlowdownScenario(1)
 	f := NewFleet(FleetConfig{Seed: 1, Start: t0, Scenario: sc, Warmup: time.Minute})
-	at := func(name string) time.Duration {
-		d, ok := sc.Start(name)
-		if !ok {
-			t.Fatalf("no phase %q", name)
-		}
-		return d
-	}
+	at := func(name string) time.Duration { return phaseStart(t, sc, name) }
 	itl := func(w window) float64 { return w.itlSum / w.itlN }
 	s := time.Second
 	healthy := observeAll(t, f, at("gpu_slowdown")-30*s, at("gpu_slowdown"))

@@ -154,6 +154,16 @@ func (w window) String() string {
 		w.ttftSum/w.ttftN, w.itlSum/w.itlN, w.maxUsage, w.maxQueue, w.lastQueue, w.meanRun)
 }
 
+// phaseStart is when sc's phase called name begins.
+func phaseStart(t *testing.T, sc Scenario, name string) time.Duration {
+	t.Helper()
+	d, ok := sc.Start(name)
+	if !ok {
+		t.Fatalf("no phase %q", name)
+	}
+	return d
+}
+
 func TestHealthyScenarioIsHealthy(t *testing.T) {
 	f := NewFleet(FleetConfig{Seed: 3, Start: t0, Warmup: time.Minute})
 	rates := make([][]float64, 3)
@@ -193,13 +203,7 @@ func TestHealthyScenarioIsHealthy(t *testing.T) {
 func TestDemoScenario(t *testing.T) {
 	sc := DemoScenario(1)
 	f := NewFleet(FleetConfig{Seed: 1, Start: t0, Scenario: sc, Warmup: time.Minute})
-	at := func(name string) time.Duration {
-		d, ok := sc.Start(name)
-		if !ok {
-			t.Fatalf("no phase %q", name)
-		}
-		return d
-	}
+	at := func(name string) time.Duration { return phaseStart(t, sc, name) }
 	s := time.Second
 
 	// Healthy reference, per replica, from the first phase.
