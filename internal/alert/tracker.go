@@ -409,9 +409,9 @@ func drained(cause, g detect.Finding) detect.Finding {
 // escalation (escalations page at once: the impact grew past a severity).
 // Renames page at once and take nothing from that budget: a cause found a
 // moment after the trigger must not hold back the failures its drain
-// brings minutes later. A consequence that feeds on
-// itself, new since the last page, changes what the page leads with (its
-// name in the headline, its steps first): like a rename, it pages at once.
+// brings minutes later. A consequence that feeds on itself, new since the
+// last page, changes what the page leads with (its name in the headline,
+// its steps first): like a rename, it pages at once.
 func (t *Tracker) grew(a *Incident, round assess.Round) bool {
 	if a.State != StateFiring {
 		return false
