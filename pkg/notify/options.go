@@ -86,41 +86,12 @@ func (o QueueOptions) or(d QueueOptions) QueueOptions {
 	}
 }
 
+// withDefaults fills the zero fields from DefaultQueueOptions (Validate has
+// rejected negative ones) and keeps MaxBackoff at least InitialBackoff, which
+// a configured initial_backoff above the default max_backoff would break.
 func (o QueueOptions) withDefaults() QueueOptions {
-	d := DefaultQueueOptions()
-	if o.InitialBackoff <= 0 {
-		o.InitialBackoff = d.InitialBackoff
-	}
-	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = d.MaxBackoff
-	}
-	if o.MaxBackoff < o.InitialBackoff {
-		o.MaxBackoff = o.InitialBackoff
-	}
-	if o.MaxRetryDuration <= 0 {
-		o.MaxRetryDuration = d.MaxRetryDuration
-	}
-	if o.AttemptTimeout <= 0 {
-		o.AttemptTimeout = d.AttemptTimeout
-	}
-	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = d.DrainTimeout
-	}
-	if o.MaxPending <= 0 {
-		o.MaxPending = d.MaxPending
-	}
-	if o.ResolvedRetention <= 0 {
-		o.ResolvedRetention = d.ResolvedRetention
-	}
-	if o.MaxRecords <= 0 {
-		o.MaxRecords = d.MaxRecords
-	}
-	if o.NoticeRetention <= 0 {
-		o.NoticeRetention = d.NoticeRetention
-	}
-	if o.MaxRetryAfter <= 0 {
-		o.MaxRetryAfter = d.MaxRetryAfter
-	}
+	o = o.or(DefaultQueueOptions())
+	o.MaxBackoff = max(o.MaxBackoff, o.InitialBackoff)
 	return o
 }
 
