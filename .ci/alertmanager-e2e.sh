@@ -25,15 +25,7 @@ if ! command -v prometheus-alertmanager >/dev/null || ! command -v amtool >/dev/
 fi
 prometheus-alertmanager --version 2>&1 | head -n 1
 
-am_pid=""
-cleanup() {
-	if [[ -n $am_pid ]]; then
-		kill "$am_pid" 2>/dev/null || true
-		wait "$am_pid" 2>/dev/null || true
-	fi
-}
-trap cleanup EXIT
-
+trap stop_started EXIT
 logs=("$work/alertmanager.log")
 
 am_port=$(free_port) || fail "no free port"
@@ -63,14 +55,9 @@ echo "--- start: alertmanager on 127.0.0.1:$am_port (webhook receiver 127.0.0.1:
 prometheus-alertmanager --config.file="$work/alertmanager.yml" --storage.path="$work/data" \
 	--web.listen-address="127.0.0.1:$am_port" --cluster.listen-address= --log.level=warn \
 	>"$work/alertmanager.log" 2>&1 &
-am_pid=$!
-
-end=$((SECONDS + 30))
-until curl -fs -o /dev/null "http://127.0.0.1:$am_port/-/ready"; do
-	((SECONDS < end)) || fail "Alertmanager not ready after 30s"
-	kill -0 "$am_pid" 2>/dev/null || fail "Alertmanager exited"
-	sleep 0.5
-done
+pids+=($!)
+deadline_seconds=30
+wait_until "Alertmanager ready" curl -fs -o /dev/null "http://127.0.0.1:$am_port/-/ready"
 
 echo "--- round trip: watchdog notifier -> Alertmanager -> webhook, amtool silence, resolve"
 if ! ALERTMANAGER_URL="http://127.0.0.1:$am_port" ALERTMANAGER_WEBHOOK_ADDR="127.0.0.1:$hook_port" \

@@ -29,40 +29,14 @@ deadline_seconds=${E2E_DEADLINE_SECONDS:-150}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-pids=()
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-}
-trap cleanup EXIT
-
 . .ci/lib.sh
+trap stop_started EXIT
 logs=("$work/demo.log" "$work/prometheus.log" "$work/source.log")
-
-# wait_until DESCRIPTION COMMAND...: run COMMAND every 0.5 s until it
-# succeeds or the deadline (from the scenario's start) passes.
-wait_until() {
-	local what=$1
-	shift
-	until "$@"; do
-		if ((SECONDS >= end)); then
-			fail "timed out after ${deadline_seconds}s waiting for: $what"
-		fi
-		for pid in "${pids[@]}"; do
-			kill -0 "$pid" 2>/dev/null || fail "process $pid exited while waiting for: $what"
-		done
-		sleep 0.5
-	done
-}
 
 echo "--- build the watchdog"
 go build -o "$work/watchdog" ./cmd/watchdog
 
+# One deadline for the whole scenario: wait_until reads end.
 end=$((SECONDS + deadline_seconds))
 scenario_from=$(date +%s)
 dport=$(free_port) || fail "no free port"

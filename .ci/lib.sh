@@ -1,6 +1,19 @@
 # Shared by the end-to-end scripts in .ci (source it). A script sets
 # `logs` (an array of log files) before calling fail.
 
+# pids are the background processes a script started (`pids+=($!)`);
+# stop_started, trapped on EXIT, stops them and waits for them.
+pids=()
+stop_started() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+}
+
 # fail MESSAGE: print it and the last lines of every non-empty log in
 # `logs`, then exit 1.
 fail() {
@@ -13,6 +26,24 @@ fail() {
 		fi
 	done
 	exit 1
+}
+
+# wait_until DESCRIPTION COMMAND...: run COMMAND every 0.5 s until it
+# succeeds; fail if a process in `pids` exits first, or at the deadline:
+# when SECONDS reaches `end` if the script set it (one budget for all its
+# waits), else deadline_seconds after the call.
+wait_until() {
+	local what=$1 by=${end:-$((SECONDS + deadline_seconds))} pid
+	shift
+	until "$@"; do
+		if ((SECONDS >= by)); then
+			fail "timed out after ${deadline_seconds}s waiting for: $what"
+		fi
+		for pid in "${pids[@]}"; do
+			kill -0 "$pid" 2>/dev/null || fail "process $pid exited while waiting for: $what"
+		done
+		sleep 0.5
+	done
 }
 
 # free_port prints a TCP port nothing listens on (loopback), chosen below
