@@ -1,48 +1,25 @@
 // Command extract-rules writes the rule groups of every PrometheusRule in the
 // given Kubernetes YAML files (multi-document streams, e.g. `helm template`
 // output) as one plain Prometheus rule file, for `promtool check rules` and
-// `promtool test rules`. CI uses it; yq is not available there.
+// `promtool test rules`.
 //
 //	go run ./scripts/extract-rules -o rules.yaml deploy/kubernetes/monitoring/prometheusrule.yaml
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sglang-watchdog/sglang-watchdog/scripts/internal/manifest"
 )
 
 func main() {
-	out := flag.String("o", "", "output rule file (default: stdout)")
-	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: extract-rules [-o rules.yaml] manifest.yaml...")
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	if flag.NArg() == 0 {
-		flag.Usage()
-		os.Exit(2)
-	}
-	data, err := extract(flag.Args())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "extract-rules:", err)
-		os.Exit(1)
-	}
-	if *out == "" {
-		os.Stdout.Write(data)
-		return
-	}
-	if err := os.WriteFile(*out, data, 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "extract-rules:", err)
-		os.Exit(1)
-	}
+	manifest.Main("extract-rules", "extract-rules [-o rules.yaml] manifest.yaml...",
+		func(n int) bool { return n > 0 }, extract)
 }
 
 // extract collects spec.groups of every PrometheusRule in files.
@@ -66,39 +43,28 @@ func extract(files []string) ([]byte, error) {
 	return yaml.Marshal(map[string]any{"groups": groups})
 }
 
+type prometheusRule struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Spec       struct {
+		Groups []any `json:"groups"`
+	} `json:"spec"`
+}
+
 func fromStream(r io.Reader) ([]any, error) {
 	var groups []any
-	rd := utilyaml.NewYAMLReader(bufio.NewReader(r))
-	for i := 0; ; i++ {
-		doc, err := rd.Read()
-		if errors.Is(err, io.EOF) {
-			return groups, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		var obj struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-			Spec       struct {
-				Groups []any `json:"groups"`
-			} `json:"spec"`
-		}
-		if err := yaml.Unmarshal(doc, &obj); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
+	err := manifest.Each(r, func(obj prometheusRule) error {
 		if obj.Kind != "PrometheusRule" {
-			continue
+			return nil
 		}
 		if obj.APIVersion != "monitoring.coreos.com/v1" {
-			return nil, fmt.Errorf("document %d: PrometheusRule has apiVersion %q, want monitoring.coreos.com/v1", i, obj.APIVersion)
+			return fmt.Errorf("PrometheusRule has apiVersion %q, want monitoring.coreos.com/v1", obj.APIVersion)
 		}
 		if len(obj.Spec.Groups) == 0 {
-			return nil, fmt.Errorf("document %d: PrometheusRule without spec.groups", i)
+			return errors.New("PrometheusRule without spec.groups")
 		}
 		groups = append(groups, obj.Spec.Groups...)
-	}
+		return nil
+	})
+	return groups, err
 }
