@@ -13,6 +13,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
@@ -83,7 +84,9 @@ func (p *pipeline) apply(old, next config.Config) error {
 		if err := p.scraper.SetTargets(targets); err != nil {
 			return fmt.Errorf("targets: %w", err)
 		}
-		p.retire(removedNames(old.Targets, next.Targets), time.Now())
+		// old was running, so its targets convert without error.
+		prev, _ := scrapeTargets(old.Targets)
+		p.retire(discovery.Removed(prev, targets), time.Now())
 	}
 	p.loop.Reconfigure(assess.New(detectors, assess.Config{Triage: next.Detectors.Triage, Correlation: next.Correlation}), next.Alerts, p.links(next, p.logger))
 	p.book.Publish(runbooks)
@@ -117,20 +120,6 @@ func (p *pipeline) notices() []string {
 		return []string{*w}
 	}
 	return nil
-}
-
-func removedNames(old, next []config.Target) []string {
-	keep := map[string]bool{}
-	for _, t := range next {
-		keep[t.Name] = true
-	}
-	var out []string
-	for _, t := range old {
-		if !keep[t.Name] {
-			out = append(out, t.Name)
-		}
-	}
-	return out
 }
 
 // retire resolves the alerts of targets that are gone ("target removed"):
