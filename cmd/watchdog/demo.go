@@ -14,6 +14,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/configs"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/tick"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
@@ -123,23 +124,16 @@ func hasIntegration(ins []notify.Integration, name string) bool {
 
 // driveFleet steps the simulation in real time and narrates phase changes.
 func driveFleet(ctx context.Context, fleet *sim.Fleet, out io.Writer) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
 	last := ""
 	begin := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			fleet.Advance(now)
-			if p := fleet.Phase(now); p != last {
-				last = p
-				elapsed := now.Sub(begin).Truncate(time.Second)
-				fmt.Fprintf(out, "── %5s scenario: %s — %s\n", elapsed, p, demoStory[p])
-			}
+	tick.Every(ctx, 100*time.Millisecond, func(now time.Time) {
+		fleet.Advance(now)
+		if p := fleet.Phase(now); p != last {
+			last = p
+			elapsed := now.Sub(begin).Truncate(time.Second)
+			fmt.Fprintf(out, "── %5s scenario: %s — %s\n", elapsed, p, demoStory[p])
 		}
-	}
+	})
 }
 
 // dryRun stands in for an integration without credentials: it prints one

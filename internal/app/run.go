@@ -9,6 +9,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/reload"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/tick"
 )
 
 // stages are the daemon's running components, in the order they stop:
@@ -76,14 +77,6 @@ func (d *daemon) runReloads(ctx context.Context) error {
 // maintainSilences forgets long-expired silences and refreshes their
 // gauges every evaluation interval, apart from the evaluation rounds.
 func (d *daemon) maintainSilences(ctx context.Context) error {
-	t := time.NewTicker(d.cfg.Evaluation.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case now := <-t.C:
-			d.silences.Sweep(now)
-		}
-	}
+	tick.Every(ctx, d.cfg.Evaluation.Interval, d.silences.Sweep)
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/tick"
 )
 
 // Resolver is the DNS seam; *net.Resolver implements it.
@@ -58,16 +59,7 @@ func newDNSSource(cfg DNSConfig, resolver Resolver, failures prometheus.Counter,
 func (s *dnsSource) run(ctx context.Context, synced func()) {
 	s.refresh(ctx)
 	synced()
-	tick := time.NewTicker(s.cfg.RefreshInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			s.refresh(ctx)
-		}
-	}
+	tick.Every(ctx, s.cfg.RefreshInterval, func(time.Time) { s.refresh(ctx) })
 }
 
 func (s *dnsSource) refresh(ctx context.Context) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/tick"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -330,18 +331,12 @@ func (l *Loop) Ready() <-chan struct{} { return l.ready }
 // Run evaluates every interval until ctx is done. The first round runs one
 // interval after start, when every target has had a chance to be scraped.
 func (l *Loop) Run(ctx context.Context) error {
-	t := time.NewTicker(l.opts.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case now := <-t.C:
-			start := time.Now()
-			l.Evaluate(now)
-			l.metrics.evaluations.Inc()
-			l.metrics.duration.Observe(time.Since(start).Seconds())
-			l.readyOnce.Do(func() { close(l.ready) })
-		}
-	}
+	tick.Every(ctx, l.opts.Interval, func(now time.Time) {
+		start := time.Now()
+		l.Evaluate(now)
+		l.metrics.evaluations.Inc()
+		l.metrics.duration.Observe(time.Since(start).Seconds())
+		l.readyOnce.Do(func() { close(l.ready) })
+	})
+	return nil
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/alertmanager/pkg/labels"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/tick"
 )
 
 // Document is the state document holding the silences.
@@ -419,19 +421,13 @@ func validate(in Silence, now time.Time) (labels.Matchers, error) {
 // must not include pages the leader held back). It returns when ctx is
 // done.
 func (s *Store) Follow(ctx context.Context, interval time.Duration, following func() bool, onError func(error)) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case now := <-t.C:
-			if !following() {
-				continue
-			}
-			if err := s.Load(now); err != nil && onError != nil {
-				onError(err)
-			}
+	tick.Every(ctx, interval, func(now time.Time) {
+		if !following() {
+			return
 		}
-	}
+		if err := s.Load(now); err != nil && onError != nil {
+			onError(err)
+		}
+	})
+	return nil
 }
