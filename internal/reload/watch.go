@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/sglang-watchdog/sglang-watchdog/internal/tick"
 )
 
 // FileWatcher calls onChange when a file's content changes. It compares
@@ -36,30 +38,24 @@ func (w *FileWatcher) Run(ctx context.Context) error {
 		w.log.Warn("configuration file unreadable; watching for it to come back", zap.String("file", w.path), zap.Error(err))
 	}
 	failing := err != nil
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	tick.Every(ctx, w.interval, func(time.Time) {
 		sum, err := w.hash()
 		if err != nil {
 			if !failing {
 				w.log.Warn("configuration file unreadable; keeping the running configuration", zap.String("file", w.path), zap.Error(err))
 			}
 			failing = true
-			continue
+			return
 		}
 		failing = false
 		if sum == last {
-			continue
+			return
 		}
 		last = sum
 		w.log.Info("configuration file changed; reloading", zap.String("file", w.path))
 		w.onChange()
-	}
+	})
+	return nil
 }
 
 func (w *FileWatcher) hash() ([sha256.Size]byte, error) {
