@@ -20,7 +20,13 @@ var T0 = time.Date(2026, 3, 14, 9, 26, 40, 0, time.UTC)
 // BaseURL is the daemon's external URL in sample events.
 const BaseURL = "https://watchdog.example.internal:9464"
 
-func links(ev notify.Event) notify.Event {
+// trigger makes ev the first page of its incident, at time at, with the
+// links the daemon adds.
+func trigger(at time.Time, ev notify.Event) notify.Event {
+	ev.Seq = 1
+	ev.Kind = notify.KindTrigger
+	ev.Status = notify.StatusFiring
+	ev.StartsAt, ev.At = at, at
 	ev.RunbookURL = BaseURL + "/runbooks/" + ev.Class
 	ev.Incident = fmt.Sprintf("%s-%d", ev.Fingerprint, T0.Unix())
 	ev.AlertURL = BaseURL + "/incidents/" + ev.Incident
@@ -30,11 +36,8 @@ func links(ev notify.Event) notify.Event {
 // PreemptStorm is a critical trigger: KV-cache pressure makes the scheduler
 // retract running requests, explained by a cache collapse.
 func PreemptStorm(at time.Time) notify.Event {
-	return links(notify.Event{
+	return trigger(at, notify.Event{
 		Fingerprint: "5f1c0e7a9b3d2c41",
-		Seq:         1,
-		Kind:        notify.KindTrigger,
-		Status:      notify.StatusFiring,
 		Class:       "preempt_storm",
 		Severity:    detect.Critical,
 		Replica:     "llama-70b-0",
@@ -60,19 +63,14 @@ func PreemptStorm(at time.Time) notify.Event {
 			"Lower --chunked-prefill-size if long prompts arrive in bursts.",
 		},
 		ExplainedBy: []string{"cache_collapse"},
-		StartsAt:    at,
-		At:          at,
 	})
 }
 
 // RetryAvalanche is a warning trigger: clients retry timed-out requests and
 // multiply the load.
 func RetryAvalanche(at time.Time) notify.Event {
-	return links(notify.Event{
+	return trigger(at, notify.Event{
 		Fingerprint: "9a4e61d07c2b8f53",
-		Seq:         1,
-		Kind:        notify.KindTrigger,
-		Status:      notify.StatusFiring,
 		Class:       "retry_avalanche",
 		Severity:    detect.Warning,
 		Replica:     "qwen-32b-gw",
@@ -96,18 +94,13 @@ func RetryAvalanche(at time.Time) notify.Event {
 			"Enforce a retry budget in the client library.",
 		},
 		ExplainedBy: []string{"preempt_storm"},
-		StartsAt:    at,
-		At:          at,
 	})
 }
 
 // CacheCollapse is a warning trigger: the prefix-cache hit rate collapsed.
 func CacheCollapse(at time.Time) notify.Event {
-	return links(notify.Event{
+	return trigger(at, notify.Event{
 		Fingerprint: "c3d8a2f15e6b7094",
-		Seq:         1,
-		Kind:        notify.KindTrigger,
-		Status:      notify.StatusFiring,
 		Class:       "cache_collapse",
 		Severity:    detect.Warning,
 		Replica:     "llama-70b-0",
@@ -130,8 +123,6 @@ func CacheCollapse(at time.Time) notify.Event {
 			"Check for /flush_cache calls or restarts that empty the radix cache.",
 		},
 		Explains: []string{"preempt_storm", "retry_avalanche"},
-		StartsAt: at,
-		At:       at,
 	})
 }
 
