@@ -5,6 +5,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagelint"
 )
@@ -36,7 +37,7 @@ func TestDemoPagesPassTheLinter(t *testing.T) {
 		for _, fp := range order {
 			evs := byIncident[fp]
 			pages += len(evs)
-			for _, p := range pagelint.CheckIncident(evs, pagelint.Options{}) {
+			for _, p := range pagelint.CheckIncident(evs, pagelint.Options{Flag: runbook.KnownFlag}) {
 				t.Errorf("%s on %s: %s", evs[0].Class, evs[0].Replica, p)
 			}
 		}

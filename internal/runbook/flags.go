@@ -111,3 +111,8 @@ func UnknownFlags(text string) []string {
 	}
 	return out
 }
+
+// KnownFlag reports whether name ("--max-running-requests") is on Flags.
+func KnownFlag(name string) bool {
+	return slices.ContainsFunc(Flags(), func(f Flag) bool { return f.Name == name })
+}

@@ -14,7 +14,9 @@ import (
 
 	slackapi "github.com/slack-go/slack"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagelint"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
 )
@@ -158,6 +160,9 @@ func TestGoldenPages(t *testing.T) {
 		var evs pageEvents
 		if err := json.Unmarshal(raw, &evs); err != nil {
 			t.Fatalf("%s: %v", path, err)
+		}
+		for _, p := range pagelint.CheckIncident([]notify.Event{evs.Trigger, evs.Resolve}, pagelint.Options{Flag: runbook.KnownFlag}) {
+			t.Errorf("%s: %s", class, p)
 		}
 		for _, step := range []struct {
 			kind string
