@@ -133,16 +133,17 @@ func (n *Notifier) Notify(ctx context.Context, ev notify.Event) error {
 
 // NotifyIncident implements notify.IncidentNotifier. PagerDuty dedups by
 // dedup_key itself, so the only decision is whether a request is needed: a
-// trigger or an escalation opens/updates the alert, a resolve closes it,
-// repeats and updates that do not change severity send nothing (PagerDuty
-// re-notifies through its escalation policy; a re-sent trigger after a
-// restart is such an update).
+// trigger opens the alert, an update that changes its severity or what it
+// says (an escalation, a new cause, impact that grew) updates it with a new
+// trigger on the same key, a resolve closes it. Repeats and updates that
+// change neither send nothing (PagerDuty re-notifies through its
+// escalation policy; a re-sent trigger after a restart is such an update).
 func (n *Notifier) NotifyIncident(ctx context.Context, ev notify.Event, inc *notify.Incident) error {
 	switch ev.Kind {
 	case notify.KindRepeat:
 		return notify.ErrNothingToSend
 	case notify.KindUpdate:
-		if inc != nil && inc.Open && inc.Last.Severity == ev.Severity {
+		if inc != nil && inc.Open && inc.Last.Severity == ev.Severity && inc.Last.Headline == ev.Headline {
 			return notify.ErrNothingToSend
 		}
 	}

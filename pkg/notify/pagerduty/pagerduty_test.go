@@ -274,7 +274,7 @@ func assertNoSecret(t *testing.T, s string, extra ...string) {
 	}
 }
 
-func TestOnlyEscalationsAndResolvesAreSentForOpenIncidents(t *testing.T) {
+func TestOnlyChangesAndResolvesAreSentForOpenIncidents(t *testing.T) {
 	srv := notifytest.NewPagerDutyServer()
 	defer srv.Close()
 	n := newNotifier(t, srv.EventsURL())
@@ -300,6 +300,17 @@ func TestOnlyEscalationsAndResolvesAreSentForOpenIncidents(t *testing.T) {
 	got := srv.Accepted()
 	if len(got) != 1 || got[0].Action != "trigger" || got[0].Payload.Severity != "critical" || got[0].DedupKey != ev.Fingerprint {
 		t.Errorf("escalation sent %+v", got)
+	}
+	// Impact that grew changes what the page says at the same severity:
+	// PagerDuty gets the new summary on the same key.
+	grew := notifytest.Update(ev, notifytest.T0.Add(3*time.Minute), detect.Warning)
+	grew.Headline = "sim-2: 40% of requests failing over 2m — " + ev.Headline
+	if err := n.NotifyIncident(ctx, grew, open); err != nil {
+		t.Fatal(err)
+	}
+	got = srv.Accepted()
+	if len(got) != 2 || got[1].Action != "trigger" || got[1].DedupKey != ev.Fingerprint || !strings.Contains(got[1].Payload.Summary, "40% of requests failing") {
+		t.Errorf("impact update sent %+v", got)
 	}
 }
 
