@@ -30,6 +30,8 @@ type CacheCollapseDetector struct {
 // Class implements Detector.
 func (d *CacheCollapseDetector) Class() Class { return CacheCollapse }
 
+var _ PeerObserver = (*CacheCollapseDetector)(nil)
+
 // hitRateSource is one way to compute the hit rate: hit tokens over all
 // prompt tokens.
 type hitRateSource struct {
@@ -101,56 +103,143 @@ func hitRate(w Window, src hitRateSource, from, to time.Time) (rate, tokens floa
 	return min(hit/all, 1), all, true
 }
 
+// hitRateKey is the Baselines key of the hit rate from the gauge or from
+// counters: the gauge's window average is no counter rate, so a level of
+// one is never compared with the other.
+func hitRateKey(fromGauge bool) string {
+	if fromGauge {
+		return "gauge_hit_rate"
+	}
+	return "hit_rate"
+}
+
+// source picks the best hit-rate source the replica exposes.
+func (d *CacheCollapseDetector) source(w Window) (src hitRateSource, fromGauge, ok bool) {
+	for _, s := range hitRateSources {
+		if w.Has(s.family) {
+			return s, false, true
+		}
+	}
+	if !w.Has(series.CacheHitRateGauge) || !w.Has(series.PromptTokensTotal) {
+		return hitRateSource{}, false, false
+	}
+	return gaugeHitRateSource, true, true
+}
+
+// restarted reports whether the replica restarted within RestartGrace: its
+// cache is cold, so no verdict and no level for its peers.
+func (d *CacheCollapseDetector) restarted(w Window, now time.Time) bool {
+	lr := w.LastRestart()
+	return !lr.IsZero() && now.Sub(lr) < d.cfg.RestartGrace
+}
+
+// hitRates are the hit rate in the range and the baseline, and the prompt
+// tokens each rests on.
+func (d *CacheCollapseDetector) hitRates(w Window, p periods, src hitRateSource, fromGauge bool) (hr measure, tokensNow, tokensBase float64) {
+	if fromGauge {
+		hr = p.avg(w, src.hit)
+		tokensNow, _ = w.Increase(src.all, p.rangeStart, p.now)
+		tokensBase, _ = w.Increase(src.all, p.baseStart, p.rangeStart)
+		return hr, tokensNow, tokensBase
+	}
+	hr.now, tokensNow, hr.nowOK = hitRate(w, src, p.rangeStart, p.now)
+	hr.base, tokensBase, hr.baseOK = hitRate(w, src, p.baseStart, p.rangeStart)
+	return hr, tokensNow, tokensBase
+}
+
+func (d *CacheCollapseDetector) ready(w Window, p periods, src hitRateSource) bool {
+	c := d.cfg
+	return p.baselineReady(w, c.BaselineCoverage, src.all, p.baselineTraffic(c.BaselineCoverage, c.MinPromptTokens))
+}
+
+// BaselineReady implements PeerObserver.
+func (d *CacheCollapseDetector) BaselineReady(w Window, now time.Time) bool {
+	src, _, ok := d.source(w)
+	return !ok || d.restarted(w, now) || d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline), src)
+}
+
+// Levels implements PeerObserver: the hit rate over the range (keyed by
+// its source) and the TTFT p99, when the range holds MinPromptTokens.
+func (d *CacheCollapseDetector) Levels(w Window, now time.Time) map[string]float64 {
+	src, fromGauge, ok := d.source(w)
+	if !ok || d.restarted(w, now) {
+		return nil
+	}
+	p := newPeriods(now, d.cfg.Range, d.cfg.Baseline)
+	if fromGauge && !gaugeSamplesComparable(w, p, src) {
+		return nil
+	}
+	hr, tokensNow, _ := d.hitRates(w, p, src, fromGauge)
+	if !hr.nowOK || tokensNow < d.cfg.MinPromptTokens {
+		return nil
+	}
+	l := levels{}
+	l.measure(hitRateKey(fromGauge), hr)
+	ttft, ok := w.Quantile(0.99, series.TTFTSeconds, nil, p.rangeStart, now)
+	l.level("ttft_p99", ttft, ok)
+	return l.peer()
+}
+
 // Detect implements Detector.
+//
+// Clear rule while frozen: an incident's finding persists until the hit
+// rate is back at RecoveredRatio of the frozen baseline, or at
+// HealthyHitRate whatever the baseline was (a cache that serves most
+// prompt tokens is healthy); its TTFT is compared with the frozen TTFT
+// too. Against its healthy peers (no ready baseline of its own) the onset
+// rule is the usual one, with the peers' hit rate as the baseline.
 func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
-	if lr := w.LastRestart(); !lr.IsZero() && now.Sub(lr) < c.RestartGrace {
+	if d.restarted(w, now) {
 		// A restarted replica starts with an empty cache: a low hit rate is
 		// expected until it warms up (replica_down reports the restart).
 		return nil
 	}
 	p := newPeriods(now, c.Range, c.Baseline)
-	var src hitRateSource
-	found, fromGauge := false, false
-	for _, s := range hitRateSources {
-		if w.Has(s.family) {
-			src, found = s, true
-			break
-		}
-	}
+	src, fromGauge, found := d.source(w)
 	if !found {
-		if !w.Has(series.CacheHitRateGauge) || !w.Has(series.PromptTokensTotal) {
-			return nil
-		}
-		src, fromGauge = gaugeHitRateSource, true
+		return nil
 	}
-	var hr measure
-	var tokensNow, tokensBase float64
-	if fromGauge {
-		if !gaugeSamplesComparable(w, p, src) {
-			return nil
-		}
-		hr = p.avg(w, src.hit)
-		tokensNow, _ = w.Increase(src.all, p.rangeStart, now)
-		tokensBase, _ = w.Increase(src.all, p.baseStart, p.rangeStart)
-	} else {
-		hr.now, tokensNow, hr.nowOK = hitRate(w, src, p.rangeStart, now)
-		hr.base, tokensBase, hr.baseOK = hitRate(w, src, p.baseStart, p.rangeStart)
+	if fromGauge && !gaugeSamplesComparable(w, p, src) {
+		return nil
 	}
-	if !p.baselineReady(w, c.BaselineCoverage, src.all, p.baselineTraffic(c.BaselineCoverage, c.MinPromptTokens)) {
+	hr, tokensNow, tokensBase := d.hitRates(w, p, src, fromGauge)
+	key := hitRateKey(fromGauge)
+	cmp := comparisonOf(w, CacheCollapse)
+	frozen, fromPeers := cmp.frozen(key), false
+	switch {
+	case frozen:
+		cmp.onto(key, &hr)
+	case !d.ready(w, p, src):
 		hr.baseOK = false // a warm-up or a trickle is no reference
+		if fromPeers = cmp.peers(key); fromPeers {
+			cmp.onto(key, &hr)
+		}
 	}
-	if !hr.nowOK || !hr.baseOK || tokensNow < c.MinPromptTokens || tokensBase < c.MinPromptTokens {
+	// A frozen or peers' level rests on traffic of its own: only the
+	// window's baseline needs its prompt tokens counted.
+	ownBase := !frozen && !fromPeers
+	if !hr.nowOK || !hr.baseOK || tokensNow < c.MinPromptTokens || (ownBase && tokensBase < c.MinPromptTokens) {
 		return nil
 	}
-	if hr.now > c.MaxRatioToBaseline*hr.base || hr.base-hr.now < c.MinAbsoluteDrop {
+	if frozen {
+		if hr.now >= c.RecoveredRatio*hr.base || hr.now >= c.HealthyHitRate {
+			return nil
+		}
+	} else if hr.now > c.MaxRatioToBaseline*hr.base || hr.base-hr.now < c.MinAbsoluteDrop {
 		return nil
 	}
+	ttft99 := p.quantile(w, 0.99, series.TTFTSeconds)
+	if !ownBase {
+		cmp.onto("ttft_p99", &ttft99)
+	}
+	kept := baselines{}
+	kept.measure(key, hr)
+	kept.measure("ttft_p99", ttft99)
 
 	kv := p.kvUsageAvg(w)
 	memory := kv.nowOK && kv.now >= c.KVUsageThreshold
 	evictions := p.rate(w, Sel(series.EvictedTokensTotal))
-	ttft99 := p.quantile(w, 0.99, series.TTFTSeconds)
 	ttft50 := p.quantile(w, 0.5, series.TTFTSeconds)
 	queue := p.avg(w, Sel(series.NumQueueReqs))
 	if q, ok := w.Last(Sel(series.NumQueueReqs)); ok {
@@ -168,12 +257,16 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		layer = LayerMemory
 	}
 	f := finding(CacheCollapse, w, sev, layer)
-	f.Evidence = append(f.Evidence,
-		hr.evidence("prefix cache hit rate ("+src.describes+")", "ratio",
-			fmt.Sprintf("<= %sx baseline and >= %s below it", num(c.MaxRatioToBaseline), pctPoints(c.MinAbsoluteDrop))).
-			WithLimit(min(c.MaxRatioToBaseline*hr.base, hr.base-c.MinAbsoluteDrop)),
-		Evidence{Name: "prompt tokens in range", Value: tokensNow, Baseline: tokensBase, HasBaseline: true},
-	)
+	f.Baselines = kept.finding()
+	hitRule := hr.evidence("prefix cache hit rate ("+src.describes+")", "ratio",
+		fmt.Sprintf("<= %sx baseline and >= %s below it", num(c.MaxRatioToBaseline), pctPoints(c.MinAbsoluteDrop))).
+		WithLimit(min(c.MaxRatioToBaseline*hr.base, hr.base-c.MinAbsoluteDrop))
+	if frozen {
+		hitRule = hr.evidence("prefix cache hit rate ("+src.describes+")", "ratio",
+			fmt.Sprintf("open until >= %sx the baseline frozen at onset, or >= %s", num(c.RecoveredRatio), pct(c.HealthyHitRate))).
+			WithLimit(min(c.RecoveredRatio*hr.base, c.HealthyHitRate))
+	}
+	f.Evidence = append(f.Evidence, hitRule, Evidence{Name: "prompt tokens in range", Value: tokensNow, Baseline: tokensBase, HasBaseline: ownBase})
 	if kv.nowOK {
 		f.Evidence = append(f.Evidence, kv.evidence("KV cache usage (avg)", "ratio", ">= "+pct(c.KVUsageThreshold)+" means memory pressure"))
 	}
@@ -290,6 +383,12 @@ type CacheCollapseConfig struct {
 	// CriticalTTFTRatio makes the finding critical when TTFT p99 in Range is
 	// at least this many times its baseline (users feel it).
 	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio" doc:"TTFT p99 this many times baseline: critical"`
+	// RecoveredRatio: an incident's finding, compared with the baseline
+	// frozen at its onset, persists until the hit rate is back at this
+	// share of that baseline ...
+	RecoveredRatio float64 `yaml:"recovered_ratio" doc:"open incident: clears at this share of its frozen baseline ..."`
+	// HealthyHitRate: ... or at this hit rate, whatever the baseline was.
+	HealthyHitRate float64 `yaml:"healthy_hit_rate" doc:"... or at this hit rate"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
@@ -307,6 +406,8 @@ func (CacheCollapseConfig) defaults() CacheCollapseConfig {
 		KVUsageThreshold:   0.85,
 		RestartGrace:       15 * time.Minute,
 		CriticalTTFTRatio:  2,
+		RecoveredRatio:     0.8,
+		HealthyHitRate:     0.7,
 		BaselineCoverage:   DefaultBaselineCoverage(),
 	}
 }
@@ -351,6 +452,12 @@ func (c CacheCollapseConfig) validate(e *configErrors) {
 	e.fraction("kv_usage_threshold", c.KVUsageThreshold)
 	e.check(c.RestartGrace >= 0, "restart_grace", "must not be negative, got %s", c.RestartGrace)
 	e.check(c.CriticalTTFTRatio > 1, "critical_ttft_ratio", "must be greater than 1, got %v", c.CriticalTTFTRatio)
+	e.check(c.RecoveredRatio > 0 && c.RecoveredRatio <= 1, "recovered_ratio", "must be in (0,1], got %v", c.RecoveredRatio)
+	if c.MaxRatioToBaseline > 0 && c.MaxRatioToBaseline < 1 {
+		// Clearing below the onset's level would page and clear at once.
+		e.check(c.RecoveredRatio > c.MaxRatioToBaseline, "recovered_ratio", "must be above max_ratio_to_baseline (%v), got %v", c.MaxRatioToBaseline, c.RecoveredRatio)
+	}
+	e.check(c.HealthyHitRate > 0 && c.HealthyHitRate <= 1, "healthy_hit_rate", "must be in (0,1], got %v", c.HealthyHitRate)
 }
 
 // severities lists what its findings can carry; its runbook describes each.

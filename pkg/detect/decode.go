@@ -30,7 +30,30 @@ type DecodeSlowdownDetector struct {
 // Class implements Detector.
 func (d *DecodeSlowdownDetector) Class() Class { return DecodeSlowdown }
 
+var _ PeerObserver = (*DecodeSlowdownDetector)(nil)
+
+// Baselines keys of decode_slowdown: the latency and the work it ran at.
+const (
+	decodeITLP99     = "itl_p99"
+	decodeITLMean    = "itl_mean"
+	decodeRunning    = "running"
+	decodeSeqLens    = "seq_lens"
+	decodeArrivals   = "arrivals_per_second"
+	decodePrefill    = "prefill_tokens_per_second"
+	decodeThroughput = "gen_throughput"
+	decodeSpecAccept = "spec_accept_length"
+)
+
 // Detect implements Detector.
+//
+// Clear rule while frozen: an incident's finding persists while the
+// inter-token latency p99 (or mean) stays at least RecoveredRatio times
+// the level frozen at its onset, with the p99 at least MinITLSeconds,
+// whatever the batch does since (the backlog a slowdown builds is no
+// recovery). Without a frozen reference the same rule holds a slowdown
+// whose onset at unchanged work is still in the window (held). Against
+// its healthy peers (no ready baseline of its own) the onset rule is the
+// usual one, with the peers' latency and batch as the baseline.
 func (d *DecodeSlowdownDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
@@ -38,7 +61,14 @@ func (d *DecodeSlowdownDetector) Detect(w Window, now time.Time) []Finding {
 	if !ok || n < c.MinTokens {
 		return nil
 	}
-	if ev, ok := d.onset(w, p, true); ok {
+	cmp := comparisonOf(w, DecodeSlowdown)
+	if cmp.frozen(decodeITLP99, decodeITLMean) {
+		if h, ok := d.frozenHold(w, now, cmp); ok {
+			return []Finding{d.report(w, now, h.now, &h)}
+		}
+		return nil
+	}
+	if ev, ok := d.onset(w, p, true, cmp); ok {
 		return []Finding{d.report(w, now, ev, nil)}
 	}
 	if h, ok := d.held(w, now); ok {
@@ -47,19 +77,66 @@ func (d *DecodeSlowdownDetector) Detect(w Window, now time.Time) []Finding {
 	return nil
 }
 
+func (d *DecodeSlowdownDetector) ready(w Window, p periods) bool {
+	c := d.cfg
+	return p.baselineReady(w, c.BaselineCoverage, Sel(series.InterTokenLatency+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinTokens))
+}
+
+// BaselineReady implements PeerObserver.
+func (d *DecodeSlowdownDetector) BaselineReady(w Window, now time.Time) bool {
+	return d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline))
+}
+
+// Levels implements PeerObserver: the inter-token latency and the work it
+// ran at over the range, when it holds MinTokens observations.
+func (d *DecodeSlowdownDetector) Levels(w Window, now time.Time) map[string]float64 {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	if n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now); !ok || n < c.MinTokens {
+		return nil
+	}
+	l := levels{}
+	p99, ok := w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, now)
+	l.level(decodeITLP99, p99, ok)
+	mean, ok := histMean(w, series.InterTokenLatency, nil, p.rangeStart, now)
+	l.level(decodeITLMean, mean, ok)
+	running, ok := w.Avg(Sel(series.NumRunningReqs), p.rangeStart, now)
+	l.level(decodeRunning, running, ok)
+	seqs, ok := w.Avg(Sel(series.DecodeSumSeqLens), p.rangeStart, now)
+	l.level(decodeSeqLens, seqs, ok)
+	l.measure(decodeArrivals, d.arrivals(w, p))
+	l.measure(decodePrefill, prefillWork(p, w))
+	tp, ok := w.Avg(Sel(series.GenThroughput), p.rangeStart, now)
+	l.level(decodeThroughput, tp, ok)
+	spec, ok := w.Avg(Selector{Name: specAcceptLength, Combine: CombineMax}, p.rangeStart, now)
+	l.level(decodeSpecAccept, spec, ok)
+	return l.peer()
+}
+
+// arrivals is the arrival rate, from the HTTP layer or else the finished
+// requests.
+func (d *DecodeSlowdownDetector) arrivals(w Window, p periods) measure {
+	if m := p.rate(w, inference(series.HTTPRequestsTotal, d.cfg.ArrivalEndpoints)); m.nowOK {
+		return m
+	}
+	return p.rate(w, Sel(series.NumRequestsTotal))
+}
+
 // decodeEval is what one evaluation at a time saw: the latency now and in
 // its baseline, and the batch it ran.
 type decodeEval struct {
-	p         periods
-	p99, mean measure
-	growth    float64
-	running   measure
-	seqs      measure
-	arrivals  measure
-	backlog   bool // the batch grew, but only because each request takes longer
-	specDrop  bool
-	spec      measure
-	loraFull  bool
+	p          periods
+	p99, mean  measure
+	growth     float64
+	running    measure
+	seqs       measure
+	arrivals   measure
+	throughput measure
+	prefill    measure // prompt tokens computed per second
+	backlog    bool    // the batch grew, but only because each request takes longer
+	specDrop   bool
+	spec       measure
+	loraFull   bool
 }
 
 // onset evaluates the onset condition at p.now: the inter-token latency
@@ -67,15 +144,21 @@ type decodeEval struct {
 // batch grown only by the backlog the slowdown builds. Without withBaseP99
 // the baseline's tail is not computed and the ratio is judged by the mean
 // (the look-back scan of held: an hour's quantile per step is the costly
-// part).
-func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool) (decodeEval, bool) {
+// part). cmp's peers' levels stand in for a baseline that is not ready.
+func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool, cmp comparison) (decodeEval, bool) {
 	c := d.cfg
 	ev := decodeEval{p: p}
 	itlCount := Sel(series.InterTokenLatency + "_count")
 	if n, ok := w.Increase(itlCount, p.rangeStart, p.now); !ok || n < c.MinTokens {
 		return ev, false
 	}
+	// Peers decide only for a replica whose own baseline is not ready: a
+	// rare case, so readiness is asked first only then.
+	peers := withBaseP99 && cmp.peers(decodeITLP99, decodeITLMean) && !d.ready(w, p)
 	ev.mean = p.histMean(w, series.InterTokenLatency)
+	if peers {
+		cmp.onto(decodeITLMean, &ev.mean)
+	}
 	gMean, okMean := ev.mean.growth()
 	if !withBaseP99 && !(okMean && gMean >= c.ITLRatio) {
 		// Without the baseline's tail only the mean can show the rise:
@@ -85,6 +168,9 @@ func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool) (d
 	}
 	if withBaseP99 {
 		ev.p99 = p.quantile(w, 0.99, series.InterTokenLatency)
+		if peers {
+			cmp.onto(decodeITLP99, &ev.p99)
+		}
 	} else {
 		ev.p99.now, ev.p99.nowOK = w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, p.now)
 	}
@@ -95,7 +181,7 @@ func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool) (d
 	if !((ok99 && g99 >= c.ITLRatio) || (okMean && gMean >= c.ITLRatio)) {
 		return ev, false
 	}
-	if !p.baselineReady(w, c.BaselineCoverage, itlCount, p.baselineTraffic(c.BaselineCoverage, c.MinTokens)) {
+	if !peers && !d.ready(w, p) {
 		return ev, false // a baseline that saw only a warm-up or a trickle is no reference
 	}
 	ev.growth = g99
@@ -116,11 +202,17 @@ func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool) (d
 	}
 	ev.running = p.avg(w, Sel(series.NumRunningReqs))
 	ev.seqs = p.avg(w, Sel(series.DecodeSumSeqLens))
-	perReq := p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs))
-	ev.arrivals = p.rate(w, inference(series.HTTPRequestsTotal, c.ArrivalEndpoints))
-	if !ev.arrivals.nowOK {
-		ev.arrivals = p.rate(w, Sel(series.NumRequestsTotal))
+	ev.arrivals = d.arrivals(w, p)
+	if peers {
+		cmp.onto(decodeRunning, &ev.running)
+		cmp.onto(decodeSeqLens, &ev.seqs)
+		cmp.onto(decodeArrivals, &ev.arrivals)
 	}
+	perReq := measure{}
+	perReq.now, perReq.nowOK = ratio(ev.seqs.now, ev.running.now)
+	perReq.base, perReq.baseOK = ratio(ev.seqs.base, ev.running.base)
+	perReq.nowOK = perReq.nowOK && ev.seqs.nowOK && ev.running.nowOK
+	perReq.baseOK = perReq.baseOK && ev.seqs.baseOK && ev.running.baseOK
 	_, runGrew, runKnown := within(ev.running)
 	_, seqGrew, _ := within(ev.seqs)
 	arrSteady, _, _ := within(ev.arrivals)
@@ -141,11 +233,22 @@ func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool) (d
 	// compute (a collapsed prefix hit rate, longer prompts) slows every
 	// step without any GPU fault. That is load, and the finding that
 	// explains it is cache_collapse or queue_latency.
-	if g, ok := prefillWork(p, w).growth(); ok && g > 1+c.BatchTolerance {
+	ev.prefill = prefillWork(p, w)
+	if peers {
+		cmp.onto(decodePrefill, &ev.prefill)
+	}
+	if g, ok := ev.prefill.growth(); ok && g > 1+c.BatchTolerance {
 		return ev, false
 	}
 
 	ev.spec = p.avg(w, Selector{Name: specAcceptLength, Combine: CombineMax})
+	if peers {
+		cmp.onto(decodeSpecAccept, &ev.spec)
+	}
+	ev.throughput = p.avg(w, Sel(series.GenThroughput))
+	if peers {
+		cmp.onto(decodeThroughput, &ev.throughput)
+	}
 	ev.specDrop = ev.spec.nowOK && ev.spec.baseOK && ev.spec.base > 1 && ev.spec.now <= ev.spec.base*(1-c.BatchTolerance)
 	if u, ok := w.Min(Selector{Name: series.LoraPoolUtilization, Combine: CombineMax}, p.rangeStart, p.now); ok && u >= 0.99 {
 		ev.loraFull = true
@@ -158,6 +261,9 @@ type decodeHold struct {
 	since time.Time  // when the onset condition held, the earliest in the look-back
 	onset decodeEval // the evaluation at since (its baseline is the pre-slowdown one)
 	now   decodeEval // the latency now against the onset's baseline, and the batch now
+	// frozen: the onset is an incident's, its baseline frozen then; the
+	// onset's own batch (onset.running.now) is not known.
+	frozen bool
 }
 
 // held looks for a slowdown that is established but no longer has the
@@ -177,19 +283,15 @@ func (d *DecodeSlowdownDetector) held(w Window, now time.Time) (decodeHold, bool
 	c := d.cfg
 	var h decodeHold
 	p := newPeriods(now, c.Range, c.Baseline)
-	if r := p.rate(w, Sel(series.RetractedRequestsTotal)); r.nowOK && r.now >= c.RetractionsPerSecond {
-		return h, false
-	}
-	nowP99, okP99 := w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, now)
-	nowMean, okMean := histMean(w, series.InterTokenLatency, nil, p.rangeStart, now)
-	if !okP99 || nowP99 < c.MinITLSeconds {
+	p99, mean, ok := d.latencyNow(w, p)
+	if !ok {
 		return h, false
 	}
 	step := max(c.Range/2, time.Second)
 	horizon := time.Duration((1 - c.BaselineCoverage.MinSpanShare) * float64(c.Baseline))
 	found := false
 	for t := now.Add(-horizon); t.Before(now); t = t.Add(step) {
-		if ev, ok := d.onset(w, newPeriods(t, c.Range, c.Baseline), false); ok {
+		if ev, ok := d.onset(w, newPeriods(t, c.Range, c.Baseline), false, comparison{}); ok {
 			h.since, h.onset, found = t, ev, true
 			break
 		}
@@ -198,13 +300,67 @@ func (d *DecodeSlowdownDetector) held(w Window, now time.Time) (decodeHold, bool
 		return h, false
 	}
 	op := h.onset.p
-	base99, ok99 := w.Quantile(0.99, series.InterTokenLatency, nil, op.baseStart, op.rangeStart)
+	h.onset.p99.base, h.onset.p99.baseOK = w.Quantile(0.99, series.InterTokenLatency, nil, op.baseStart, op.rangeStart)
+	return d.holds(w, p, h, p99, mean)
+}
+
+// frozenHold is held with an incident's onset: the baseline frozen when
+// it began stands for the onset's.
+func (d *DecodeSlowdownDetector) frozenHold(w Window, now time.Time, cmp comparison) (decodeHold, bool) {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	p99, mean, ok := d.latencyNow(w, p)
+	if !ok {
+		return decodeHold{}, false
+	}
+	h := decodeHold{since: cmp.ref.Since, frozen: true}
+	on := &h.onset
+	cmp.onto(decodeITLP99, &on.p99)
+	cmp.onto(decodeITLMean, &on.mean)
+	cmp.onto(decodeRunning, &on.running)
+	cmp.onto(decodeSeqLens, &on.seqs)
+	cmp.onto(decodeArrivals, &on.arrivals)
+	cmp.onto(decodePrefill, &on.prefill)
+	cmp.onto(decodeThroughput, &on.throughput)
+	cmp.onto(decodeSpecAccept, &on.spec)
+	h, ok = d.holds(w, p, h, p99, mean)
+	if ok {
+		// What the onset saw is not kept: the speculative acceptance and
+		// the LoRA pool are read now.
+		spec := &h.now.spec
+		spec.now, spec.nowOK = w.Avg(Selector{Name: specAcceptLength, Combine: CombineMax}, p.rangeStart, now)
+		h.now.specDrop = spec.nowOK && spec.baseOK && spec.base > 1 && spec.now <= spec.base*(1-c.BatchTolerance)
+		u, full := w.Min(Selector{Name: series.LoraPoolUtilization, Combine: CombineMax}, p.rangeStart, now)
+		h.now.loraFull = full && u >= 0.99
+	}
+	return h, ok
+}
+
+// latencyNow is the inter-token latency over p's range; ok when a
+// slowdown can hold: no retraction storm (preempt_storm's), the p99 at its
+// floor.
+func (d *DecodeSlowdownDetector) latencyNow(w Window, p periods) (p99, mean measure, ok bool) {
+	c := d.cfg
+	if r := p.rate(w, Sel(series.RetractedRequestsTotal)); r.nowOK && r.now >= c.RetractionsPerSecond {
+		return p99, mean, false
+	}
+	p99.now, p99.nowOK = w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, p.now)
+	mean.now, mean.nowOK = histMean(w, series.InterTokenLatency, nil, p.rangeStart, p.now)
+	return p99, mean, p99.nowOK && p99.now >= c.MinITLSeconds
+}
+
+// holds reports whether the slowdown of h holds at p.now: the latency
+// (p99, mean) at least RecoveredRatio times the onset's baseline, whatever
+// the batch does since. h.now is the evaluation now against that baseline.
+func (d *DecodeSlowdownDetector) holds(w Window, p periods, h decodeHold, p99, mean measure) (decodeHold, bool) {
+	c := d.cfg
+	on := h.onset
 	ev := decodeEval{p: p}
-	ev.p99 = measure{now: nowP99, nowOK: true, base: base99, baseOK: ok99}
-	ev.mean = measure{now: nowMean, nowOK: okMean, base: h.onset.mean.base, baseOK: h.onset.mean.baseOK}
+	ev.p99 = measure{now: p99.now, nowOK: p99.nowOK, base: on.p99.base, baseOK: on.p99.baseOK}
+	ev.mean = measure{now: mean.now, nowOK: mean.nowOK, base: on.mean.base, baseOK: on.mean.baseOK}
 	g99, okG99 := ev.p99.growth()
 	gMean, okGMean := ev.mean.growth()
-	if !(okG99 && g99 >= c.ITLRatio) && !(okGMean && gMean >= c.ITLRatio) {
+	if !(okG99 && g99 >= c.RecoveredRatio) && !(okGMean && gMean >= c.RecoveredRatio) {
 		return h, false // the latency came back: the slowdown is over, whatever the batch does
 	}
 	if okG99 {
@@ -214,16 +370,20 @@ func (d *DecodeSlowdownDetector) held(w Window, now time.Time) (decodeHold, bool
 		ev.growth = max(ev.growth, gMean)
 	}
 	// The batch now, against the onset's baseline: what the slowdown built.
-	ev.running = measure{base: h.onset.running.base, baseOK: h.onset.running.baseOK}
+	now := p.now
+	ev.running = measure{base: on.running.base, baseOK: on.running.baseOK}
 	ev.running.now, ev.running.nowOK = w.Avg(Sel(series.NumRunningReqs), p.rangeStart, now)
-	ev.arrivals = measure{base: h.onset.arrivals.base, baseOK: h.onset.arrivals.baseOK}
+	ev.arrivals = measure{base: on.arrivals.base, baseOK: on.arrivals.baseOK}
 	ev.arrivals.now, ev.arrivals.nowOK = w.Rate(inference(series.HTTPRequestsTotal, c.ArrivalEndpoints), p.rangeStart, now)
 	if !ev.arrivals.nowOK {
 		ev.arrivals.now, ev.arrivals.nowOK = w.Rate(Sel(series.NumRequestsTotal), p.rangeStart, now)
 	}
-	ev.seqs = measure{base: h.onset.seqs.base, baseOK: h.onset.seqs.baseOK}
+	ev.seqs = measure{base: on.seqs.base, baseOK: on.seqs.baseOK}
 	ev.seqs.now, ev.seqs.nowOK = w.Avg(Sel(series.DecodeSumSeqLens), p.rangeStart, now)
-	ev.spec, ev.specDrop, ev.loraFull = h.onset.spec, h.onset.specDrop, h.onset.loraFull
+	ev.throughput = measure{base: on.throughput.base, baseOK: on.throughput.baseOK}
+	ev.throughput.now, ev.throughput.nowOK = w.Avg(Sel(series.GenThroughput), p.rangeStart, now)
+	ev.prefill = measure{base: on.prefill.base, baseOK: on.prefill.baseOK}
+	ev.spec, ev.specDrop, ev.loraFull = on.spec, on.specDrop, on.loraFull
 	h.now = ev
 	return h, true
 }
@@ -231,14 +391,26 @@ func (d *DecodeSlowdownDetector) held(w Window, now time.Time) (decodeHold, bool
 // report builds the finding of an onset (hold nil) or of a held slowdown.
 func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, hold *decodeHold) Finding {
 	c := d.cfg
-	p := ev.p
 	sev := Warning
 	if ev.growth >= c.CriticalITLRatio {
 		sev = Critical
 	}
 	f := finding(DecodeSlowdown, w, sev, LayerDecode)
-	f.Evidence = append(f.Evidence, ev.p99.evidence("inter-token latency p99", "s",
-		fmt.Sprintf("p99 or mean >= %sx baseline, p99 >= %s s", num(c.ITLRatio), num(c.MinITLSeconds))))
+	kept := baselines{}
+	kept.measure(decodeITLP99, ev.p99)
+	kept.measure(decodeITLMean, ev.mean)
+	kept.measure(decodeRunning, ev.running)
+	kept.measure(decodeSeqLens, ev.seqs)
+	kept.measure(decodeArrivals, ev.arrivals)
+	kept.measure(decodePrefill, ev.prefill)
+	kept.measure(decodeThroughput, ev.throughput)
+	kept.measure(decodeSpecAccept, ev.spec)
+	f.Baselines = kept.finding()
+	rule := fmt.Sprintf("p99 or mean >= %sx baseline, p99 >= %s s", num(c.ITLRatio), num(c.MinITLSeconds))
+	if hold != nil {
+		rule = fmt.Sprintf("open until p99 and mean < %sx the baseline before the slowdown, or p99 < %s s", num(c.RecoveredRatio), num(c.MinITLSeconds))
+	}
+	f.Evidence = append(f.Evidence, ev.p99.evidence("inter-token latency p99", "s", rule))
 	if ev.mean.nowOK {
 		f.Evidence = append(f.Evidence, ev.mean.evidence("inter-token latency mean", "s", ""))
 	}
@@ -253,11 +425,8 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 	if ev.arrivals.nowOK {
 		f.Evidence = append(f.Evidence, ev.arrivals.evidence("arrivals/s", "/s", ""))
 	}
-	if tp := p.avg(w, Sel(series.GenThroughput)); tp.nowOK {
-		if hold != nil {
-			tp.base, tp.baseOK = w.Avg(Sel(series.GenThroughput), hold.onset.p.baseStart, hold.onset.p.rangeStart)
-		}
-		f.Evidence = append(f.Evidence, tp.evidence("generation throughput (avg)", "tokens/s", ""))
+	if ev.throughput.nowOK {
+		f.Evidence = append(f.Evidence, ev.throughput.evidence("generation throughput (avg)", "tokens/s", ""))
 	}
 	if ev.spec.nowOK {
 		f.Evidence = append(f.Evidence, ev.spec.evidence("speculative accept length (avg)", "tokens", ""))
@@ -269,8 +438,12 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 		since := hold.since.UTC().Format("15:04 UTC")
 		f.Summary = fmt.Sprintf("Decode slowdown since %s: inter-token latency p99 %s s (%sx its %s s before the slowdown)",
 			since, num(ev.p99.now), num(ev.growth), num(ev.p99.base))
-		head = fmt.Sprintf("Decode layer: the slowdown was established at %s at unchanged work (%s running, baseline %s), and the inter-token latency is still p99 %s",
-			since, num(hold.onset.running.now), num(hold.onset.running.base), vsBaseline(ev.p99, "s"))
+		work := fmt.Sprintf("%s running, baseline %s", num(hold.onset.running.now), num(hold.onset.running.base))
+		if hold.frozen {
+			work = fmt.Sprintf("baseline %s running", num(hold.onset.running.base))
+		}
+		head = fmt.Sprintf("Decode layer: the slowdown was established at %s at unchanged work (%s), and the inter-token latency is still p99 %s",
+			since, work, vsBaseline(ev.p99, "s"))
 		if ev.mean.nowOK {
 			head += fmt.Sprintf(", mean %s", vsBaseline(ev.mean, "s"))
 		}
@@ -369,6 +542,11 @@ type DecodeSlowdownConfig struct {
 	RetractionsPerSecond float64 `yaml:"retractions_per_second"`
 	// CriticalITLRatio makes the finding critical.
 	CriticalITLRatio float64 `yaml:"critical_itl_ratio"`
+	// RecoveredRatio: an established slowdown (an incident's, its baseline
+	// frozen at onset, or one whose onset is still in the window) holds
+	// while the p99 or the mean stays at least this many times the
+	// baseline before it.
+	RecoveredRatio float64 `yaml:"recovered_ratio" doc:"established slowdown: clears within this many times its baseline"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
@@ -387,6 +565,7 @@ func (DecodeSlowdownConfig) defaults() DecodeSlowdownConfig {
 		ArrivalEndpoints:     DefaultInferenceEndpoints,
 		RetractionsPerSecond: 0.1,
 		CriticalITLRatio:     4,
+		RecoveredRatio:       1.5,
 		BaselineCoverage:     DefaultBaselineCoverage(),
 	}
 }
@@ -432,6 +611,10 @@ func (c DecodeSlowdownConfig) validate(e *configErrors) {
 	e.endpoints("arrival_endpoints", c.ArrivalEndpoints)
 	e.positive("retractions_per_second", c.RetractionsPerSecond)
 	e.check(c.CriticalITLRatio >= c.ITLRatio, "critical_itl_ratio", "must be at least itl_ratio (%v), got %v", c.ITLRatio, c.CriticalITLRatio)
+	e.check(c.RecoveredRatio > 1, "recovered_ratio", "must be greater than 1, got %v", c.RecoveredRatio)
+	if c.ITLRatio > 1 {
+		e.check(c.RecoveredRatio <= c.ITLRatio, "recovered_ratio", "must be at most itl_ratio (%v), got %v", c.ITLRatio, c.RecoveredRatio)
+	}
 }
 
 // severities lists what its findings can carry; its runbook describes each.

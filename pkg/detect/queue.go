@@ -28,7 +28,42 @@ type QueueLatencyDetector struct {
 // Class implements Detector.
 func (d *QueueLatencyDetector) Class() Class { return QueueLatency }
 
+var _ PeerObserver = (*QueueLatencyDetector)(nil)
+
+func (d *QueueLatencyDetector) ready(w Window, p periods) bool {
+	c := d.cfg
+	return p.baselineReady(w, c.BaselineCoverage, Sel(series.TTFTSeconds+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinRequests))
+}
+
+// BaselineReady implements PeerObserver.
+func (d *QueueLatencyDetector) BaselineReady(w Window, now time.Time) bool {
+	return d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline))
+}
+
+// Levels implements PeerObserver: the TTFT p99 and mean over the range,
+// when it holds MinRequests first tokens.
+func (d *QueueLatencyDetector) Levels(w Window, now time.Time) map[string]float64 {
+	from := now.Add(-d.cfg.Range)
+	if n, ok := w.Observations(series.TTFTSeconds, nil, from, now); !ok || n < d.cfg.MinRequests {
+		return nil
+	}
+	l := levels{}
+	p99, ok := w.Quantile(0.99, series.TTFTSeconds, nil, from, now)
+	l.level("ttft_p99", p99, ok)
+	mean, ok := histMean(w, series.TTFTSeconds, nil, from, now)
+	l.level("ttft_mean", mean, ok)
+	return l.peer()
+}
+
 // Detect implements Detector.
+//
+// Clear rule while frozen: an incident's finding persists while the TTFT
+// p99 stays at least RecoveredRatio times the p99 frozen at its onset and
+// at least MinTTFTSeconds, or the mean RecoveredRatio times the frozen
+// mean and at least MinMeanTTFTSeconds; it clears once both are back
+// within RecoveredRatio of the frozen levels or under those floors.
+// Against its healthy peers (no ready baseline of its own) the onset rule
+// is the usual one, with the peers' TTFT as the baseline.
 func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
@@ -41,17 +76,38 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	// percent of slow requests in the baseline hour does that).
 	ttft := p.quantile(w, 0.99, series.TTFTSeconds)
 	ttftMean := p.histMean(w, series.TTFTSeconds)
-	if !p.baselineReady(w, c.BaselineCoverage, Sel(series.TTFTSeconds+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinRequests)) {
+	cmp := comparisonOf(w, QueueLatency)
+	frozen := cmp.frozen("ttft_p99", "ttft_mean")
+	switch {
+	case frozen:
+		cmp.onto("ttft_p99", &ttft)
+		cmp.onto("ttft_mean", &ttftMean)
+	case !d.ready(w, p):
 		forgetBaseline(&ttft, &ttftMean) // a warm-up or a trickle is no reference
+		if cmp.peers("ttft_p99", "ttft_mean") {
+			cmp.onto("ttft_p99", &ttft)
+			cmp.onto("ttft_mean", &ttftMean)
+		}
 	}
 	g99, ok99 := ttft.growth()
 	gMean, okMean := ttftMean.growth()
 	g := max(g99, gMean)
-	byP99 := ok99 && g99 >= c.TTFTRatio
-	byMean := okMean && gMean >= c.TTFTRatio && ttftMean.now >= c.MinMeanTTFTSeconds
-	if !ok99 || ttft.now < c.MinTTFTSeconds || !(byP99 || byMean) {
-		return nil
+	if frozen {
+		byP99 := ok99 && g99 >= c.RecoveredRatio && ttft.now >= c.MinTTFTSeconds
+		byMean := okMean && gMean >= c.RecoveredRatio && ttftMean.now >= c.MinMeanTTFTSeconds
+		if !ttft.nowOK || !(byP99 || byMean) {
+			return nil
+		}
+	} else {
+		byP99 := ok99 && g99 >= c.TTFTRatio
+		byMean := okMean && gMean >= c.TTFTRatio && ttftMean.now >= c.MinMeanTTFTSeconds
+		if !ok99 || ttft.now < c.MinTTFTSeconds || !(byP99 || byMean) {
+			return nil
+		}
 	}
+	kept := baselines{}
+	kept.measure("ttft_p99", ttft)
+	kept.measure("ttft_mean", ttftMean)
 	queueMean := p.histMean(w, series.QueueTimeSeconds)
 	queue99 := p.quantile(w, 0.99, series.QueueTimeSeconds)
 	tr := d.triage.Classify(w, now, true)
@@ -88,9 +144,15 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 		layer = LayerQueue
 	}
 	f := finding(QueueLatency, w, sev, layer)
+	f.Baselines = kept.finding()
+	rule := fmt.Sprintf(">= %sx baseline and >= %s s (or the mean >= %sx and >= %s s)",
+		num(c.TTFTRatio), num(c.MinTTFTSeconds), num(c.TTFTRatio), num(c.MinMeanTTFTSeconds))
+	if frozen {
+		rule = fmt.Sprintf("open until < %sx the baseline frozen at onset or < %s s (and the mean < %sx or < %s s)",
+			num(c.RecoveredRatio), num(c.MinTTFTSeconds), num(c.RecoveredRatio), num(c.MinMeanTTFTSeconds))
+	}
 	f.Evidence = append(f.Evidence,
-		ttft.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline and >= %s s (or the mean >= %sx and >= %s s)",
-			num(c.TTFTRatio), num(c.MinTTFTSeconds), num(c.TTFTRatio), num(c.MinMeanTTFTSeconds))),
+		ttft.evidence("TTFT p99", "s", rule),
 		Evidence{Name: "first tokens in range", Value: n, Threshold: ">= " + num(c.MinRequests)}.WithLimit(c.MinRequests),
 	)
 	if ttftMean.nowOK {
@@ -268,6 +330,10 @@ type QueueLatencyConfig struct {
 	QueueShare float64 `yaml:"queue_share" doc:"queue wait share of TTFT that means \"scheduling side\""`
 	// CriticalTTFTRatio makes the finding critical.
 	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio"`
+	// RecoveredRatio: an incident's finding, compared with the TTFT frozen
+	// at its onset, persists while the p99 (or the mean) stays at least
+	// this many times the frozen level and above its floor.
+	RecoveredRatio float64 `yaml:"recovered_ratio" doc:"open incident: clears within this many times its frozen TTFT"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`
@@ -288,6 +354,7 @@ func (QueueLatencyConfig) defaults() QueueLatencyConfig {
 		MinMeanTTFTSeconds: 2,
 		QueueShare:         0.5,
 		CriticalTTFTRatio:  6,
+		RecoveredRatio:     1.5,
 		BaselineCoverage:   DefaultBaselineCoverage(),
 	}
 }
@@ -330,6 +397,10 @@ func (c QueueLatencyConfig) validate(e *configErrors) {
 	e.positive("min_mean_ttft_seconds", c.MinMeanTTFTSeconds)
 	e.check(c.QueueShare > 0 && c.QueueShare < 1, "queue_share", "must be in (0,1), got %v", c.QueueShare)
 	e.check(c.CriticalTTFTRatio >= c.TTFTRatio, "critical_ttft_ratio", "must be at least ttft_ratio (%v), got %v", c.TTFTRatio, c.CriticalTTFTRatio)
+	e.check(c.RecoveredRatio > 1, "recovered_ratio", "must be greater than 1, got %v", c.RecoveredRatio)
+	if c.TTFTRatio > 1 {
+		e.check(c.RecoveredRatio <= c.TTFTRatio, "recovered_ratio", "must be at most ttft_ratio (%v), got %v", c.TTFTRatio, c.RecoveredRatio)
+	}
 }
 
 // severities lists what its findings can carry; its runbook describes each.

@@ -1,0 +1,143 @@
+package detect
+
+import (
+	"math"
+	"time"
+)
+
+// Baselines that cannot absorb an incident. A relative detector compares
+// a recent range with the baseline just before it, so an incident that
+// lasts becomes its own baseline. A finding therefore reports the levels
+// it compared against (Finding.Baselines); the alert tracker freezes them
+// when the incident begins and gives them back as a Frozen Reference while
+// it lasts; and the detector compares with the frozen levels instead of
+// its window's baseline, ready or not. Each detector states its clear rule
+// while frozen: the finding persists until its signal is back near the
+// frozen level, or an absolute floor says the replica is healthy.
+//
+// A replica without a ready baseline of its own (the watchdog or the
+// replica just started) may be given a Peers Reference instead: the levels
+// of its healthy peers over the same range, which internal/assess builds
+// from PeerObserver.Levels. A finding made against it reports those levels,
+// so its incident freezes them too.
+
+// NoBaseline is the Baselines key (value 1) of a finding that its absolute
+// floor alone decided, no baseline being known at its onset. Frozen, it
+// keeps the incident judged by the floor alone: the replica's own history,
+// which the incident fills, never becomes its baseline.
+const NoBaseline = "no_baseline"
+
+// PeerObserver is an optional extension of a Detector whose baseline a
+// replica's healthy peers (same model, same engine type) can stand in for
+// while the replica has none of its own.
+type PeerObserver interface {
+	Detector
+	// BaselineReady reports whether the replica's own baseline holds
+	// enough for a ratio to it to count at now.
+	BaselineReady(w Window, now time.Time) bool
+	// Levels are the replica's levels over the detector's recent range,
+	// by the names of its Finding.Baselines: what it offers its peers as
+	// a reference. nil when the range holds too little to say.
+	Levels(w Window, now time.Time) map[string]float64
+}
+
+// comparison is the reference a detector was given for its class this
+// round, if any.
+type comparison struct {
+	ref Reference
+}
+
+func comparisonOf(w Window, c Class) comparison {
+	r, _ := ReferenceOf(w, c)
+	return comparison{ref: r}
+}
+
+// frozen reports whether the reference is an open incident's frozen
+// baseline holding a level for one of keys: the detector's clear rule
+// decides.
+func (c comparison) frozen(keys ...string) bool { return c.ref.Source == Frozen && c.hasAny(keys) }
+
+// peers reports whether the reference is the healthy peers' levels
+// holding one of keys.
+func (c comparison) peers(keys ...string) bool { return c.ref.Source == Peers && c.hasAny(keys) }
+
+// floorOnly reports whether the frozen reference says no baseline was
+// known at the incident's onset.
+func (c comparison) floorOnly() bool {
+	_, ok := c.ref.Values[NoBaseline]
+	return c.ref.Source == Frozen && ok
+}
+
+func (c comparison) hasAny(keys []string) bool {
+	for _, k := range keys {
+		if _, ok := c.level(k); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// level is the reference's finite level named key.
+func (c comparison) level(key string) (float64, bool) {
+	v, ok := c.ref.Values[key]
+	return v, ok && finite(v)
+}
+
+// onto makes the reference's level named key m's baseline; without that
+// level, m's baseline is unknown.
+func (c comparison) onto(key string, ms ...*measure) {
+	v, ok := c.level(key)
+	for _, m := range ms {
+		m.base, m.baseOK = v, ok
+	}
+}
+
+// baselines collects the levels a finding compared against.
+type baselines map[string]float64
+
+// measure records m's baseline under key when it is known.
+func (b baselines) measure(key string, m measure) {
+	if m.baseOK && finite(m.base) {
+		b[key] = m.base
+	}
+}
+
+// level records v under key when ok.
+func (b baselines) level(key string, v float64, ok bool) {
+	if ok && finite(v) {
+		b[key] = v
+	}
+}
+
+// finding is the map a Finding carries: nil when empty.
+func (b baselines) finding() map[string]float64 {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// levels collects a replica's levels for PeerObserver.Levels: the range
+// side of its measures.
+type levels map[string]float64
+
+func (l levels) measure(key string, m measure) {
+	if m.nowOK && finite(m.now) {
+		l[key] = m.now
+	}
+}
+
+func (l levels) level(key string, v float64, ok bool) {
+	if ok && finite(v) {
+		l[key] = v
+	}
+}
+
+func (l levels) peer() map[string]float64 {
+	if len(l) == 0 {
+		return nil
+	}
+	return l
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
