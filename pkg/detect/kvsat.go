@@ -86,7 +86,77 @@ const (
 	kvRunaway
 )
 
+var _ PeerObserver = (*KVSaturationDetector)(nil)
+
+// Baselines keys of kv_saturation.
+const (
+	kvUsageKey   = "kv_usage"
+	kvOutputKey  = "output_tokens_per_request"
+	kvSeqKey     = "seq_len_per_request"
+	kvRunningKey = "running"
+)
+
+func (d *KVSaturationDetector) ready(w Window, p periods) bool {
+	c := d.cfg
+	return p.baselineReady(w, c.BaselineCoverage, Sel(series.NumRunningReqs), 0) && (!w.Has(series.NumRequestsTotal) ||
+		p.baselineReady(w, c.BaselineCoverage, Sel(series.NumRequestsTotal), p.baselineTraffic(c.BaselineCoverage, c.MinRequests)))
+}
+
+// BaselineReady implements PeerObserver.
+func (d *KVSaturationDetector) BaselineReady(w Window, now time.Time) bool {
+	return d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline))
+}
+
+// Levels implements PeerObserver: the average KV usage over the range,
+// the running batch and its sequence length per request, and the output
+// length when MinRequests finished in the range.
+func (d *KVSaturationDetector) Levels(w Window, now time.Time) map[string]float64 {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	lvl := kvLevels(w, p.rangeStart, now)
+	if !lvl.ok {
+		return nil
+	}
+	l := levels{}
+	l.level(kvUsageKey, lvl.avg, true)
+	outLen, _, enough, _ := d.outputLength(w, p)
+	if enough {
+		l.measure(kvOutputKey, outLen)
+	}
+	l.measure(kvRunningKey, p.avg(w, Sel(series.NumRunningReqs)))
+	l.measure(kvSeqKey, p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs)))
+	return l.peer()
+}
+
+// outputLength is the output tokens per finished request, its name, and
+// whether the range and the baseline each saw MinRequests of them.
+func (d *KVSaturationDetector) outputLength(w Window, p periods) (outLen measure, name string, nowEnough, baseEnough bool) {
+	c := d.cfg
+	outLen = p.perUnit(w, Sel(series.GenerationTokensTotal), Sel(series.NumRequestsTotal))
+	finished := p.increase(w, Sel(series.NumRequestsTotal))
+	name = "output tokens per finished request (generation_tokens_total / num_requests_total)"
+	if outLen.nowOK && outLen.baseOK {
+		return outLen, name, finished.nowOK && finished.now >= c.MinRequests, finished.baseOK && finished.base >= c.MinRequests
+	}
+	// Releases with only the per-request histogram.
+	outLen = p.histMean(w, series.GenerationTokensHist)
+	obs := measure{}
+	obs.now, obs.nowOK = w.Observations(series.GenerationTokensHist, nil, p.rangeStart, p.now)
+	obs.base, obs.baseOK = w.Observations(series.GenerationTokensHist, nil, p.baseStart, p.rangeStart)
+	name = "output tokens per finished request (generation_tokens_histogram mean)"
+	return outLen, name, obs.nowOK && obs.now >= c.MinRequests, obs.baseOK && obs.base >= c.MinRequests
+}
+
 // Detect implements Detector.
+//
+// Clear rule while frozen: an incident's finding persists while its onset
+// rule holds against the levels frozen at its onset — the pool still
+// pinned at UsageThreshold for the whole range (the absolute floor: below
+// it the pool has headroom, whatever the baseline was) and risen MinRise
+// above the frozen average usage, or outputs or sequences still
+// OutputLengthRatio or SeqLenRatio above the frozen ones. Against its
+// healthy peers (no ready baseline of its own) the same rule uses the
+// peers' levels.
 func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
@@ -95,34 +165,27 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		return nil
 	}
 	base := kvLevels(w, p.baseStart, p.rangeStart)
-	ready := p.baselineReady(w, c.BaselineCoverage, Sel(series.NumRunningReqs), 0) && (!w.Has(series.NumRequestsTotal) ||
-		p.baselineReady(w, c.BaselineCoverage, Sel(series.NumRequestsTotal), p.baselineTraffic(c.BaselineCoverage, c.MinRequests)))
-	if !ready {
-		base = kvLevel{} // a warm-up or a trickle is no reference
-	}
-	risen := base.ok && base.avg <= lvl.min-c.MinRise
-
 	// Runaway decode: outputs far longer than normal.
-	outLen := p.perUnit(w, Sel(series.GenerationTokensTotal), Sel(series.NumRequestsTotal))
-	finished := p.increase(w, Sel(series.NumRequestsTotal))
-	outLenName := "output tokens per finished request (generation_tokens_total / num_requests_total)"
-	enough := finished.nowOK && finished.baseOK && finished.now >= c.MinRequests && finished.base >= c.MinRequests
-	if !outLen.nowOK || !outLen.baseOK {
-		// Releases with only the per-request histogram.
-		outLen = p.histMean(w, series.GenerationTokensHist)
-		obs := measure{}
-		obs.now, obs.nowOK = w.Observations(series.GenerationTokensHist, nil, p.rangeStart, now)
-		obs.base, obs.baseOK = w.Observations(series.GenerationTokensHist, nil, p.baseStart, p.rangeStart)
-		outLenName = "output tokens per finished request (generation_tokens_histogram mean)"
-		enough = obs.nowOK && obs.baseOK && obs.now >= c.MinRequests && obs.base >= c.MinRequests
-	}
+	outLen, outLenName, enough, baseEnough := d.outputLength(w, p)
 	running := p.avg(w, Sel(series.NumRunningReqs))
 	seqPerReq := p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs))
-	if !ready {
+	cmp := comparisonOf(w, KVSaturation)
+	keys := []string{kvUsageKey, kvOutputKey, kvSeqKey}
+	if cmp.frozen(keys...) || !d.ready(w, p) {
+		// A warm-up or a trickle is no reference; a frozen or peers'
+		// level, which rests on its own traffic, replaces it.
+		base, baseEnough = kvLevel{}, true
 		forgetBaseline(&outLen, &running, &seqPerReq)
+		if cmp.frozen(keys...) || cmp.peers(keys...) {
+			base.avg, base.ok = cmp.level(kvUsageKey)
+			cmp.onto(kvOutputKey, &outLen)
+			cmp.onto(kvRunningKey, &running)
+			cmp.onto(kvSeqKey, &seqPerReq)
+		}
 	}
+	risen := base.ok && base.avg <= lvl.min-c.MinRise
 	g, ok := outLen.growth()
-	longOutputs := ok && enough && g >= c.OutputLengthRatio
+	longOutputs := ok && enough && baseEnough && g >= c.OutputLengthRatio
 
 	rg, rok := running.growth()
 	steadyBatch := rok && rg >= 1-c.RunningTolerance && rg <= 1+c.RunningTolerance
@@ -132,6 +195,11 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	if !risen && !runaway {
 		return nil
 	}
+	kept := baselines{}
+	kept.level(kvUsageKey, base.avg, base.ok)
+	kept.measure(kvOutputKey, outLen)
+	kept.measure(kvRunningKey, running)
+	kept.measure(kvSeqKey, seqPerReq)
 
 	var hr measure
 	hrName := ""
@@ -161,6 +229,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		sev = Critical
 	}
 	f := finding(KVSaturation, w, sev, LayerMemory)
+	f.Baselines = kept.finding()
 	usage := measure{now: lvl.min, nowOK: true, base: base.avg, baseOK: base.ok}
 	f.Evidence = append(f.Evidence,
 		usage.evidence("KV cache usage, lowest in range ("+lvl.source+"; baseline: average)", "ratio",

@@ -25,7 +25,71 @@ type LoraThrashDetector struct {
 // Class implements Detector.
 func (d *LoraThrashDetector) Class() Class { return LoraThrash }
 
+var _ PeerObserver = (*LoraThrashDetector)(nil)
+
+// Baselines keys of lora_thrash.
+const (
+	loraITLP99   = "itl_p99"
+	loraSpread   = "itl_spread"
+	loraITLMean  = "itl_mean"
+	loraFallback = "graph_fallback_share"
+)
+
+func (d *LoraThrashDetector) ready(w Window, p periods) bool {
+	c := d.cfg
+	return p.baselineReady(w, c.BaselineCoverage, Sel(series.InterTokenLatency+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinTokens))
+}
+
+// BaselineReady implements PeerObserver.
+func (d *LoraThrashDetector) BaselineReady(w Window, now time.Time) bool {
+	return d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline))
+}
+
+// Levels implements PeerObserver: the inter-token latency's p99, spread
+// and mean over the range, and the share of decode passes without a CUDA
+// graph, when the range holds MinTokens observations.
+func (d *LoraThrashDetector) Levels(w Window, now time.Time) map[string]float64 {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	if n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now); !ok || n < c.MinTokens {
+		return nil
+	}
+	p99, spread, mean := d.latency(w, p)
+	l := levels{}
+	l.measure(loraITLP99, p99)
+	l.measure(loraSpread, spread)
+	l.measure(loraITLMean, mean)
+	l.measure(loraFallback, graphFallbacks(p, w))
+	return l.peer()
+}
+
+// latency is the inter-token latency's p99, spread (p99/p50) and mean.
+func (d *LoraThrashDetector) latency(w Window, p periods) (p99, spread, mean measure) {
+	p99 = p.quantile(w, 0.99, series.InterTokenLatency)
+	p50 := p.quantile(w, 0.5, series.InterTokenLatency)
+	if p99.nowOK && p50.nowOK {
+		spread.now, spread.nowOK = ratio(p99.now, p50.now)
+	}
+	if p99.baseOK && p50.baseOK {
+		spread.base, spread.baseOK = ratio(p99.base, p50.base)
+	}
+	return p99, spread, p.histMean(w, series.InterTokenLatency)
+}
+
+// graphFallbacks is the share of decode passes run without a CUDA graph.
+func graphFallbacks(p periods, w Window) measure {
+	return p.perUnit(w, Sel(cudaGraphPassesTotal, "mode", "decode_none"), Sel(cudaGraphPassesTotal, "mode", "decode_none|decode_cuda_graph"))
+}
+
 // Detect implements Detector.
+//
+// Clear rule while frozen: an incident's finding persists while its onset
+// rule holds against the levels frozen at its onset: the pool still full
+// (the absolute condition), the latency's p99, spread or mean still
+// LatencyRatio times the frozen one, and, where CUDA graph passes are
+// counted, their fallback share still FallbackShareRise above the frozen
+// share. Against its healthy peers (no ready baseline of its own) the
+// same rule uses the peers' levels.
 func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
@@ -53,18 +117,18 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	if !ok || n < c.MinTokens {
 		return nil
 	}
-	p99 := p.quantile(w, 0.99, series.InterTokenLatency)
-	p50 := p.quantile(w, 0.5, series.InterTokenLatency)
-	spread := measure{}
-	if p99.nowOK && p50.nowOK {
-		spread.now, spread.nowOK = ratio(p99.now, p50.now)
+	p99, spread, mean := d.latency(w, p)
+	cmp := comparisonOf(w, LoraThrash)
+	keys := []string{loraITLP99, loraSpread, loraITLMean}
+	replaced := cmp.frozen(keys...)
+	if !replaced && !d.ready(w, p) {
+		forgetBaseline(&p99, &spread, &mean) // a warm-up or a trickle is no reference
+		replaced = cmp.peers(keys...)
 	}
-	if p99.baseOK && p50.baseOK {
-		spread.base, spread.baseOK = ratio(p99.base, p50.base)
-	}
-	mean := p.histMean(w, series.InterTokenLatency)
-	if !p.baselineReady(w, c.BaselineCoverage, Sel(series.InterTokenLatency+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinTokens)) {
-		forgetBaseline(&p99, &p50, &spread, &mean) // a warm-up or a trickle is no reference
+	if replaced {
+		cmp.onto(loraITLP99, &p99)
+		cmp.onto(loraSpread, &spread)
+		cmp.onto(loraITLMean, &mean)
 	}
 	g99, ok99 := p99.growth()
 	gSpread, okSpread := spread.growth()
@@ -75,17 +139,24 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 
 	// CUDA graph fallbacks: share of decode passes run without a graph.
 	share := measure{}
-	none := Sel(cudaGraphPassesTotal, "mode", "decode_none")
-	all := Sel(cudaGraphPassesTotal, "mode", "decode_none|decode_cuda_graph")
 	graphs := present(w, cudaGraphPassesTotal, p.baseStart, now)
 	if graphs {
-		share = p.perUnit(w, none, all)
+		share = graphFallbacks(p, w)
+		if replaced {
+			cmp.onto(loraFallback, &share)
+		}
 		if !share.nowOK || !share.baseOK || share.now-share.base < c.FallbackShareRise {
 			return nil // graphs replay as before: the jitter is not the adapters'
 		}
 	}
 
 	f := finding(LoraThrash, w, Warning, LayerDecode)
+	kept := baselines{}
+	kept.measure(loraITLP99, p99)
+	kept.measure(loraSpread, spread)
+	kept.measure(loraITLMean, mean)
+	kept.measure(loraFallback, share)
+	f.Baselines = kept.finding()
 	f.Evidence = append(f.Evidence,
 		Evidence{Name: "LoRA adapter pool utilization, lowest in range (" + source + ")", Value: lowest, Unit: "ratio",
 			Threshold: ">= " + pct(c.FullUtilization), Limit: c.FullUtilization, HasLimit: true},

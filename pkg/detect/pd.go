@@ -23,7 +23,23 @@ type PDTransferFailureDetector struct{ cfg PDTransferFailureConfig }
 // Class implements Detector.
 func (d *PDTransferFailureDetector) Class() Class { return PDTransferFailure }
 
+// Baselines keys of pd_transfer_failure: failed hand-overs per second, in
+// all and by kind.
+const (
+	pdFailures          = "failures_per_second"
+	pdBootstrapFailures = "bootstrap_failures_per_second"
+	pdTransferFailures  = "transfer_failures_per_second"
+)
+
 // Detect implements Detector.
+//
+// Clear rule while frozen: an incident's finding persists while its onset
+// rule holds against the rate frozen at its onset — failed hand-overs at
+// MinFailuresPerSecond (the absolute floor) and BaselineRatio times the
+// frozen rate. One its floor alone decided (no baseline at its onset)
+// stays judged by the floor alone (NoBaseline). A young replica is judged
+// by the floor, never by its peers: failing hand-overs are failing
+// requests, whatever the peers do.
 func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
@@ -37,7 +53,15 @@ func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 	if !total.nowOK || total.now < c.MinFailuresPerSecond {
 		return nil
 	}
-	if !p.requestBaselineReady(w, c.BaselineCoverage, Sel(bootstrapName)) && !p.requestBaselineReady(w, c.BaselineCoverage, Sel(transferName)) {
+	cmp := comparisonOf(w, PDTransferFailure)
+	switch {
+	case cmp.floorOnly():
+		forgetBaseline(&bootstrap, &transfer, &total)
+	case cmp.frozen(pdFailures):
+		cmp.onto(pdFailures, &total)
+		cmp.onto(pdBootstrapFailures, &bootstrap)
+		cmp.onto(pdTransferFailures, &transfer)
+	case !p.requestBaselineReady(w, c.BaselineCoverage, Sel(bootstrapName)) && !p.requestBaselineReady(w, c.BaselineCoverage, Sel(transferName)):
 		// A young replica: the absolute floor decides.
 		forgetBaseline(&bootstrap, &transfer, &total)
 	}
@@ -56,6 +80,15 @@ func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 		sev = Critical
 	}
 	f := finding(PDTransferFailure, w, sev, LayerTransfer)
+	kept := baselines{}
+	kept.measure(pdFailures, total)
+	if _, ok := kept[pdFailures]; ok {
+		kept.measure(pdBootstrapFailures, bootstrap)
+		kept.measure(pdTransferFailures, transfer)
+	} else {
+		kept[NoBaseline] = 1
+	}
+	f.Baselines = kept.finding()
 	f.Evidence = append(f.Evidence, total.evidence("failed KV hand-overs/s (bootstrap + transfer)", "/s",
 		fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinFailuresPerSecond), num(c.BaselineRatio))).WithLimit(floorOrTimesBase(total, c.MinFailuresPerSecond, c.BaselineRatio)))
 	if bootstrap.nowOK {

@@ -25,10 +25,29 @@ type PreemptStormDetector struct {
 // Class implements Detector.
 func (d *PreemptStormDetector) Class() Class { return PreemptStorm }
 
+// Baselines keys of preempt_storm: the retraction rate, or on releases
+// with the lossy gauge only, the share of scrapes that saw retractions.
+const (
+	preemptRate        = "retractions_per_second"
+	preemptLegacyShare = "retraction_scrape_share"
+)
+
 // Detect implements Detector.
+//
+// Clear rule while frozen: an incident's finding persists while its onset
+// rule holds against the level frozen at its onset — the retraction rate
+// at its absolute floor (which scales with the finished requests) and
+// BaselineRatio times the frozen rate, with the KV pool near full — and
+// clears once the rate falls under the floor or within BaselineRatio of
+// the frozen rate. A storm its floor alone decided (no baseline at its
+// onset) stays judged by the floor alone (NoBaseline). A young replica is
+// judged by the floor, never by its peers: a retraction storm is an
+// absolute condition.
 func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
+	cmp := comparisonOf(w, PreemptStorm)
+	kept := baselines{}
 
 	var retractions Evidence
 	var rateNow float64
@@ -50,8 +69,14 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		if !rate.nowOK || rate.now < floor {
 			return nil
 		}
-		// Without a covered baseline (a young replica) the floor decides.
-		if !p.requestBaselineReady(w, c.BaselineCoverage, Sel(series.RetractedRequestsTotal)) {
+		// Without a covered baseline (a young replica) the floor decides;
+		// an incident's frozen baseline replaces the window's.
+		switch {
+		case cmp.floorOnly():
+			forgetBaseline(&rate)
+		case cmp.frozen(preemptRate):
+			cmp.onto(preemptRate, &rate)
+		case !p.requestBaselineReady(w, c.BaselineCoverage, Sel(series.RetractedRequestsTotal)):
 			forgetBaseline(&rate)
 		}
 		if rate.baseOK && !atLeastTimes(rate.now, rate.base, c.BaselineRatio) {
@@ -63,6 +88,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 			limit = max(floor, c.BaselineRatio*rate.base)
 		}
 		rateNow = rate.now
+		kept.measure(preemptRate, rate)
 		if finished.nowOK {
 			critical = rate.now >= c.CriticalRetractionShare*finished.now
 		} else {
@@ -82,14 +108,22 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		if above < c.LegacyMinScrapes {
 			return nil
 		}
-		baseAbove, baseScrapes := counter.CountAbove(gauge, 0, p.baseStart, p.rangeStart)
-		if baseScrapes > 0 && p.requestBaselineReady(w, c.BaselineCoverage, gauge) {
-			nowShare := float64(above) / float64(scrapes)
-			baseShare := float64(baseAbove) / float64(baseScrapes)
-			if !atLeastTimes(nowShare, baseShare, c.BaselineRatio) {
-				return nil
+		nowShare := float64(above) / float64(scrapes)
+		baseShare, baseOK := 0.0, false
+		switch {
+		case cmp.floorOnly():
+		case cmp.frozen(preemptLegacyShare):
+			baseShare, baseOK = cmp.level(preemptLegacyShare)
+		default:
+			baseAbove, baseScrapes := counter.CountAbove(gauge, 0, p.baseStart, p.rangeStart)
+			if baseScrapes > 0 && p.requestBaselineReady(w, c.BaselineCoverage, gauge) {
+				baseShare, baseOK = float64(baseAbove)/float64(baseScrapes), true
 			}
 		}
+		if baseOK && !atLeastTimes(nowShare, baseShare, c.BaselineRatio) {
+			return nil
+		}
+		kept.level(preemptLegacyShare, baseShare, baseOK)
 		legacy = true
 		retractions = Evidence{Name: "scrapes with retractions (legacy gauge sglang:num_retracted_reqs)",
 			Value: float64(above), Threshold: fmt.Sprintf(">= %d scrapes in %s", c.LegacyMinScrapes, c.Range)}.WithLimit(float64(c.LegacyMinScrapes))
@@ -108,7 +142,11 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	if critical {
 		sev = Critical
 	}
+	if len(kept) == 0 {
+		kept[NoBaseline] = 1
+	}
 	f := finding(PreemptStorm, w, sev, LayerMemory)
+	f.Baselines = kept.finding()
 	f.Evidence = append(f.Evidence, retractions)
 	kvText, poolText := "KV usage not exposed", "the pool is full (KV usage not exposed, implied by the retractions)"
 	if kvOK {

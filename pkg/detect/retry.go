@@ -37,7 +37,31 @@ type RetryAvalancheDetector struct{ cfg RetryAvalancheConfig }
 // Class implements Detector.
 func (d *RetryAvalancheDetector) Class() Class { return RetryAvalanche }
 
+// Baselines keys of retry_avalanche: on an engine the arrivals, the
+// arrivals per completion and the client-visible failures; behind the
+// gateway its retries and upstream attempts per client request.
+const (
+	retryArrivals    = "arrivals_per_second"
+	retryAmp         = "arrivals_per_completion"
+	retryFailures    = "failures_per_second"
+	retryRetries     = "retries_per_second"
+	retryAttemptsAmp = "attempts_per_request"
+)
+
 // Detect implements Detector.
+//
+// Clear rule while frozen: an incident's finding persists while its onset
+// rule holds against the levels frozen at its onset. On an engine: the
+// arrivals MinArrivalGrowth times the frozen arrivals, the arrivals per
+// completion MinAmplification times the frozen ratio, the failures at
+// MinFailuresPerSecond (the absolute floor) and FailureBaselineRatio times
+// the frozen rate, and retries beyond the offered load (estimated from the
+// frozen arrivals up). Behind the gateway: its retries at
+// MinRetriesPerSecond and FailureBaselineRatio times the frozen rate, at
+// MinAmplification attempts per client request (absolute); one its floor
+// alone decided stays judged by the floor alone (NoBaseline). It has no
+// peers' reference: a retry loop is a change in the replica's own
+// traffic, which its peers' levels do not describe.
 func (d *RetryAvalancheDetector) Detect(w Window, now time.Time) []Finding {
 	t := trafficOf(w, d.cfg.ArrivalEndpoints)
 	if t.gateway {
@@ -79,6 +103,11 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 		return nil
 	}
 	arrivals := p.rate(w, t.arrivals)
+	cmp := comparisonOf(w, RetryAvalanche)
+	frozen := cmp.frozen(retryArrivals)
+	if frozen {
+		cmp.onto(retryArrivals, &arrivals)
+	}
 	if !arrivals.nowOK || !arrivals.baseOK || !atLeastTimes(arrivals.now, arrivals.base, c.MinArrivalGrowth) {
 		return nil
 	}
@@ -93,6 +122,9 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 		amp.now, amp.nowOK = arrivals.now/max(completions.now, 1e-9), true
 		if completions.baseOK && completions.base > 0 {
 			amp.base, amp.baseOK = arrivals.base/completions.base, true
+		}
+		if frozen {
+			amp.base, amp.baseOK = cmp.level(retryAmp)
 		}
 		// No baseline completions: compare against balance (1 arrival per completion).
 		if amp.baseOK {
@@ -112,6 +144,9 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 		failureParts = append(failureParts, p.rate(w, sel))
 	}
 	failures := sum(failureParts...)
+	if frozen {
+		cmp.onto(retryFailures, &failures)
+	}
 	if !failures.nowOK || failures.now < c.MinFailuresPerSecond {
 		return nil
 	}
@@ -135,6 +170,11 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 		sev = Critical
 	}
 	f := finding(RetryAvalanche, w, sev, LayerClient)
+	kept := baselines{}
+	kept.measure(retryArrivals, arrivals)
+	kept.measure(retryAmp, amp)
+	kept.measure(retryFailures, failures)
+	f.Baselines = kept.finding()
 	f.Evidence = append(f.Evidence,
 		Evidence{Name: "retried arrivals/s (beyond the offered load)", Value: retried, Unit: "/s",
 			Threshold: fmt.Sprintf(">= %s%% of the offered load", num(100*(c.MinAmplification-1))),
@@ -231,6 +271,14 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 		return nil
 	}
 	retries := p.rate(w, t.retries)
+	cmp := comparisonOf(w, RetryAvalanche)
+	frozen := cmp.frozen(retryRetries)
+	switch {
+	case cmp.floorOnly():
+		forgetBaseline(&retries)
+	case frozen:
+		cmp.onto(retryRetries, &retries)
+	}
 	if !retries.nowOK || retries.now < c.MinRetriesPerSecond ||
 		(retries.baseOK && !atLeastTimes(retries.now, retries.base, c.FailureBaselineRatio)) {
 		return nil
@@ -257,6 +305,15 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 	if amp.now < c.MinAmplification {
 		return nil
 	}
+	if frozen {
+		amp.base, amp.baseOK = cmp.level(retryAttemptsAmp)
+	}
+	kept := baselines{}
+	kept.measure(retryRetries, retries)
+	kept.measure(retryAttemptsAmp, amp)
+	if _, ok := kept[retryRetries]; !ok {
+		kept = baselines{NoBaseline: 1}
+	}
 	exhausted := p.rate(w, Sel(series.GatewayRetriesExhaustedTotal))
 	openBreakers, okBreakers := w.Max(Selector{Name: series.GatewayCircuitBreakerState, Combine: CombineMax}, p.rangeStart, now)
 	bl := d.backlog(w, now, t.active, "in-flight requests to workers")
@@ -266,6 +323,7 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 		sev = Critical
 	}
 	f := finding(RetryAvalanche, w, sev, LayerClient)
+	f.Baselines = kept.finding()
 	f.Evidence = append(f.Evidence,
 		retries.evidence("router retries/s", "/s", fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinRetriesPerSecond), num(c.FailureBaselineRatio))).
 			WithLimit(floorOrTimesBase(retries, c.MinRetriesPerSecond, c.FailureBaselineRatio)),
