@@ -152,10 +152,20 @@ func (d *CacheCollapseDetector) ready(w Window, p periods, src hitRateSource) bo
 	return p.baselineReady(w, c.BaselineCoverage, src.all, p.baselineTraffic(c.BaselineCoverage, c.MinPromptTokens))
 }
 
-// BaselineReady implements PeerObserver.
-func (d *CacheCollapseDetector) BaselineReady(w Window, now time.Time) bool {
-	src, _, ok := d.source(w)
-	return !ok || d.restarted(w, now) || d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline), src)
+// NeedsPeers implements PeerObserver: a hit rate low enough to be a
+// collapse from any baseline, on enough prompt tokens.
+func (d *CacheCollapseDetector) NeedsPeers(w Window, now time.Time) bool {
+	c := d.cfg
+	src, fromGauge, ok := d.source(w)
+	if !ok || d.restarted(w, now) {
+		return false
+	}
+	p := newPeriods(now, c.Range, c.Baseline)
+	if tokens, ok := w.Increase(src.all, p.rangeStart, now); !ok || tokens < c.MinPromptTokens || d.ready(w, p, src) {
+		return false
+	}
+	hr, _, _ := d.hitRates(w, p, src, fromGauge)
+	return hr.nowOK && hr.now <= c.MaxRatioToBaseline
 }
 
 // Levels implements PeerObserver: the hit rate over the range (keyed by

@@ -32,9 +32,12 @@ const NoBaseline = "no_baseline"
 // while the replica has none of its own.
 type PeerObserver interface {
 	Detector
-	// BaselineReady reports whether the replica's own baseline holds
-	// enough for a ratio to it to count at now.
-	BaselineReady(w Window, now time.Time) bool
+	// NeedsPeers reports whether the replica's range at now could hold a
+	// finding (enough traffic, past the detector's absolute floors) while
+	// its own baseline holds too little to compare with: its peers'
+	// levels may stand in. It asks the cheap questions first, so that a
+	// round over replicas with ready baselines stays cheap.
+	NeedsPeers(w Window, now time.Time) bool
 	// Levels are the replica's levels over the detector's recent range,
 	// by the names of its Finding.Baselines: what it offers its peers as
 	// a reference. nil when the range holds too little to say.
@@ -131,6 +134,12 @@ func (l levels) level(key string, v float64, ok bool) {
 	if ok && finite(v) {
 		l[key] = v
 	}
+}
+
+// with is l with v under key when ok, as PeerObserver.Levels returns it.
+func (l levels) with(key string, v float64, ok bool) map[string]float64 {
+	l.level(key, v, ok)
+	return l.peer()
 }
 
 func (l levels) peer() map[string]float64 {

@@ -53,7 +53,7 @@ const (
 // recovery). Without a frozen reference the same rule holds a slowdown
 // whose onset at unchanged work is still in the window (held). Against
 // its healthy peers (no ready baseline of its own) the onset rule is the
-// usual one, with the peers' latency and batch as the baseline.
+// mean's: at least ITLRatio times the peers' mean at the peers' batch.
 func (d *DecodeSlowdownDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
@@ -82,13 +82,22 @@ func (d *DecodeSlowdownDetector) ready(w Window, p periods) bool {
 	return p.baselineReady(w, c.BaselineCoverage, Sel(series.InterTokenLatency+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinTokens))
 }
 
-// BaselineReady implements PeerObserver.
-func (d *DecodeSlowdownDetector) BaselineReady(w Window, now time.Time) bool {
-	return d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline))
+// NeedsPeers implements PeerObserver: enough inter-token observations,
+// with the p99 at its floor.
+func (d *DecodeSlowdownDetector) NeedsPeers(w Window, now time.Time) bool {
+	c := d.cfg
+	p := newPeriods(now, c.Range, c.Baseline)
+	if n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now); !ok || n < c.MinTokens || d.ready(w, p) {
+		return false
+	}
+	p99, ok := w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, now)
+	return ok && p99 >= c.MinITLSeconds
 }
 
-// Levels implements PeerObserver: the inter-token latency and the work it
-// ran at over the range, when it holds MinTokens observations.
+// Levels implements PeerObserver: the inter-token latency's mean and the
+// work it ran at over the range, when it holds MinTokens observations.
+// Not the p99: one replica's few-minute tail against another's is noise,
+// so only the mean compares replicas.
 func (d *DecodeSlowdownDetector) Levels(w Window, now time.Time) map[string]float64 {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
@@ -96,8 +105,6 @@ func (d *DecodeSlowdownDetector) Levels(w Window, now time.Time) map[string]floa
 		return nil
 	}
 	l := levels{}
-	p99, ok := w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, now)
-	l.level(decodeITLP99, p99, ok)
 	mean, ok := histMean(w, series.InterTokenLatency, nil, p.rangeStart, now)
 	l.level(decodeITLMean, mean, ok)
 	running, ok := w.Avg(Sel(series.NumRunningReqs), p.rangeStart, now)
@@ -154,7 +161,7 @@ func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool, cm
 	}
 	// Peers decide only for a replica whose own baseline is not ready: a
 	// rare case, so readiness is asked first only then.
-	peers := withBaseP99 && cmp.peers(decodeITLP99, decodeITLMean) && !d.ready(w, p)
+	peers := withBaseP99 && cmp.peers(decodeITLMean) && !d.ready(w, p)
 	ev.mean = p.histMean(w, series.InterTokenLatency)
 	if peers {
 		cmp.onto(decodeITLMean, &ev.mean)
@@ -174,7 +181,7 @@ func (d *DecodeSlowdownDetector) onset(w Window, p periods, withBaseP99 bool, cm
 	} else {
 		ev.p99.now, ev.p99.nowOK = w.Quantile(0.99, series.InterTokenLatency, nil, p.rangeStart, p.now)
 	}
-	if !ev.p99.nowOK || ev.p99.now < c.MinITLSeconds || (withBaseP99 && !ev.p99.baseOK) {
+	if !ev.p99.nowOK || ev.p99.now < c.MinITLSeconds || (withBaseP99 && !peers && !ev.p99.baseOK) {
 		return ev, false
 	}
 	g99, ok99 := ev.p99.growth()
@@ -436,8 +443,9 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 	switch {
 	case hold != nil:
 		since := hold.since.UTC().Format("15:04 UTC")
-		f.Summary = fmt.Sprintf("Decode slowdown since %s: inter-token latency p99 %s s (%sx its %s s before the slowdown)",
-			since, num(ev.p99.now), num(ev.growth), num(ev.p99.base))
+		shown := itlShown(ev)
+		f.Summary = fmt.Sprintf("Decode slowdown since %s: inter-token latency %s %s s (%sx its %s s before the slowdown)",
+			since, shown.name, num(shown.m.now), num(ev.growth), num(shown.m.base))
 		work := fmt.Sprintf("%s running, baseline %s", num(hold.onset.running.now), num(hold.onset.running.base))
 		if hold.frozen {
 			work = fmt.Sprintf("baseline %s running", num(hold.onset.running.base))
@@ -456,14 +464,15 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 		}
 		head += built + ": " + what + ". A batch that changed shape is not a recovery."
 	default:
-		f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %s s (baseline %s s) at an unchanged batch", num(ev.p99.now), num(ev.p99.base))
+		shown := itlShown(ev)
+		f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency %s %s s (baseline %s s) at an unchanged batch", shown.name, num(shown.m.now), num(shown.m.base))
 		batch := fmt.Sprintf("the batch is the same size (%s running, baseline %s", num(ev.running.now), num(ev.running.base))
 		if ev.seqs.nowOK && ev.seqs.baseOK {
 			batch += fmt.Sprintf("; %s tokens in the batch, baseline %s", num(ev.seqs.now), num(ev.seqs.base))
 		}
 		batch += ")"
 		if ev.backlog {
-			f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency p99 %s s (baseline %s s) at unchanged arrivals", num(ev.p99.now), num(ev.p99.base))
+			f.Summary = fmt.Sprintf("Decode slowdown: inter-token latency %s %s s (baseline %s s) at unchanged arrivals", shown.name, num(shown.m.now), num(shown.m.base))
 			batch = fmt.Sprintf("the arrivals are unchanged (%s) and so is the context per request; the batch grew to %s running (baseline %s) only because each request now takes longer",
 				vsBaseline(ev.arrivals, "/s"), num(ev.running.now), num(ev.running.base))
 		}
@@ -496,6 +505,21 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 	}
 	d.triage.Classify(w, now, true).annotate(&f)
 	return f
+}
+
+// shownLatency is the inter-token latency a summary names: the p99, or
+// the mean when only the mean has a baseline (healthy peers' levels, or
+// an incident's frozen from them).
+type shownLatency struct {
+	name string
+	m    measure
+}
+
+func itlShown(ev decodeEval) shownLatency {
+	if !ev.p99.baseOK && ev.mean.baseOK {
+		return shownLatency{"mean", ev.mean}
+	}
+	return shownLatency{"p99", ev.p99}
 }
 
 // prefillWork is the rate of prompt tokens actually computed (not served

@@ -102,9 +102,11 @@ func (d *KVSaturationDetector) ready(w Window, p periods) bool {
 		p.baselineReady(w, c.BaselineCoverage, Sel(series.NumRequestsTotal), p.baselineTraffic(c.BaselineCoverage, c.MinRequests)))
 }
 
-// BaselineReady implements PeerObserver.
-func (d *KVSaturationDetector) BaselineReady(w Window, now time.Time) bool {
-	return d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline))
+// NeedsPeers implements PeerObserver: a pool pinned for the whole range.
+func (d *KVSaturationDetector) NeedsPeers(w Window, now time.Time) bool {
+	p := newPeriods(now, d.cfg.Range, d.cfg.Baseline)
+	lvl := kvLevels(w, p.rangeStart, now)
+	return lvl.ok && lvl.min >= d.cfg.UsageThreshold && !d.ready(w, p)
 }
 
 // Levels implements PeerObserver: the average KV usage over the range,

@@ -40,25 +40,41 @@ func (d *LoraThrashDetector) ready(w Window, p periods) bool {
 	return p.baselineReady(w, c.BaselineCoverage, Sel(series.InterTokenLatency+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinTokens))
 }
 
-// BaselineReady implements PeerObserver.
-func (d *LoraThrashDetector) BaselineReady(w Window, now time.Time) bool {
-	return d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline))
+// servesLoRA reports whether the replica exposes its adapter pool: the
+// detector looks at no other.
+func servesLoRA(w Window) bool { return w.Has(series.LoraPoolUtilization) || w.Has(loraPoolSlotsUsed) }
+
+// NeedsPeers implements PeerObserver: an adapter pool full for the whole
+// range, with enough inter-token observations.
+func (d *LoraThrashDetector) NeedsPeers(w Window, now time.Time) bool {
+	c := d.cfg
+	if !servesLoRA(w) {
+		return false
+	}
+	p := newPeriods(now, c.Range, c.Baseline)
+	if _, full := d.poolFull(w, p); !full {
+		return false
+	}
+	n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now)
+	return ok && n >= c.MinTokens && !d.ready(w, p)
 }
 
-// Levels implements PeerObserver: the inter-token latency's p99, spread
-// and mean over the range, and the share of decode passes without a CUDA
-// graph, when the range holds MinTokens observations.
+// Levels implements PeerObserver: the inter-token latency's mean over the
+// range and the share of decode passes without a CUDA graph, when the
+// range holds MinTokens observations. Not the tail or its spread: one
+// replica's few-minute tail against another's is noise.
 func (d *LoraThrashDetector) Levels(w Window, now time.Time) map[string]float64 {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
+	if !servesLoRA(w) {
+		return nil
+	}
 	if n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now); !ok || n < c.MinTokens {
 		return nil
 	}
-	p99, spread, mean := d.latency(w, p)
 	l := levels{}
-	l.measure(loraITLP99, p99)
-	l.measure(loraSpread, spread)
-	l.measure(loraITLMean, mean)
+	mean, ok := histMean(w, series.InterTokenLatency, nil, p.rangeStart, now)
+	l.level(loraITLMean, mean, ok)
 	l.measure(loraFallback, graphFallbacks(p, w))
 	return l.peer()
 }
@@ -76,6 +92,33 @@ func (d *LoraThrashDetector) latency(w Window, p periods) (p99, spread, mean mea
 	return p99, spread, p.histMean(w, series.InterTokenLatency)
 }
 
+// loraPool is the adapter pool's lowest occupancy over a range.
+type loraPool struct {
+	lowest float64
+	source string
+}
+
+// poolFull reads the pool's occupancy over p's range (the utilization
+// gauge, or used/total slots, covering the range) and reports whether it
+// stayed at FullUtilization.
+func (d *LoraThrashDetector) poolFull(w Window, p periods) (loraPool, bool) {
+	util := Selector{Name: series.LoraPoolUtilization, Combine: CombineMax}
+	lowest, ok := w.Min(util, p.rangeStart, p.now)
+	if ok && !covers(w, util, p.rangeStart, p.now) {
+		return loraPool{}, false
+	}
+	pool := loraPool{lowest: lowest, source: "lora_pool_utilization"}
+	if !ok {
+		total, okT := w.Last(Sel(loraPoolSlotsTotal))
+		used, okU := w.Min(Sel(loraPoolSlotsUsed), p.rangeStart, p.now)
+		if !okT || !okU || total <= 0 || !covers(w, Sel(loraPoolSlotsUsed), p.rangeStart, p.now) {
+			return loraPool{}, false
+		}
+		pool = loraPool{lowest: used / total, source: "lora_pool_slots_used / lora_pool_slots_total"}
+	}
+	return pool, pool.lowest >= d.cfg.FullUtilization
+}
+
 // graphFallbacks is the share of decode passes run without a CUDA graph.
 func graphFallbacks(p periods, w Window) measure {
 	return p.perUnit(w, Sel(cudaGraphPassesTotal, "mode", "decode_none"), Sel(cudaGraphPassesTotal, "mode", "decode_none|decode_cuda_graph"))
@@ -89,29 +132,15 @@ func graphFallbacks(p periods, w Window) measure {
 // LatencyRatio times the frozen one, and, where CUDA graph passes are
 // counted, their fallback share still FallbackShareRise above the frozen
 // share. Against its healthy peers (no ready baseline of its own) the
-// same rule uses the peers' levels.
+// same rule uses the peers' mean and fallback share.
 func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
-
-	// Pool occupancy: the utilization gauge, or used/total slots.
-	util := Selector{Name: series.LoraPoolUtilization, Combine: CombineMax}
-	lowest, ok := w.Min(util, p.rangeStart, now)
-	if ok && !covers(w, util, p.rangeStart, now) {
+	pool, full := d.poolFull(w, p)
+	if !full {
 		return nil
 	}
-	source := "lora_pool_utilization"
-	if !ok {
-		total, okT := w.Last(Sel(loraPoolSlotsTotal))
-		used, okU := w.Min(Sel(loraPoolSlotsUsed), p.rangeStart, now)
-		if !okT || !okU || total <= 0 || !covers(w, Sel(loraPoolSlotsUsed), p.rangeStart, now) {
-			return nil
-		}
-		lowest, source = used/total, "lora_pool_slots_used / lora_pool_slots_total"
-	}
-	if lowest < c.FullUtilization {
-		return nil
-	}
+	lowest, source := pool.lowest, pool.source
 
 	n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now)
 	if !ok || n < c.MinTokens {
@@ -123,7 +152,7 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	replaced := cmp.frozen(keys...)
 	if !replaced && !d.ready(w, p) {
 		forgetBaseline(&p99, &spread, &mean) // a warm-up or a trickle is no reference
-		replaced = cmp.peers(keys...)
+		replaced = cmp.peers(loraITLMean)
 	}
 	if replaced {
 		cmp.onto(loraITLP99, &p99)
@@ -178,6 +207,9 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	}
 
 	f.Summary = fmt.Sprintf("LoRA thrash: adapter pool full, inter-token latency p99 %s s (baseline %s s)", num(p99.now), num(p99.base))
+	if !p99.baseOK && mean.baseOK {
+		f.Summary = fmt.Sprintf("LoRA thrash: adapter pool full, inter-token latency mean %s s (baseline %s s)", num(mean.now), num(mean.base))
+	}
 	graphText := "This release does not expose sglang:cuda_graph_passes_total, so CUDA graph fallbacks cannot be confirmed from metrics."
 	if graphs {
 		graphText = fmt.Sprintf("The share of decode passes run without a CUDA graph rose to %s: adapter switches break graph replay.", pctVsBaseline(share))

@@ -28,31 +28,9 @@ type QueueLatencyDetector struct {
 // Class implements Detector.
 func (d *QueueLatencyDetector) Class() Class { return QueueLatency }
 
-var _ PeerObserver = (*QueueLatencyDetector)(nil)
-
 func (d *QueueLatencyDetector) ready(w Window, p periods) bool {
 	c := d.cfg
 	return p.baselineReady(w, c.BaselineCoverage, Sel(series.TTFTSeconds+"_count"), p.baselineTraffic(c.BaselineCoverage, c.MinRequests))
-}
-
-// BaselineReady implements PeerObserver.
-func (d *QueueLatencyDetector) BaselineReady(w Window, now time.Time) bool {
-	return d.ready(w, newPeriods(now, d.cfg.Range, d.cfg.Baseline))
-}
-
-// Levels implements PeerObserver: the TTFT p99 and mean over the range,
-// when it holds MinRequests first tokens.
-func (d *QueueLatencyDetector) Levels(w Window, now time.Time) map[string]float64 {
-	from := now.Add(-d.cfg.Range)
-	if n, ok := w.Observations(series.TTFTSeconds, nil, from, now); !ok || n < d.cfg.MinRequests {
-		return nil
-	}
-	l := levels{}
-	p99, ok := w.Quantile(0.99, series.TTFTSeconds, nil, from, now)
-	l.level("ttft_p99", p99, ok)
-	mean, ok := histMean(w, series.TTFTSeconds, nil, from, now)
-	l.level("ttft_mean", mean, ok)
-	return l.peer()
 }
 
 // Detect implements Detector.
@@ -62,8 +40,11 @@ func (d *QueueLatencyDetector) Levels(w Window, now time.Time) map[string]float6
 // at least MinTTFTSeconds, or the mean RecoveredRatio times the frozen
 // mean and at least MinMeanTTFTSeconds; it clears once both are back
 // within RecoveredRatio of the frozen levels or under those floors.
-// Against its healthy peers (no ready baseline of its own) the onset rule
-// is the usual one, with the peers' TTFT as the baseline.
+// It takes no peers' reference: a replica's time to first token is its own
+// queue's, which routing and bursts set apart from its peers' at the same
+// moment (near saturation one healthy replica's tail swings several-fold
+// against another's), so a young replica is judged by the absolute floors
+// of error_rate and by the detectors whose signals its peers share.
 func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
@@ -84,10 +65,6 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 		cmp.onto("ttft_mean", &ttftMean)
 	case !d.ready(w, p):
 		forgetBaseline(&ttft, &ttftMean) // a warm-up or a trickle is no reference
-		if cmp.peers("ttft_p99", "ttft_mean") {
-			cmp.onto("ttft_p99", &ttft)
-			cmp.onto("ttft_mean", &ttftMean)
-		}
 	}
 	g99, ok99 := ttft.growth()
 	gMean, okMean := ttftMean.growth()
