@@ -15,6 +15,7 @@ package assess
 
 import (
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,9 @@ type Config struct {
 type Assessor struct {
 	cfg       Config
 	detectors []detect.Detector
+	// observers are the detectors a replica's healthy peers can give a
+	// baseline to (see peers.go).
+	observers []detect.PeerObserver
 }
 
 // New returns an assessor over the given detectors.
@@ -62,7 +66,13 @@ func New(detectors []detect.Detector, cfg Config) *Assessor {
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
-	return &Assessor{cfg: cfg, detectors: detectors}
+	a := &Assessor{cfg: cfg, detectors: detectors}
+	for _, d := range detectors {
+		if o, ok := d.(detect.PeerObserver); ok {
+			a.observers = append(a.observers, o)
+		}
+	}
+	return a
 }
 
 // Detectors are the detectors the assessor runs, in order.
@@ -109,32 +119,24 @@ func (r Round) Replica(name string) (Replica, bool) {
 // Assess evaluates every replica of ws at now. refs are the references
 // (detect.Reference) the detectors of a replica compare against instead of
 // the baselines they would read, by replica name: the open incidents'
-// frozen baselines. nil: none.
+// frozen baselines. nil: none. A replica without a ready baseline of its
+// own is judged by its healthy peers (peers.go).
 func (a *Assessor) Assess(ws Windows, now time.Time, refs map[string]detect.References) Round {
 	reps := ws.Replicas()
 	sort.Slice(reps, func(i, j int) bool { return reps[i].Name < reps[j].Name })
 	states := make([]Replica, len(reps))
 	held := make([]bool, len(reps))
-	assess := func(i int) {
+	unready := make([][]detect.Class, len(reps))
+	a.parallel(len(reps), func(i int) {
 		held[i] = ws.View(reps[i].Name, func(w detect.Window) {
 			states[i] = a.replica(detect.WithReferences(w, refs[reps[i].Name]), now)
+			if _, ok := peersOf(reps[i]); ok {
+				unready[i] = a.unready(w, now, refs[reps[i].Name])
+			}
 		})
-	}
-	if workers := min(a.cfg.Workers, len(reps)); workers <= 1 {
-		for i := range reps {
-			assess(i)
-		}
-	} else {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < len(reps); i = int(next.Add(1) - 1) {
-					assess(i)
-				}
-			})
-		}
-		wg.Wait()
+	})
+	if slices.ContainsFunc(unready, func(cs []detect.Class) bool { return len(cs) > 0 }) {
+		a.peerJudged(ws, now, reps, states, held, unready, refs)
 	}
 	round := Round{At: now, Replicas: make([]Replica, 0, len(reps))}
 	var all []detect.Finding
@@ -160,23 +162,52 @@ func (a *Assessor) AssessWindow(w detect.Window, now time.Time) Round {
 	}
 }
 
+// parallel calls fn(0) ... fn(n-1) on up to Workers goroutines.
+func (a *Assessor) parallel(n int, fn func(i int)) {
+	workers := min(a.cfg.Workers, n)
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func (a *Assessor) replica(w detect.Window, now time.Time) Replica {
 	st := Replica{Replica: w.Replica(), Scrape: w.Scrape()}
 	for _, d := range a.detectors {
 		st.Findings = append(st.Findings, d.Detect(w, now)...)
 	}
-	latencyHigh := false
-	for _, f := range st.Findings {
-		latencyHigh = latencyHigh || f.Class == detect.QueueLatency || f.Class == detect.DecodeSlowdown
-	}
-	st.Triage = a.cfg.Triage.Classify(w, now, latencyHigh)
+	st.Triage = a.cfg.Triage.Classify(w, now, latencyHigh(st.Findings))
 	st.Snapshot = ReadSnapshot(w, now.Add(-a.cfg.Triage.Range), now, a.cfg.ArrivalEndpoints)
-	// One triage per replica: every finding that carries one carries this.
+	st.annotate()
+	return st
+}
+
+// latencyHigh reports whether a latency finding is among fs: the triage
+// reads the latency tails as high then.
+func latencyHigh(fs []detect.Finding) bool {
+	return slices.ContainsFunc(fs, func(f detect.Finding) bool {
+		return f.Class == detect.QueueLatency || f.Class == detect.DecodeSlowdown
+	})
+}
+
+// annotate gives every finding that carries a triage the replica's one.
+func (st *Replica) annotate() {
 	for i := range st.Findings {
 		if st.Findings[i].Triage != "" {
 			st.Findings[i].Triage = st.Triage.String()
 			st.Findings[i].TriageVerdict = st.Triage.Verdict
 		}
 	}
-	return st
 }
