@@ -21,20 +21,29 @@ var start = time.Unix(1_800_000_000, 0)
 // step for d, as the scraper would have delivered it to the window.
 func simulate(t testing.TB, scenario sim.Scenario, d, step time.Duration) []series.Scrape {
 	t.Helper()
-	fleet := sim.NewFleet(sim.FleetConfig{Replicas: 1, Seed: 1, Start: start, Scenario: scenario, Warmup: time.Minute})
+	return simulateFleet(t, scenario, 1, d, step)
+}
+
+// simulateFleet scrapes every replica of a simulated fleet (sim-0, sim-1,
+// ...) running scenario every step for d, in time order.
+func simulateFleet(t testing.TB, scenario sim.Scenario, replicas int, d, step time.Duration) []series.Scrape {
+	t.Helper()
+	fleet := sim.NewFleet(sim.FleetConfig{Replicas: replicas, Seed: 1, Start: start, Scenario: scenario, Warmup: time.Minute})
 	dec := scrape.NewDecoder()
 	var out []series.Scrape
 	var body bytes.Buffer
 	for at := start; at.Before(start.Add(d)); at = at.Add(step) {
 		fleet.Advance(at)
-		body.Reset()
-		sc := series.Scrape{Target: "sim-0", Kind: "engine", At: at, Duration: 2 * time.Millisecond}
-		if err := fleet.WriteMetrics(&body, 0); err != nil {
-			sc.Reason, sc.Error = series.FailureRefused, "connection refused"
-		} else if sc.Groups, err = dec.Decode(body.Bytes(), 0); err != nil {
-			t.Fatal(err)
+		for i, name := range fleet.Replicas() {
+			body.Reset()
+			sc := series.Scrape{Target: name, Kind: "engine", At: at, Duration: 2 * time.Millisecond}
+			if err := fleet.WriteMetrics(&body, i); err != nil {
+				sc.Reason, sc.Error = series.FailureRefused, "connection refused"
+			} else if sc.Groups, err = dec.Decode(body.Bytes(), 0); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, sc)
 		}
-		out = append(out, sc)
 	}
 	return out
 }
