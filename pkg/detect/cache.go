@@ -169,7 +169,9 @@ func (d *CacheCollapseDetector) NeedsPeers(w Window, now time.Time) bool {
 }
 
 // Levels implements PeerObserver: the hit rate over the range (keyed by
-// its source) and the TTFT p99, when the range holds MinPromptTokens.
+// its source), when the range holds MinPromptTokens. Not the TTFT tail
+// that makes a collapse critical: one replica's few-minute p99 against
+// another's is noise.
 func (d *CacheCollapseDetector) Levels(w Window, now time.Time) map[string]float64 {
 	src, fromGauge, ok := d.source(w)
 	if !ok || d.restarted(w, now) {
@@ -185,8 +187,6 @@ func (d *CacheCollapseDetector) Levels(w Window, now time.Time) map[string]float
 	}
 	l := levels{}
 	l.measure(hitRateKey(fromGauge), hr)
-	ttft, ok := w.Quantile(0.99, series.TTFTSeconds, nil, p.rangeStart, now)
-	l.level("ttft_p99", ttft, ok)
 	return l.peer()
 }
 
@@ -197,7 +197,9 @@ func (d *CacheCollapseDetector) Levels(w Window, now time.Time) map[string]float
 // HealthyHitRate whatever the baseline was (a cache that serves most
 // prompt tokens is healthy); its TTFT is compared with the frozen TTFT
 // too. Against its healthy peers (no ready baseline of its own) the onset
-// rule is the usual one, with the peers' hit rate as the baseline.
+// rule is the usual one, with the peers' hit rate as the baseline; such a
+// collapse stays a warning (its TTFT has no baseline to be critical
+// against; error_rate says when users fail).
 func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	if d.restarted(w, now) {
