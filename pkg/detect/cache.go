@@ -185,9 +185,9 @@ func (d *CacheCollapseDetector) Levels(w Window, now time.Time) map[string]float
 	if !hr.nowOK || tokensNow < d.cfg.MinPromptTokens {
 		return nil
 	}
-	l := levels{}
-	l.measure(hitRateKey(fromGauge), hr)
-	return l.peer()
+	l := levelSet{}
+	l.now(hitRateKey(fromGauge), hr)
+	return l.orNil()
 }
 
 // Detect implements Detector.
@@ -245,9 +245,9 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	if !ownBase {
 		cmp.onto("ttft_p99", &ttft99)
 	}
-	kept := baselines{}
-	kept.measure(key, hr)
-	kept.measure("ttft_p99", ttft99)
+	kept := levelSet{}
+	kept.base(key, hr)
+	kept.base("ttft_p99", ttft99)
 
 	kv := p.kvUsageAvg(w)
 	memory := kv.nowOK && kv.now >= c.KVUsageThreshold
@@ -269,7 +269,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		layer = LayerMemory
 	}
 	f := finding(CacheCollapse, w, sev, layer)
-	f.Baselines = kept.finding()
+	f.Baselines = kept.orNil()
 	hitRule := hr.evidence("prefix cache hit rate ("+src.describes+")", "ratio",
 		fmt.Sprintf("<= %sx baseline and >= %s below it", num(c.MaxRatioToBaseline), pctPoints(c.MinAbsoluteDrop))).
 		WithLimit(min(c.MaxRatioToBaseline*hr.base, hr.base-c.MinAbsoluteDrop))

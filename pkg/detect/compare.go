@@ -95,54 +95,26 @@ func (c comparison) onto(key string, ms ...*measure) {
 	}
 }
 
-// baselines collects the levels a finding compared against.
-type baselines map[string]float64
+// levelSet collects levels by name: the baselines a finding compared
+// against (Finding.Baselines), or the range levels a PeerObserver offers.
+type levelSet map[string]float64
 
-// measure records m's baseline under key when it is known.
-func (b baselines) measure(key string, m measure) {
-	if m.baseOK && finite(m.base) {
-		b[key] = m.base
-	}
-}
+// base records m's baseline under key when it is known.
+func (l levelSet) base(key string, m measure) { l.level(key, m.base, m.baseOK) }
 
-// level records v under key when ok.
-func (b baselines) level(key string, v float64, ok bool) {
-	if ok && finite(v) {
-		b[key] = v
-	}
-}
+// now records m's range value under key when it is known.
+func (l levelSet) now(key string, m measure) { l.level(key, m.now, m.nowOK) }
 
-// finding is the map a Finding carries: nil when empty.
-func (b baselines) finding() map[string]float64 {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
-}
-
-// levels collects a replica's levels for PeerObserver.Levels: the range
-// side of its measures.
-type levels map[string]float64
-
-func (l levels) measure(key string, m measure) {
-	if m.nowOK && finite(m.now) {
-		l[key] = m.now
-	}
-}
-
-func (l levels) level(key string, v float64, ok bool) {
+// level records v under key when ok and finite (a level is persisted as
+// JSON, which has no NaN).
+func (l levelSet) level(key string, v float64, ok bool) {
 	if ok && finite(v) {
 		l[key] = v
 	}
 }
 
-// with is l with v under key when ok, as PeerObserver.Levels returns it.
-func (l levels) with(key string, v float64, ok bool) map[string]float64 {
-	l.level(key, v, ok)
-	return l.peer()
-}
-
-func (l levels) peer() map[string]float64 {
+// orNil is l as a Finding or a PeerObserver hands it over: nil when empty.
+func (l levelSet) orNil() map[string]float64 {
 	if len(l) == 0 {
 		return nil
 	}

@@ -104,20 +104,20 @@ func (d *DecodeSlowdownDetector) Levels(w Window, now time.Time) map[string]floa
 	if n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now); !ok || n < c.MinTokens {
 		return nil
 	}
-	l := levels{}
+	l := levelSet{}
 	mean, ok := histMean(w, series.InterTokenLatency, nil, p.rangeStart, now)
 	l.level(decodeITLMean, mean, ok)
 	running, ok := w.Avg(Sel(series.NumRunningReqs), p.rangeStart, now)
 	l.level(decodeRunning, running, ok)
 	seqs, ok := w.Avg(Sel(series.DecodeSumSeqLens), p.rangeStart, now)
 	l.level(decodeSeqLens, seqs, ok)
-	l.measure(decodeArrivals, d.arrivals(w, p))
-	l.measure(decodePrefill, prefillWork(p, w))
+	l.now(decodeArrivals, d.arrivals(w, p))
+	l.now(decodePrefill, prefillWork(p, w))
 	tp, ok := w.Avg(Sel(series.GenThroughput), p.rangeStart, now)
 	l.level(decodeThroughput, tp, ok)
 	spec, ok := w.Avg(Selector{Name: specAcceptLength, Combine: CombineMax}, p.rangeStart, now)
 	l.level(decodeSpecAccept, spec, ok)
-	return l.peer()
+	return l.orNil()
 }
 
 // arrivals is the arrival rate, from the HTTP layer or else the finished
@@ -403,16 +403,16 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 		sev = Critical
 	}
 	f := finding(DecodeSlowdown, w, sev, LayerDecode)
-	kept := baselines{}
-	kept.measure(decodeITLP99, ev.p99)
-	kept.measure(decodeITLMean, ev.mean)
-	kept.measure(decodeRunning, ev.running)
-	kept.measure(decodeSeqLens, ev.seqs)
-	kept.measure(decodeArrivals, ev.arrivals)
-	kept.measure(decodePrefill, ev.prefill)
-	kept.measure(decodeThroughput, ev.throughput)
-	kept.measure(decodeSpecAccept, ev.spec)
-	f.Baselines = kept.finding()
+	kept := levelSet{}
+	kept.base(decodeITLP99, ev.p99)
+	kept.base(decodeITLMean, ev.mean)
+	kept.base(decodeRunning, ev.running)
+	kept.base(decodeSeqLens, ev.seqs)
+	kept.base(decodeArrivals, ev.arrivals)
+	kept.base(decodePrefill, ev.prefill)
+	kept.base(decodeThroughput, ev.throughput)
+	kept.base(decodeSpecAccept, ev.spec)
+	f.Baselines = kept.orNil()
 	rule := fmt.Sprintf("p99 or mean >= %sx baseline, p99 >= %s s", num(c.ITLRatio), num(c.MinITLSeconds))
 	if hold != nil {
 		rule = fmt.Sprintf("open until p99 and mean < %sx the baseline before the slowdown, or p99 < %s s", num(c.RecoveredRatio), num(c.MinITLSeconds))

@@ -119,15 +119,15 @@ func (d *KVSaturationDetector) Levels(w Window, now time.Time) map[string]float6
 	if !lvl.ok {
 		return nil
 	}
-	l := levels{}
+	l := levelSet{}
 	l.level(kvUsageKey, lvl.avg, true)
 	outLen, _, enough, _ := d.outputLength(w, p)
 	if enough {
-		l.measure(kvOutputKey, outLen)
+		l.now(kvOutputKey, outLen)
 	}
-	l.measure(kvRunningKey, p.avg(w, Sel(series.NumRunningReqs)))
-	l.measure(kvSeqKey, p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs)))
-	return l.peer()
+	l.now(kvRunningKey, p.avg(w, Sel(series.NumRunningReqs)))
+	l.now(kvSeqKey, p.gaugeRatio(w, Sel(series.DecodeSumSeqLens), Sel(series.NumRunningReqs)))
+	return l.orNil()
 }
 
 // outputLength is the output tokens per finished request, its name, and
@@ -197,11 +197,11 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	if !risen && !runaway {
 		return nil
 	}
-	kept := baselines{}
+	kept := levelSet{}
 	kept.level(kvUsageKey, base.avg, base.ok)
-	kept.measure(kvOutputKey, outLen)
-	kept.measure(kvRunningKey, running)
-	kept.measure(kvSeqKey, seqPerReq)
+	kept.base(kvOutputKey, outLen)
+	kept.base(kvRunningKey, running)
+	kept.base(kvSeqKey, seqPerReq)
 
 	var hr measure
 	hrName := ""
@@ -231,7 +231,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		sev = Critical
 	}
 	f := finding(KVSaturation, w, sev, LayerMemory)
-	f.Baselines = kept.finding()
+	f.Baselines = kept.orNil()
 	usage := measure{now: lvl.min, nowOK: true, base: base.avg, baseOK: base.ok}
 	f.Evidence = append(f.Evidence,
 		usage.evidence("KV cache usage, lowest in range ("+lvl.source+"; baseline: average)", "ratio",

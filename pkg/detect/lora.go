@@ -72,11 +72,11 @@ func (d *LoraThrashDetector) Levels(w Window, now time.Time) map[string]float64 
 	if n, ok := w.Observations(series.InterTokenLatency, nil, p.rangeStart, now); !ok || n < c.MinTokens {
 		return nil
 	}
-	l := levels{}
+	l := levelSet{}
 	mean, ok := histMean(w, series.InterTokenLatency, nil, p.rangeStart, now)
 	l.level(loraITLMean, mean, ok)
-	l.measure(loraFallback, graphFallbacks(p, w))
-	return l.peer()
+	l.now(loraFallback, graphFallbacks(p, w))
+	return l.orNil()
 }
 
 // latency is the inter-token latency's p99, spread (p99/p50) and mean.
@@ -180,12 +180,12 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 	}
 
 	f := finding(LoraThrash, w, Warning, LayerDecode)
-	kept := baselines{}
-	kept.measure(loraITLP99, p99)
-	kept.measure(loraSpread, spread)
-	kept.measure(loraITLMean, mean)
-	kept.measure(loraFallback, share)
-	f.Baselines = kept.finding()
+	kept := levelSet{}
+	kept.base(loraITLP99, p99)
+	kept.base(loraSpread, spread)
+	kept.base(loraITLMean, mean)
+	kept.base(loraFallback, share)
+	f.Baselines = kept.orNil()
 	f.Evidence = append(f.Evidence,
 		Evidence{Name: "LoRA adapter pool utilization, lowest in range (" + source + ")", Value: lowest, Unit: "ratio",
 			Threshold: ">= " + pct(c.FullUtilization), Limit: c.FullUtilization, HasLimit: true},

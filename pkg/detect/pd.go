@@ -80,15 +80,15 @@ func (d *PDTransferFailureDetector) Detect(w Window, now time.Time) []Finding {
 		sev = Critical
 	}
 	f := finding(PDTransferFailure, w, sev, LayerTransfer)
-	kept := baselines{}
-	kept.measure(pdFailures, total)
+	kept := levelSet{}
+	kept.base(pdFailures, total)
 	if _, ok := kept[pdFailures]; ok {
-		kept.measure(pdBootstrapFailures, bootstrap)
-		kept.measure(pdTransferFailures, transfer)
+		kept.base(pdBootstrapFailures, bootstrap)
+		kept.base(pdTransferFailures, transfer)
 	} else {
 		kept[NoBaseline] = 1
 	}
-	f.Baselines = kept.finding()
+	f.Baselines = kept.orNil()
 	f.Evidence = append(f.Evidence, total.evidence("failed KV hand-overs/s (bootstrap + transfer)", "/s",
 		fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinFailuresPerSecond), num(c.BaselineRatio))).WithLimit(floorOrTimesBase(total, c.MinFailuresPerSecond, c.BaselineRatio)))
 	if bootstrap.nowOK {

@@ -47,7 +47,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg
 	p := newPeriods(now, c.Range, c.Baseline)
 	cmp := comparisonOf(w, PreemptStorm)
-	kept := baselines{}
+	kept := levelSet{}
 
 	var retractions Evidence
 	var rateNow float64
@@ -88,7 +88,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 			limit = max(floor, c.BaselineRatio*rate.base)
 		}
 		rateNow = rate.now
-		kept.measure(preemptRate, rate)
+		kept.base(preemptRate, rate)
 		if finished.nowOK {
 			critical = rate.now >= c.CriticalRetractionShare*finished.now
 		} else {
@@ -146,7 +146,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		kept[NoBaseline] = 1
 	}
 	f := finding(PreemptStorm, w, sev, LayerMemory)
-	f.Baselines = kept.finding()
+	f.Baselines = kept.orNil()
 	f.Evidence = append(f.Evidence, retractions)
 	kvText, poolText := "KV usage not exposed", "the pool is full (KV usage not exposed, implied by the retractions)"
 	if kvOK {

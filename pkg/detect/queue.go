@@ -82,9 +82,9 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 			return nil
 		}
 	}
-	kept := baselines{}
-	kept.measure("ttft_p99", ttft)
-	kept.measure("ttft_mean", ttftMean)
+	kept := levelSet{}
+	kept.base("ttft_p99", ttft)
+	kept.base("ttft_mean", ttftMean)
 	queueMean := p.histMean(w, series.QueueTimeSeconds)
 	queue99 := p.quantile(w, 0.99, series.QueueTimeSeconds)
 	tr := d.triage.Classify(w, now, true)
@@ -121,7 +121,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 		layer = LayerQueue
 	}
 	f := finding(QueueLatency, w, sev, layer)
-	f.Baselines = kept.finding()
+	f.Baselines = kept.orNil()
 	rule := fmt.Sprintf(">= %sx baseline and >= %s s (or the mean >= %sx and >= %s s)",
 		num(c.TTFTRatio), num(c.MinTTFTSeconds), num(c.TTFTRatio), num(c.MinMeanTTFTSeconds))
 	if frozen {

@@ -170,11 +170,11 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 		sev = Critical
 	}
 	f := finding(RetryAvalanche, w, sev, LayerClient)
-	kept := baselines{}
-	kept.measure(retryArrivals, arrivals)
-	kept.measure(retryAmp, amp)
-	kept.measure(retryFailures, failures)
-	f.Baselines = kept.finding()
+	kept := levelSet{}
+	kept.base(retryArrivals, arrivals)
+	kept.base(retryAmp, amp)
+	kept.base(retryFailures, failures)
+	f.Baselines = kept.orNil()
 	f.Evidence = append(f.Evidence,
 		Evidence{Name: "retried arrivals/s (beyond the offered load)", Value: retried, Unit: "/s",
 			Threshold: fmt.Sprintf(">= %s%% of the offered load", num(100*(c.MinAmplification-1))),
@@ -308,11 +308,11 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 	if frozen {
 		amp.base, amp.baseOK = cmp.level(retryAttemptsAmp)
 	}
-	kept := baselines{}
-	kept.measure(retryRetries, retries)
-	kept.measure(retryAttemptsAmp, amp)
+	kept := levelSet{}
+	kept.base(retryRetries, retries)
+	kept.base(retryAttemptsAmp, amp)
 	if _, ok := kept[retryRetries]; !ok {
-		kept = baselines{NoBaseline: 1}
+		kept = levelSet{NoBaseline: 1}
 	}
 	exhausted := p.rate(w, Sel(series.GatewayRetriesExhaustedTotal))
 	openBreakers, okBreakers := w.Max(Selector{Name: series.GatewayCircuitBreakerState, Combine: CombineMax}, p.rangeStart, now)
@@ -323,7 +323,7 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 		sev = Critical
 	}
 	f := finding(RetryAvalanche, w, sev, LayerClient)
-	f.Baselines = kept.finding()
+	f.Baselines = kept.orNil()
 	f.Evidence = append(f.Evidence,
 		retries.evidence("router retries/s", "/s", fmt.Sprintf(">= %s/s and >= %sx baseline", num(c.MinRetriesPerSecond), num(c.FailureBaselineRatio))).
 			WithLimit(floorOrTimesBase(retries, c.MinRetriesPerSecond, c.FailureBaselineRatio)),
