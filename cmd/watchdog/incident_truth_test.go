@@ -371,8 +371,10 @@ func TestGPUSlowdownRetryLoopPagesOneIncident(t *testing.T) {
 		if !sawBoth {
 			t.Error("no page names both the decode slowdown and the retry avalanche")
 		}
-		if len(triggers) != 1 || triggers[0].Severity != detect.Critical {
-			t.Errorf("%d triggers, want exactly 1, critical", len(triggers))
+		// One trigger: it may open as a warning and escalate as the
+		// slowdown deepens (PagerDuty then gets it as critical, below).
+		if len(triggers) != 1 {
+			t.Errorf("%d triggers, want exactly 1", len(triggers))
 		}
 		if len(resolves) != 1 {
 			t.Fatalf("%d resolves, want exactly 1", len(resolves))
@@ -402,7 +404,8 @@ func TestGPUSlowdownRetryLoopPagesOneIncident(t *testing.T) {
 		if parents := run.slack.Parents(); len(parents) != 1 {
 			t.Errorf("%d Slack messages, want 1 for the one incident", len(parents))
 		} else if !slices.ContainsFunc(run.slack.Replies(parents[0].TS), func(m notifytest.SlackMessage) bool {
-			return strings.Contains(m.Text, "Now also:* retry_avalanche")
+			_, joined, ok := strings.Cut(m.Text, "Now also:* ")
+			return ok && strings.Contains(strings.SplitN(joined, "\n", 2)[0], "retry_avalanche")
 		}) {
 			t.Error("no Slack thread reply says the retry avalanche joined")
 		}
@@ -451,7 +454,8 @@ func TestStormDrainFailuresUpdateThePageOnce(t *testing.T) {
 			t.Fatalf("%d pages first showing the failures, want exactly 1 update", len(failures))
 		}
 		upd := failures[0]
-		if !regexp.MustCompile(`(?i)preempt`).MatchString(upd.Headline) || !strings.Contains(upd.Headline, upd.Failing) ||
+		failingLead, _, _ := strings.Cut(upd.Failing, " — ")
+		if !regexp.MustCompile(`(?i)preempt`).MatchString(upd.Headline) || !strings.Contains(upd.Headline, failingLead) ||
 			!slices.Contains(upd.Explains, string(detect.ErrorRate)) {
 			t.Errorf("the update does not say that the storm now fails users: %s (explains %v)", run.pageLine(upd), upd.Explains)
 		}
@@ -539,9 +543,13 @@ func TestWarningStormOutagePagesPagerDutyWithinFor(t *testing.T) {
 		if len(paged) == 0 || paged[0].Kind != notify.KindTrigger {
 			t.Fatal("no trigger first")
 		}
+		// The first page is a warning of the incident the storm is (its
+		// slower decode may show a round before the storm and be renamed
+		// after it, under the same key).
 		first := paged[0]
-		if first.Severity != detect.Warning || first.Class != string(detect.PreemptStorm) || first.Replica != "sim-0" {
-			t.Fatalf("the first page is not the storm's warning: %s %s", first.Class, run.pageLine(first))
+		storm := slices.IndexFunc(paged, func(ev notify.Event) bool { return ev.Class == string(detect.PreemptStorm) })
+		if storm < 0 || first.Severity != detect.Warning || first.Replica != "sim-0" || first.Fingerprint != paged[storm].Fingerprint {
+			t.Fatalf("the first page is not a warning of the storm's incident: %s %s", first.Class, run.pageLine(first))
 		}
 		key := first.Fingerprint
 		if parents := run.slack.Parents(); len(parents) != 1 {

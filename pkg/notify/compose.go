@@ -78,7 +78,9 @@ func headline(ev Event) string {
 		lead = ev.Summary
 	}
 	if ev.Failing != "" && !resolved {
-		lead = ev.Failing + " — " + lead
+		// Its first clause: the share failing; the rest is on the page.
+		failing, _, _ := strings.Cut(ev.Failing, " — ")
+		lead = failing + " — " + lead
 	}
 	h := where + ": " + lead
 	if ev.Impact == nil {
@@ -136,11 +138,14 @@ func lowerFirst(s string) string {
 	return string(r)
 }
 
-// trimTitle drops a summary's leading "Title: ", which the chain before it
-// already names.
+// trimTitle drops a summary's leading "Title: " (or "Title since 03:12
+// UTC: "), which the chain before it already names.
 func trimTitle(summary, title string) string {
-	if len(summary) > len(title)+1 && strings.EqualFold(summary[:len(title)], title) && summary[len(title)] == ':' {
-		return strings.TrimSpace(summary[len(title)+1:])
+	if len(summary) <= len(title) || !strings.EqualFold(summary[:len(title)], title) {
+		return summary
+	}
+	if head, rest, ok := strings.Cut(summary, ": "); ok && !strings.Contains(head[len(title):], ",") {
+		return strings.TrimSpace(rest)
 	}
 	return summary
 }
