@@ -9,8 +9,9 @@ import (
 )
 
 // Snapshot is the global state the runbook reads first, for one replica:
-// gauges as of the last scrape, rates and latency quantiles over a recent
-// span. A nil field was not exposed (or, for a rate, needs a
+// gauges as of the last scrape (running and queued requests: their
+// averages over the span, as the triage reads them), rates and latency
+// quantiles over a recent span. A nil field was not exposed (or, for a rate, needs a
 // second scrape).
 type Snapshot struct {
 	// ObservedSeconds is the span the rates and quantiles cover: first to
@@ -102,8 +103,11 @@ func ReadSnapshot(w detect.Window, from, to time.Time, arrivalEndpoints string) 
 		start = fs
 	}
 	s.ObservedSeconds = max(0, to.Sub(start).Seconds())
-	s.RunningRequests = ptr(w.Last(detect.Sel(series.NumRunningReqs)))
-	s.QueuedRequests = ptr(w.Last(detect.Sel(series.NumQueueReqs)))
+	// Running and queued requests are the averages over the span, the
+	// triage's own numbers: the page, the triage line and the workspace
+	// give one value for each.
+	s.RunningRequests = ptr(w.Avg(detect.Sel(series.NumRunningReqs), from, to))
+	s.QueuedRequests = ptr(w.Avg(detect.Sel(series.NumQueueReqs), from, to))
 	s.MaxRunningRequests = ptr(w.Last(detect.Selector{Name: maxRunningRequests, Combine: detect.CombineMax}))
 
 	for _, name := range []string{series.FullTokenUsage, series.TokenUsage} {
