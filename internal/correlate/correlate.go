@@ -37,11 +37,17 @@ type Config struct {
 	// fleet incident. Once open, the tracker keeps it until no replica of
 	// the model shows the cause (hysteresis).
 	FleetFraction float64 `yaml:"fleet_fraction"`
+	// DownCriticalShare is the share of a model's replicas that must be
+	// down at once for a replica_down to page critical: losing one replica
+	// in ten leaves the others serving (a warning), losing the last one
+	// standing does not. Requests failing on the replica (error_rate
+	// critical) keep it critical whatever the share.
+	DownCriticalShare float64 `yaml:"down_critical_share"`
 }
 
 // DefaultConfig holds production values.
 func DefaultConfig() Config {
-	return Config{FoldConsequences: true, FleetMinReplicas: 3, FleetFraction: 0.5}
+	return Config{FoldConsequences: true, FleetMinReplicas: 3, FleetFraction: 0.5, DownCriticalShare: 0.2}
 }
 
 // Validate reports every problem with its YAML path.
@@ -52,6 +58,9 @@ func (c Config) Validate() error {
 	}
 	if c.FleetFraction <= 0 || c.FleetFraction > 1 {
 		errs = append(errs, fmt.Errorf("correlation.fleet_fraction: must be in (0,1], got %v", c.FleetFraction))
+	}
+	if c.DownCriticalShare < 0 || c.DownCriticalShare > 1 {
+		errs = append(errs, fmt.Errorf("correlation.down_critical_share: must be in [0,1], got %v", c.DownCriticalShare))
 	}
 	return errors.Join(errs...)
 }
@@ -118,8 +127,40 @@ func Correlate(cfg Config, findings []detect.Finding, replicas []detect.Replica)
 			out = append(out, Group{Finding: f, Members: []detect.Finding{f}})
 		}
 	}
+	downShare(cfg, out, findings, replicas)
 	return fleet(cfg, out, replicas)
 }
+
+// downShare makes a replica_down a warning while most of its model still
+// serves: fewer than DownCriticalShare of the model's replicas down, and
+// no requests failing critically on the replica.
+func downShare(cfg Config, groups []Group, findings []detect.Finding, replicas []detect.Replica) {
+	size, down := map[string]int{}, map[string]int{}
+	for _, r := range replicas {
+		size[r.Model]++
+	}
+	for _, f := range findings {
+		if f.Class == detect.ReplicaDown {
+			down[f.Model]++
+		}
+	}
+	for i := range groups {
+		g := &groups[i]
+		if g.Cause() != detect.ReplicaDown || g.Finding.Severity < detect.Critical || size[g.Finding.Model] == 0 ||
+			float64(down[g.Finding.Model]) >= cfg.DownCriticalShare*float64(size[g.Finding.Model]) {
+			continue
+		}
+		if slices.ContainsFunc(g.Members, func(m detect.Finding) bool { return m.Class == detect.ErrorRate && m.Severity >= detect.Critical }) {
+			continue
+		}
+		g.Finding.Severity = detect.Warning
+		g.Finding.Diagnosis = strings.TrimSpace(g.Finding.Diagnosis + fmt.Sprintf(
+			" %d of the %d replicas of this model are down: the others still serve, so this pages as a warning; it pages critical once %s of them are down or its requests fail.",
+			down[g.Finding.Model], size[g.Finding.Model], pctShare(cfg.DownCriticalShare)))
+	}
+}
+
+func pctShare(v float64) string { return detect.FormatNumber(100*v) + "%" }
 
 // strongest keeps, per replica and class, the most severe finding (a
 // detector may report a replica twice, e.g. down and restarted), in input

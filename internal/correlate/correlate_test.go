@@ -222,3 +222,42 @@ func TestSaturatedFleetLacksCapacity(t *testing.T) {
 		t.Errorf("mixed fleet steps: %v", fl.Emergency)
 	}
 }
+
+// A replica down while most of its model still serves is a warning; the
+// last one standing, enough of the model at once, or a replica whose
+// requests fail, is critical.
+func TestReplicaDownSeverityFollowsWhatIsLeftServing(t *testing.T) {
+	replicas := func(n int) []detect.Replica {
+		var out []detect.Replica
+		for i := range n {
+			out = append(out, detect.Replica{Name: fmt.Sprintf("m-%d", i), Model: "m"})
+		}
+		return out
+	}
+	down := func(name string) detect.Finding {
+		return detect.Finding{Class: detect.ReplicaDown, Severity: detect.Critical, Replica: name, Model: "m", Layer: detect.LayerTransport}
+	}
+	severity := func(gs []Group, replica string) detect.Severity {
+		for _, g := range gs {
+			if g.Finding.Replica == replica {
+				return g.Finding.Severity
+			}
+		}
+		t.Fatalf("no group for %s in %+v", replica, gs)
+		return 0
+	}
+	cfg := DefaultConfig()
+	if got := severity(Correlate(cfg, []detect.Finding{down("m-0")}, replicas(10)), "m-0"); got != detect.Warning {
+		t.Errorf("one of ten down: %s, want warning", got)
+	}
+	if got := severity(Correlate(cfg, []detect.Finding{down("m-0"), down("m-1")}, replicas(10)), "m-0"); got != detect.Critical {
+		t.Errorf("two of ten down: %s, want critical", got)
+	}
+	if got := severity(Correlate(cfg, []detect.Finding{down("m-0")}, replicas(1)), "m-0"); got != detect.Critical {
+		t.Errorf("the last one standing: %s, want critical", got)
+	}
+	failing := detect.Finding{Class: detect.ErrorRate, Severity: detect.Critical, Replica: "m-0", Model: "m"}
+	if got := severity(Correlate(cfg, []detect.Finding{down("m-0"), failing}, replicas(10)), "m-0"); got != detect.Critical {
+		t.Errorf("one of ten down with its requests failing: %s, want critical", got)
+	}
+}

@@ -378,7 +378,9 @@ func (c ReplicaDownConfig) validate(e *configErrors) {
 }
 
 // severities lists what its findings can carry; its runbook describes each.
-func (c ReplicaDownConfig) severities() []Severity { return []Severity{Critical} }
+// The correlation makes a replica of a model whose other replicas still
+// serve a warning (correlation.down_critical_share).
+func (c ReplicaDownConfig) severities() []Severity { return []Severity{Warning, Critical} }
 
 // position: off the chain, a replica down or restarting fails or drops
 // what it was serving; a crash/restart (layer process) also explains the
