@@ -237,9 +237,14 @@ func (m *Manager) runLoop(ctx context.Context, l *loop) {
 			m.scrapers.Put(s)
 			return // stopping: a scrape cut short by shutdown is not data
 		}
-		if probe != nil && sc.Reason == "" {
+		if probe != nil {
 			if p, ok := probe.take(); ok {
-				AddHealthSamples(&sc, p)
+				if sc.Reason == "" {
+					AddHealthSamples(&sc, p)
+				} else if p.Supported() {
+					// Whether the server still answers while /metrics does not.
+					sc.ProbeUp = &p.Up
+				}
 			}
 		}
 		m.report(log, &st, sc)

@@ -20,9 +20,11 @@ import (
 // the "watchdog:" prefix says the watchdog measured them.
 //
 // A probe runs on its own schedule (every HealthProbeInterval), so its
-// result is carried by ONE scrape — the next successful scrape of the
-// target after the probe finished — and is absent from the scrapes in
-// between. Detectors must read them with range functions over at least two
+// result is carried by ONE scrape — the next scrape of the target after
+// the probe finished — and is absent from the scrapes in between. A
+// successful scrape carries it as these samples; a failed one as
+// series.Scrape.ProbeUp (a server that generates tokens while its /metrics
+// does not answer is not down). Detectors must read them with range functions over at least two
 // probe intervals (Min, Max, Avg, CountAbove), never with Last.
 //
 // Nothing is recorded when the endpoint does not exist there (HTTP 404,

@@ -195,7 +195,7 @@ func healthOf(sc series.Scrape) (up, dur float64, ok bool) {
 
 // TestLoopHealthProbe: the probe runs on its own schedule, a hung probe
 // never delays a scrape, each result rides on exactly one scrape (the next
-// successful one), and gateways are not probed.
+// one, which is successful here), and gateways are not probed.
 func TestLoopHealthProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const interval, probeEvery, probeTimeout = 5 * time.Second, 30 * time.Second, 25 * time.Second
@@ -280,6 +280,47 @@ func TestLoopHealthProbe(t *testing.T) {
 			if _, _, ok := healthOf(sc); ok {
 				t.Error("gateway scrape carries probe samples")
 			}
+		}
+	})
+}
+
+// While /metrics fails, each probe result rides on the next failed scrape
+// as ProbeUp: the window can tell a server that still generates tokens
+// from one that is gone.
+func TestLoopHealthProbeOnFailedScrapes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval, probeEvery = 5 * time.Second, 10 * time.Second
+		const engine = "dead-a" // its /metrics never answers (fakeFetch)
+		rec := newRecorder(t)
+		m, err := New(engines(engine), Options{Interval: interval, Timeout: 2 * time.Second, HealthProbeInterval: probeEvery, HealthProbeTimeout: time.Second},
+			rec, prometheus.NewRegistry(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.fetch = fakeFetch(currentFull(t))
+		m.probe = func(ctx context.Context, tg Target) HealthProbe {
+			return HealthProbe{At: time.Now(), Up: true, Status: http.StatusOK}
+		}
+		stop := startManager(t, m)
+		probed := 0
+		for range 8 {
+			sc := next(t, rec, engine, map[string][]series.Scrape{})
+			if sc.Reason == "" {
+				t.Fatalf("a scrape of %s succeeded", engine)
+			}
+			if _, _, ok := healthOf(sc); ok {
+				t.Errorf("a failed scrape carries probe samples")
+			}
+			if sc.ProbeUp != nil {
+				if !*sc.ProbeUp {
+					t.Errorf("probe answered 200, ProbeUp false")
+				}
+				probed++
+			}
+		}
+		stop()
+		if probed < 2 {
+			t.Errorf("%d failed scrapes carried a probe result in 40 s of probes every %s", probed, probeEvery)
 		}
 	})
 }

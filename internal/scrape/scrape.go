@@ -73,8 +73,9 @@ type Options struct {
 	Client *http.Client
 	// HealthProbeInterval > 0 turns on the active probe of engine targets'
 	// /health_generate (hang detection), on its own schedule, never
-	// blocking a scrape; its result is added to the next successful scrape
-	// as HealthGenerateUp and HealthGenerateDuration (see probe.go).
+	// blocking a scrape; its result is added to the next scrape: to a
+	// successful one as HealthGenerateUp and HealthGenerateDuration, to a
+	// failed one as its ProbeUp (see probe.go).
 	// Default 0: off. Suggested: DefaultHealthProbeInterval.
 	HealthProbeInterval time.Duration
 	// HealthProbeTimeout bounds one probe; default DefaultHealthProbeTimeout,

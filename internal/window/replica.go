@@ -20,6 +20,8 @@ type replica struct {
 	// failingSince is the first failed scrape of the current run of
 	// failures (for ScrapeState.LastOutage).
 	failingSince time.Time
+	// probesFailing counts the health probes taken during that run.
+	probesFailing int
 
 	times  ring[int64]           // unix nanos of the successful scrapes held; seq = scrape number
 	series map[uint64]*seriesRec // by identity hash

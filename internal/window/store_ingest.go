@@ -117,6 +117,11 @@ func (s *Store) appendFailure(sc series.Scrape) {
 		if sc.At.After(st.LastAttempt) {
 			if st.ConsecutiveFailures == 0 {
 				r.failingSince = sc.At
+				r.probesFailing, st.ProbeAnswered = 0, false
+			}
+			if sc.ProbeUp != nil {
+				st.ProbeAnswered = *sc.ProbeUp && (r.probesFailing == 0 || st.ProbeAnswered)
+				r.probesFailing++
 			}
 			st.LastAttempt = sc.At
 			st.Up = false
@@ -222,7 +227,7 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 		st.LastOutage = detect.Outage{From: r.failingSince, To: sc.At, Failures: st.ConsecutiveFailures, Reason: st.Reason, Status: st.Status}
 	}
 	st.LastAttempt, st.LastSuccess = sc.At, sc.At
-	st.Up, st.Reason, st.Status, st.Error, st.ConsecutiveFailures = true, "", 0, "", 0
+	st.Up, st.Reason, st.Status, st.Error, st.ConsecutiveFailures, st.ProbeAnswered = true, "", 0, "", 0, false
 	st.ConsecutiveSuccesses++
 	r.setPod(sc, opts.Retention)
 	switch {

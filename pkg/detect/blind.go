@@ -59,7 +59,7 @@ func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
 	st := w.Scrape()
 	r := w.Replica()
 	if !st.Up {
-		if st.Reason.Unreachable() || st.ConsecutiveFailures < c.FailuresToReport {
+		if (st.Reason.Unreachable() && !probeAnswers(st)) || st.ConsecutiveFailures < c.FailuresToReport {
 			return nil // nothing answers: replica_down's or cold_start's
 		}
 		return []Finding{d.unusable(w, st)}
@@ -215,6 +215,12 @@ func unusableDiagnosis(reason series.ScrapeFailure, status int) (what, why strin
 	case reason == series.FailureRedirect:
 		return "a redirect to another host", "The watchdog follows redirects only on the target's own host, so its requests (and any credentials in the target URL) never reach another host; a login redirect usually means an authenticating proxy.",
 			[]string{"Curl -v the target URL to see where it redirects; scrape the pod directly or exempt /metrics from the login."}
+	case reason == series.FailureTimeout:
+		return "nothing before the scrape timeout", "Yet the replica answers its health probe (/health_generate generates a token), so it serves: its metrics endpoint is too slow (a huge exposition, a stuck collector) or something between the watchdog and /metrics drops the request.",
+			[]string{
+				"Time a curl of /metrics on the pod directly and compare with scrape.timeout; count its series (label fan-out makes it slow).",
+				"Check for a proxy or network policy between the watchdog and the pod's metrics port.",
+			}
 	case reason == series.FailureTooLarge || reason == series.FailureTooManySeries:
 		return "more than the watchdog's limits", "The exposition exceeds the scrape limits — usually label fan-out (--enable-metrics-for-all-schedulers with many ranks, custom labels, per-priority series).",
 			[]string{"Curl /metrics and count series per family to find the fan-out; reduce it, or raise scrape.max_series / max_body_bytes deliberately."}

@@ -138,6 +138,10 @@ type ScrapeState struct {
 	// failure (or since the first scrape).
 	ConsecutiveSuccesses int
 	FirstSeen            time.Time // first scrape attempt kept in the window
+	// ProbeAnswered says that the replica's health probe was taken during
+	// its current run of failed scrapes and answered every time: the server
+	// generates tokens while its /metrics fails.
+	ProbeAnswered bool
 	// LastOutage is the newest run of failed scrapes that ended with a
 	// successful one; zero when there was none.
 	LastOutage Outage

@@ -45,7 +45,7 @@ func (d *ReplicaDownDetector) Detect(w Window, now time.Time) []Finding {
 		return []Finding{d.looping(w, pod, now, restarts)}
 	}
 	if !st.Up {
-		if !st.Reason.Unreachable() || st.ConsecutiveFailures < c.FailuresToPage || starting(st, pod) {
+		if !st.Reason.Unreachable() || st.ConsecutiveFailures < c.FailuresToPage || starting(st, pod) || probeAnswers(st) {
 			return nil // metrics_blind's, not yet, or cold_start's
 		}
 		return []Finding{d.down(w, st, pod, now)}
@@ -54,6 +54,15 @@ func (d *ReplicaDownDetector) Detect(w Window, now time.Time) []Finding {
 		return []Finding{d.recovered(w, o, pod)}
 	}
 	return nil
+}
+
+// probeAnswers reports whether a replica whose /metrics scrapes time out
+// still answers its health probe (/health_generate generates a token)
+// every time since its last good scrape: its metrics endpoint is slow or
+// stuck, the replica is not down. Refused connections and names that no
+// longer resolve are evidence it is gone; a timeout alone is not.
+func probeAnswers(st ScrapeState) bool {
+	return st.Reason == series.FailureTimeout && st.ProbeAnswered
 }
 
 // starting reports whether a replica that cannot be reached is still coming

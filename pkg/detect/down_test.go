@@ -398,3 +398,24 @@ func TestReplicaDownDoesNotPage(t *testing.T) {
 func TestGoldenPageEventsReplicaDown(t *testing.T) {
 	checkPage(t, pageCase{class: detect.ReplicaDown, scenario: failingFor(4, "refused", "dial tcp 10.0.0.7:30000: connect: connection refused")})
 }
+
+// A /metrics that times out on a server whose health probe still answers
+// is no evidence the replica is down: it is metrics_blind's warning. With
+// the probe failing too, the replica is down.
+func TestMetricsTimeoutWithAnsweringProbeIsNotAReplicaDown(t *testing.T) {
+	probed := func(up bool) *scenario {
+		s := failingFor(4, series.FailureTimeout, "context deadline exceeded")
+		s.failures[0].probeUp = &up
+		return s
+	}
+	answering := probed(true)
+	none(t, run(t, answering, detect.ReplicaDown))
+	f := one(t, run(t, answering, detect.MetricsBlind))
+	contains(t, "page", f.Summary+" "+f.Diagnosis, "scrape timeout", "health probe")
+
+	silent := probed(false)
+	if f := one(t, run(t, silent, detect.ReplicaDown)); f.Severity != detect.Critical {
+		t.Errorf("probe failing too: %s, want a critical replica_down", f.Severity)
+	}
+	none(t, run(t, silent, detect.MetricsBlind))
+}

@@ -101,6 +101,7 @@ type failure struct {
 	reason   series.ScrapeFailure
 	status   int // HTTP status of the answer, 0 when none
 	error    string
+	probeUp  *bool // the health probe taken beside the failed scrape; nil: none
 }
 
 type scenario struct {
@@ -203,7 +204,7 @@ func (s *scenario) run(t testing.TB, cfg detect.Config) (*window.Store, time.Tim
 		for _, f := range s.failures {
 			if el >= f.from && el <= f.to {
 				failed = true
-				if err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now, Reason: f.reason, Status: f.status, Error: f.error, Pod: s.podAt(el)}); err != nil {
+				if err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now, Reason: f.reason, Status: f.status, Error: f.error, Pod: s.podAt(el), ProbeUp: f.probeUp}); err != nil {
 					t.Fatal(err)
 				}
 			}

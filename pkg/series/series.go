@@ -143,6 +143,10 @@ type Scrape struct {
 	// time of the scrape; nil for targets not discovered from Kubernetes.
 	// Read-only once handed over.
 	Pod *Pod
+	// ProbeUp is, on a failed scrape, whether the health probe taken
+	// beside it answered (/health_generate 200); nil when none was taken.
+	// A successful scrape carries its probe as samples instead.
+	ProbeUp *bool
 }
 
 // ScrapeFailure is why a scrape failed. Decisions downstream switch on it
