@@ -81,17 +81,17 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 			if len(s.Points) == 0 {
 				continue
 			}
-			first, pk := s.Points[0], peak(s.Points)
+			first, pk := s.Points[0], worst(s)
 			base := "—"
 			if pk.HasBaseline {
-				base = num(pk.Baseline) + unit(s.Unit)
+				base = value(pk.Baseline, s.Unit)
 			}
 			limit := "—"
 			if pk.HasLimit {
-				limit = num(pk.Limit) + unit(s.Unit)
+				limit = value(pk.Limit, s.Unit)
 			}
-			p("| %s | %s | %s at %s | %s | %s | %s |\n", cell(s.Name), num(first.Value)+unit(s.Unit),
-				num(pk.Value)+unit(s.Unit), clock(pk.At), base, limit, cell(s.Threshold))
+			p("| %s | %s | %s at %s | %s | %s | %s |\n", cell(s.Name), value(first.Value, s.Unit),
+				value(pk.Value, s.Unit), clock(pk.At), base, limit, cell(s.Threshold))
 		}
 		p("\n")
 	}
@@ -147,7 +147,24 @@ func impactLine(b *strings.Builder, r Record, name, label string) {
 	if first.At.Before(r.OpenedAt) {
 		when = "just before the incident (" + clock(first.At) + ")"
 	}
-	fmt.Fprintf(b, "- %s: peak %s%s at %s, against %s%s %s.\n", label, num(pk.Value), unit(s.Unit), clock(pk.At), num(first.Value), unit(s.Unit), when)
+	fmt.Fprintf(b, "- %s: peak %s at %s, against %s %s.\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit), when)
+}
+
+// worst is the signal's point furthest on the bad side: the lowest for a
+// signal whose rule fires below a limit or for a hit rate, else the
+// highest (the first of equals).
+func worst(s Signal) Point {
+	t := strings.TrimSpace(s.Threshold)
+	if !strings.HasPrefix(t, "<") && !strings.HasPrefix(t, "≤") && !strings.Contains(strings.ToLower(s.Name), "hit rate") {
+		return peak(s.Points)
+	}
+	best := s.Points[0]
+	for _, p := range s.Points[1:] {
+		if p.Value < best.Value {
+			best = p
+		}
+	}
+	return best
 }
 
 // peak is the point with the highest value (the first of equals).
@@ -224,14 +241,12 @@ func clock(t time.Time) string { return t.UTC().Format("15:04:05") }
 
 func num(v float64) string { return detect.FormatNumber(v) }
 
-func unit(u string) string {
-	switch {
-	case u == "" || u == "ratio":
-		return ""
-	case strings.HasPrefix(u, "/"):
-		return u
+// value is v in unit as every page prints it: shares in percent.
+func value(v float64, unit string) string {
+	if !notify.Finite(v) {
+		return "—"
 	}
-	return " " + u
+	return notify.FormatValue(v, unit)
 }
 
 // md escapes text from replicas and detectors (model names, summaries)
