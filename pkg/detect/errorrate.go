@@ -144,8 +144,12 @@ func countFailures(t clientTraffic, read func(Selector, time.Time, time.Time) (f
 	shed503 := inc(withStatus(t.answered, "503", false))
 	f.sheds = shed503 + inc(withStatus(t.answered, "429", false))
 	f.serverErrors = max(inc(withStatus(t.answered, "5", true))-shed503, 0)
-	// An aborted request is answered too (the middleware records its
-	// status): the denominator already holds it.
+	// An aborted request is usually answered too (the middleware records
+	// its status), so the denominator already holds it; where aborts
+	// outnumber what the middleware recorded, the requests are at least
+	// the successful ones plus the failed ones, or the share would read
+	// 100% beside requests that completed.
+	f.answered = max(f.answered, inc(withStatus(t.answered, "2", true))+f.failed())
 	return f, true
 }
 
