@@ -250,3 +250,23 @@ func TestBackfillChunksInOrder(t *testing.T) {
 		t.Errorf("the backfill reaches %v, not before now %v (a live scrape would be rejected)", last, now)
 	}
 }
+
+// TestErrorsHideTheURLsToken: a token in history.url's query reaches
+// the logs through the HTTP client's errors unless it is taken out.
+func TestErrorsHideTheURLsToken(t *testing.T) {
+	api := &fakeAPI{}
+	api.set(func(f *fakeAPI) { f.block = true })
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	r, _ := newReader(t, srv.URL+"/?token=s3cret", func(c *Config) { c.Timeout = 100 * time.Millisecond; c.ReplicasPerQuery = 0 })
+	res := r.Backfill(context.Background(), &store{}, time.Unix(2000, 0), time.Minute)
+	if res.Err == nil {
+		t.Fatal("no error from a server that does not answer")
+	}
+	if strings.Contains(res.Err.Error(), "s3cret") {
+		t.Errorf("error quotes the token: %v", res.Err)
+	}
+	if v := testutil.ToFloat64(r.metrics.queries.WithLabelValues("range", "timeout")); v == 0 {
+		t.Error("a hidden timeout is no longer classified as one")
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -74,7 +75,8 @@ func New(cfg Config, step time.Duration, opts Options, reg prometheus.Registerer
 	if err != nil {
 		return nil, fmt.Errorf("history.url: %w", err)
 	}
-	return &Reader{cfg: cfg, api: v1.NewAPI(&guardedClient{Client: client, max: cfg.MaxResponseBytes}), logger: logger, metrics: newMetrics(reg), opts: opts}, nil
+	guarded := &guardedClient{Client: client, max: cfg.MaxResponseBytes, secrets: redact.Secrets{URLs: []string{cfg.URL}}}
+	return &Reader{cfg: cfg, api: v1.NewAPI(guarded), logger: logger, metrics: newMetrics(reg), opts: opts}, nil
 }
 
 // Step is the resolution of history reads.
@@ -87,6 +89,9 @@ func (r *Reader) Step() time.Duration { return r.cfg.Step }
 type guardedClient struct {
 	api.Client
 	max int64
+	// secrets hide a credential in the configured URL (?token=) from the
+	// errors the HTTP client quotes it in, which end up in logs.
+	secrets redact.Secrets
 }
 
 // partialKey carries a *bool through a request's context.
@@ -95,7 +100,7 @@ type partialKey struct{}
 func (c *guardedClient) Do(ctx context.Context, req *http.Request) (*http.Response, []byte, error) {
 	resp, body, err := c.Client.Do(ctx, req)
 	if err != nil {
-		return resp, body, err
+		return resp, body, c.secrets.Error(err)
 	}
 	if int64(len(body)) > c.max {
 		return resp, nil, fmt.Errorf("%w: more than %d bytes (raise history.max_response_bytes, lower history.chunk or narrow history.selector)", ErrTooLarge, c.max)
