@@ -340,7 +340,7 @@ func formatScalar(n *yaml.Node) string {
 		}
 	case "!!str":
 		if d, err := time.ParseDuration(n.Value); err == nil {
-			return shortDuration(d)
+			return detect.ShortDuration(d)
 		}
 	}
 	return n.Value
@@ -348,17 +348,6 @@ func formatScalar(n *yaml.Node) string {
 
 func formatNumber(v float64) string {
 	return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
-}
-
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if t, ok := strings.CutSuffix(s, "m0s"); ok {
-		s = t + "m"
-	}
-	if t, ok := strings.CutSuffix(s, "h0m"); ok {
-		s = t + "h"
-	}
-	return s
 }
 
 // classSignals is a row of {{range needs}}: a detector and the families

@@ -130,7 +130,7 @@ func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
 	f.Evidence = append([]Evidence{{Name: "detectors blind on this replica", Value: float64(len(blind))}}, f.Evidence...)
 	f.Summary = fmt.Sprintf("Metrics blind: %s cannot see this replica (families missing from /metrics)", strings.Join(classes, ", "))
 	f.Diagnosis = sentence(
-		fmt.Sprintf("Scrape layer: /metrics answers, but for the last %s it lacked what these detectors need: %s.", dur(now.Sub(from).Round(time.Second)), strings.Join(lines, "; ")),
+		fmt.Sprintf("Scrape layer: /metrics answers, but for the last %s it lacked what these detectors need: %s.", ShortDuration(now.Sub(from).Round(time.Second)), strings.Join(lines, "; ")),
 		"They will never page for this replica until that changes. Usual causes: an SGLang release older than the family (the retraction counter arrived in late 2025, the queue-time histogram in 2025-03, realtime_tokens_total in 2025), a proxy or relabelling rule that renames or drops families (the watchdog understands sglang: and the gateway's sglang_ re-rendering), or a scrape of the wrong port.",
 		"Families that only exist with a feature on (LoRA, PD disaggregation, speculative decoding) are not counted.")
 	f.Emergency = []string{

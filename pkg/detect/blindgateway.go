@@ -79,7 +79,7 @@ func (d *MetricsBlindDetector) gatewayBlind(w Window, now time.Time) []Finding {
 	}
 	f.Summary = fmt.Sprintf("Metrics blind: %s cannot see this gateway (it routes traffic, but %s is missing)", strings.Join(classes, ", "), strings.Join(missing, " and "))
 	f.Diagnosis = sentence(
-		fmt.Sprintf("Scrape layer: the gateway routes traffic, but for the last %s its metrics lacked %s: the client requests and the responses they got.", dur(now.Sub(from).Round(time.Second)), strings.Join(missing, " and ")),
+		fmt.Sprintf("Scrape layer: the gateway routes traffic, but for the last %s its metrics lacked %s: the client requests and the responses they got.", ShortDuration(now.Sub(from).Round(time.Second)), strings.Join(missing, " and ")),
 		"Without them a retry storm or failing users behind this gateway are never paged. Usual causes: a gateway release whose names the watchdog does not know (it reads smg_* and the legacy sgl_router_* names), a proxy or relabelling rule that renames or drops families, or a target pointing at the gateway's main port instead of its metrics listener (--prometheus-port, default 29000).")
 	f.Emergency = []string{
 		"Curl the gateway's metrics listener and look for smg_http_requests_total (or sgl_router_http_requests_total on releases before 2025-12).",

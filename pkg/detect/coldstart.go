@@ -70,7 +70,7 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 		origin = "restarted"
 	}
 	f.Evidence = append(f.Evidence, Evidence{Name: "seconds since the replica " + origin, Value: age.Seconds(), Unit: "s",
-		Threshold: fmt.Sprintf(">= %s startup budget", dur(c.StartupBudget))}.WithLimit(c.StartupBudget.Seconds()))
+		Threshold: fmt.Sprintf(">= %s startup budget", ShortDuration(c.StartupBudget))}.WithLimit(c.StartupBudget.Seconds()))
 	for _, src := range progressSources {
 		if inc, ok := w.Increase(src.sel, from, now); ok {
 			f.Evidence = append(f.Evidence, Evidence{Name: src.name + " since the start", Value: inc})
@@ -85,10 +85,10 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 		f.Evidence = append(f.Evidence, e)
 	}
 	if qOK {
-		f.Evidence = append(f.Evidence, Evidence{Name: "queued requests (lowest in the last " + dur(c.DemandRange) + ")", Value: queued})
+		f.Evidence = append(f.Evidence, Evidence{Name: "queued requests (lowest in the last " + ShortDuration(c.DemandRange) + ")", Value: queued})
 	}
 	if aOK {
-		f.Evidence = append(f.Evidence, Evidence{Name: "in-flight inference requests (lowest in the last " + dur(c.DemandRange) + ")", Value: active})
+		f.Evidence = append(f.Evidence, Evidence{Name: "in-flight inference requests (lowest in the last " + ShortDuration(c.DemandRange) + ")", Value: active})
 	}
 
 	// Where the startup time went, when the release exposes it.
@@ -112,18 +112,18 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 		phaseText = append(phaseText, fmt.Sprintf("%s %s s", ph.name, num(ph.secs)))
 	}
 
-	ago := dur(age.Round(time.Second))
+	ago := ShortDuration(age.Round(time.Second))
 	var what []string
 	if notReady {
 		what = append(what, "every /health_generate probe since then failed (SGLang answers 503 until warm-up finishes)")
 	}
 	if demand {
-		what = append(what, "requests have been waiting on it for the last "+dur(c.DemandRange)+" while it has processed nothing since the start")
+		what = append(what, "requests have been waiting on it for the last "+ShortDuration(c.DemandRange)+" while it has processed nothing since the start")
 	}
 	f.Summary = fmt.Sprintf("Cold start: replica %s %s ago and is still not serving", origin, ago)
 	diag := []string{
 		fmt.Sprintf("Process layer: the replica %s %s ago and answers its metrics scrapes, but %s.", origin, ago, strings.Join(what, ", and ")),
-		fmt.Sprintf("That is past the startup budget of %s.", dur(c.StartupBudget)),
+		fmt.Sprintf("That is past the startup budget of %s.", ShortDuration(c.StartupBudget)),
 	}
 	if len(phaseText) > 0 {
 		diag = append(diag, "Startup phases (longest first): "+strings.Join(phaseText, ", ")+".")
@@ -161,10 +161,10 @@ func (d *ColdStartDetector) unreachable(w Window, st ScrapeState, now time.Time)
 		return nil
 	}
 	f := finding(ColdStart, w, Warning, LayerProcess)
-	ago := dur(age.Round(time.Second))
+	ago := ShortDuration(age.Round(time.Second))
 	f.Evidence = []Evidence{
 		{Name: "seconds since the replica " + origin, Value: age.Seconds(), Unit: "s",
-			Threshold: fmt.Sprintf(">= %s startup budget", dur(c.StartupBudget)), Limit: c.StartupBudget.Seconds(), HasLimit: true},
+			Threshold: fmt.Sprintf(">= %s startup budget", ShortDuration(c.StartupBudget)), Limit: c.StartupBudget.Seconds(), HasLimit: true},
 		{Name: "consecutive failed scrapes (" + string(st.Reason) + ")", Value: float64(st.ConsecutiveFailures)},
 	}
 	podEv, podText := podEvidence(pod, now)
@@ -175,7 +175,7 @@ func (d *ColdStartDetector) unreachable(w Window, st ScrapeState, now time.Time)
 		waiting = "The container waits: " + pod.Waiting + " (an image pull or a crash back-off, not loading)."
 	}
 	f.Diagnosis = sentence(
-		fmt.Sprintf("Process layer: the replica %s %s ago and no scrape has reached its server since (%s), past the startup budget of %s.", origin, ago, st.Reason, dur(c.StartupBudget)),
+		fmt.Sprintf("Process layer: the replica %s %s ago and no scrape has reached its server since (%s), past the startup budget of %s.", origin, ago, st.Reason, ShortDuration(c.StartupBudget)),
 		"SGLang listens only once weights are loaded and CUDA graphs captured, so a new replica is unreachable for minutes by design; this long, the start is stuck or very slow.",
 		podText, waiting, terminationHint(pod),
 		"Meanwhile the other replicas carry its share of the traffic.")

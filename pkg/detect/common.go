@@ -524,8 +524,9 @@ func pctVsBaseline(m measure) string {
 	return fmt.Sprintf("%s (baseline %s)", pct(m.now), pct(m.base))
 }
 
-// dur renders a duration for humans: "5m", "1h", "2m30s".
-func dur(d time.Duration) string {
+// ShortDuration renders a duration for humans: "5m", "1h", "2m30s".
+// Runbooks name windows in the words pages use.
+func ShortDuration(d time.Duration) string {
 	s := d.String()
 	if t, ok := strings.CutSuffix(s, "m0s"); ok {
 		s = t + "m"

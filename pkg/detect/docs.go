@@ -125,7 +125,7 @@ func scalar(v reflect.Value) string {
 		return strconv.FormatBool(v.Bool())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		if v.Type() == reflect.TypeFor[time.Duration]() {
-			return dur(time.Duration(v.Int()))
+			return ShortDuration(time.Duration(v.Int()))
 		}
 		return strconv.FormatInt(v.Int(), 10)
 	case reflect.Float32, reflect.Float64:

@@ -164,7 +164,7 @@ func podEvidence(pod *series.Pod, now time.Time) ([]Evidence, string) {
 	if t := pod.LastTermination; t.Reason != "" || t.ExitCode != 0 {
 		last := fmt.Sprintf("last termination %s, exit code %d", t.Reason, t.ExitCode)
 		if !t.Finished.IsZero() {
-			last += fmt.Sprintf(", %s ago", dur(now.Sub(t.Finished).Round(time.Second)))
+			last += fmt.Sprintf(", %s ago", ShortDuration(now.Sub(t.Finished).Round(time.Second)))
 			ev = append(ev, Evidence{Name: "seconds since the last termination (" + t.Reason + ")", Value: now.Sub(t.Finished).Seconds(), Unit: "s"})
 		}
 		parts = append(parts, last)
@@ -206,7 +206,7 @@ func (d *ReplicaDownDetector) down(w Window, st ScrapeState, pod *series.Pod, no
 	}}
 	age := now.Sub(st.LastSuccess)
 	f.Evidence = append(f.Evidence, Evidence{Name: "seconds since last successful scrape", Value: age.Seconds(), Unit: "s"})
-	f.Summary = fmt.Sprintf("Replica down: %d consecutive scrapes failed (%s), last success %s ago", st.ConsecutiveFailures, st.Reason, dur(age.Round(time.Second)))
+	f.Summary = fmt.Sprintf("Replica down: %d consecutive scrapes failed (%s), last success %s ago", st.ConsecutiveFailures, st.Reason, ShortDuration(age.Round(time.Second)))
 	podEv, podText := podEvidence(pod, now)
 	f.Evidence = append(f.Evidence, podEv...)
 	if st.Error != "" {
@@ -240,9 +240,9 @@ func (d *ReplicaDownDetector) recovered(w Window, o Outage, pod *series.Pod) Fin
 	podEv, podText := podEvidence(pod, o.To)
 	f.Evidence = append(f.Evidence, podEv...)
 	if restarted {
-		f.Summary = fmt.Sprintf("Replica serves again after %s down; it came back after a restart (possible crash/OOM)", dur(down.Round(time.Second)))
+		f.Summary = fmt.Sprintf("Replica serves again after %s down; it came back after a restart (possible crash/OOM)", ShortDuration(down.Round(time.Second)))
 		f.Diagnosis = sentence(
-			fmt.Sprintf("Process layer: the replica answers again after %s of %s scrapes, and its counters started from zero: the server process restarted. Unless it was a planned restart, suspect a crash or an OOM kill.", dur(down.Round(time.Second)), o.Reason),
+			fmt.Sprintf("Process layer: the replica answers again after %s of %s scrapes, and its counters started from zero: the server process restarted. Unless it was a planned restart, suspect a crash or an OOM kill.", ShortDuration(down.Round(time.Second)), o.Reason),
 			podText, terminationHint(pod),
 			"The radix cache restarted empty: expect a lower hit rate and higher TTFT while it warms up.")
 		f.Emergency = []string{
@@ -251,9 +251,9 @@ func (d *ReplicaDownDetector) recovered(w Window, o Outage, pod *series.Pod) Fin
 			"Check the node: dmesg for the OOM killer and GPU Xid errors.",
 		}
 	} else {
-		f.Summary = fmt.Sprintf("Replica serves again after %s down, without a restart", dur(down.Round(time.Second)))
+		f.Summary = fmt.Sprintf("Replica serves again after %s down, without a restart", ShortDuration(down.Round(time.Second)))
 		f.Diagnosis = sentence(
-			fmt.Sprintf("The replica answers again after %s of %s scrapes, and its counters continued: the process did not restart. The outage was in the path to it (network, node, DNS) or a stall it recovered from.", dur(down.Round(time.Second)), o.Reason),
+			fmt.Sprintf("The replica answers again after %s of %s scrapes, and its counters continued: the process did not restart. The outage was in the path to it (network, node, DNS) or a stall it recovered from.", ShortDuration(down.Round(time.Second)), o.Reason),
 			podText)
 		f.Emergency = []string{
 			"Check the node and network events for the outage window (kubectl get events, node conditions, CNI logs).",
@@ -299,7 +299,7 @@ func (d *ReplicaDownDetector) looping(w Window, pod *series.Pod, now time.Time, 
 	f := finding(ReplicaDown, w, Critical, LayerProcess)
 	f.Evidence = []Evidence{
 		{Name: "restarts in crash-loop window", Value: float64(restarts),
-			Threshold: fmt.Sprintf(">= %d in %s is a crash loop", d.cfg.CrashLoopRestarts, dur(d.cfg.CrashLoopWindow)),
+			Threshold: fmt.Sprintf(">= %d in %s is a crash loop", d.cfg.CrashLoopRestarts, ShortDuration(d.cfg.CrashLoopWindow)),
 			Limit:     float64(d.cfg.CrashLoopRestarts), HasLimit: true},
 	}
 	last := w.LastRestart()
@@ -308,12 +308,12 @@ func (d *ReplicaDownDetector) looping(w Window, pod *series.Pod, now time.Time, 
 	}
 	ago := "?"
 	if !last.IsZero() {
-		ago = dur(now.Sub(last).Round(time.Second))
+		ago = ShortDuration(now.Sub(last).Round(time.Second))
 		f.Evidence = append(f.Evidence, Evidence{Name: "seconds since last restart", Value: now.Sub(last).Seconds(), Unit: "s"})
 	}
 	podEv, podText := podEvidence(pod, now)
 	f.Evidence = append(f.Evidence, podEv...)
-	f.Summary = fmt.Sprintf("Crash loop: %d restarts in the last %s (last %s ago)", restarts, dur(d.cfg.CrashLoopWindow), ago)
+	f.Summary = fmt.Sprintf("Crash loop: %d restarts in the last %s (last %s ago)", restarts, ShortDuration(d.cfg.CrashLoopWindow), ago)
 	f.Diagnosis = sentence("Process layer: the server keeps restarting. A crash loop is usually a deterministic failure: OOM at startup or under the first batches, a bad flag or model path after a deploy, or a GPU/driver fault on the node.",
 		podText, terminationHint(pod))
 	f.Emergency = []string{

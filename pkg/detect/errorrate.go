@@ -206,7 +206,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	res.Evidence = append(res.Evidence,
 		Evidence{Name: "failed share of requests", Value: share, Unit: "ratio",
 			Threshold: fmt.Sprintf(">= %s%% (critical >= %s%%), with at least %s answered and %s failed requests in %s",
-				num(pct(c.WarningRatio)), num(pct(c.CriticalRatio)), num(c.MinRequests), num(c.MinFailedRequests), dur(c.Range)),
+				num(pct(c.WarningRatio)), num(pct(c.CriticalRatio)), num(c.MinRequests), num(c.MinFailedRequests), ShortDuration(c.Range)),
 			Limit: c.WarningRatio, HasLimit: true},
 		Evidence{Name: "answered requests/s", Value: perSec.answered, Unit: "/s"},
 		Evidence{Name: "shed requests/s (429/503)", Value: perSec.sheds, Unit: "/s"},
@@ -230,13 +230,13 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	queued, okQueue := w.Last(Sel(series.NumQueueReqs))
 
 	kinds := failureKinds(perSec)
-	res.Summary = fmt.Sprintf("%s%% of requests failing over %s (%s)", num(pct(share)), dur(c.Range), kinds)
+	res.Summary = fmt.Sprintf("%s%% of requests failing over %s (%s)", num(pct(share)), ShortDuration(c.Range), kinds)
 	var diag []string
 	switch {
 	case overload:
 		res.Summary += fmt.Sprintf(" — overload: %s requests/s arrive, %s/s complete", num(arrivals), num(completions))
 		diag = append(diag, fmt.Sprintf("Overload: users are failing because capacity is short. %s%% of the requests of the last %s failed (%s), while requests arrive at %s/s and complete at %s/s.",
-			num(pct(share)), dur(c.Range), kinds, num(arrivals), num(completions)))
+			num(pct(share)), ShortDuration(c.Range), kinds, num(arrivals), num(completions)))
 		if okQueue {
 			diag = append(diag, fmt.Sprintf("The waiting queue holds %s requests.", num(queued)))
 		}
@@ -258,20 +258,20 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		}
 	case retrying:
 		diag = append(diag, fmt.Sprintf("Users are failing, and clients are retrying: %s requests/s arrive for about %s/s of fresh traffic (the highest rate of arrivals minus failed requests over the last %s); the rest are failed requests sent again. See the retry avalanche page for this replica.",
-			num(arrivals), num(offered), dur(c.RetryLookback)))
+			num(arrivals), num(offered), ShortDuration(c.RetryLookback)))
 		res.Emergency = []string{
 			"Follow the retry avalanche page: make clients fail fast (a concurrency limit at the gateway answering 429/503 with Retry-After) and have them back off.",
 			"Then add capacity for the real traffic.",
 		}
 	case f.serverErrors >= f.sheds+f.aborts:
 		diag = append(diag, fmt.Sprintf("Server errors: %s%% of the requests of the last %s failed (%s), mostly with 5xx other than 503 — the server fails requests it accepted.",
-			num(pct(share)), dur(c.Range), kinds))
+			num(pct(share)), ShortDuration(c.Range), kinds))
 		res.Emergency = []string{
 			"Look for a cause page on the same replica (engine hang, replica down, KV saturation, PD transfer failure) and follow it.",
 			"Otherwise read the server log around the errors for tracebacks; if it keeps failing, take it out of rotation when the others can carry its traffic, then restart it (the restart " + restartDrops(w) + ").",
 		}
 	default:
-		diag = append(diag, fmt.Sprintf("Users are failing: %s%% of the requests of the last %s failed (%s).", num(pct(share)), dur(c.Range), kinds))
+		diag = append(diag, fmt.Sprintf("Users are failing: %s%% of the requests of the last %s failed (%s).", num(pct(share)), ShortDuration(c.Range), kinds))
 		res.Emergency = []string{
 			"Look for a cause page on the same replica (preemption storm, KV saturation, cache collapse, engine hang, retry avalanche) and follow its steps; this page resolves with it.",
 			"If there is none, treat it as overload: add capacity, limit concurrency at the gateway, lower max_tokens.",

@@ -144,12 +144,12 @@ func (d *EngineHangDetector) Detect(w Window, now time.Time) []Finding {
 
 	f := finding(EngineHang, w, Critical, LayerProcess)
 	for _, fl := range flats {
-		f.Evidence = append(f.Evidence, Evidence{Name: fl.src.name + " in the last " + dur(rng), Value: fl.inc,
+		f.Evidence = append(f.Evidence, Evidence{Name: fl.src.name + " in the last " + ShortDuration(rng), Value: fl.inc,
 			Threshold: fmt.Sprintf("<= %s is flat", num(c.MaxProgressTokens))}.WithLimit(c.MaxProgressTokens))
 	}
 	if hasRealtime {
 		if dec, ok := w.Increase(Sel(series.RealtimeTokensTotal, "mode", "decode"), from, now); ok {
-			f.Evidence = append(f.Evidence, Evidence{Name: "decode tokens in the last " + dur(rng), Value: dec})
+			f.Evidence = append(f.Evidence, Evidence{Name: "decode tokens in the last " + ShortDuration(rng), Value: dec})
 		}
 		if before, ok := w.Rate(primary, now.Add(-rng*4), from); ok {
 			f.Evidence = append(f.Evidence, Evidence{Name: "tokens/s before the stall", Value: before, Unit: "/s"})
@@ -189,14 +189,14 @@ func (d *EngineHangDetector) Detect(w Window, now time.Time) []Finding {
 	var diag []string
 	switch trigger {
 	case "counter":
-		f.Summary = fmt.Sprintf("Engine hang: %s but no token processed for %s (realtime_tokens_total flat)", inFlightText, dur(rng))
-		diag = append(diag, fmt.Sprintf("Process layer: %s, yet the engine processed no token in the last %s — the progress counter, bumped on every decode iteration and prefill batch, is flat. The scheduler loop is stuck.", inFlightText, dur(rng)))
+		f.Summary = fmt.Sprintf("Engine hang: %s but no token processed for %s (realtime_tokens_total flat)", inFlightText, ShortDuration(rng))
+		diag = append(diag, fmt.Sprintf("Process layer: %s, yet the engine processed no token in the last %s — the progress counter, bumped on every decode iteration and prefill batch, is flat. The scheduler loop is stuck.", inFlightText, ShortDuration(rng)))
 	case "fallback":
-		f.Summary = fmt.Sprintf("Engine hang: %s but nothing finished for %s", inFlightText, dur(rng))
-		diag = append(diag, fmt.Sprintf("Process layer: %s, yet no request finished and no token was reported for %s. This release has no per-iteration progress counter (realtime_tokens_total), so the verdict rests on the finished-request counters plus a second signal.", inFlightText, dur(rng)))
+		f.Summary = fmt.Sprintf("Engine hang: %s but nothing finished for %s", inFlightText, ShortDuration(rng))
+		diag = append(diag, fmt.Sprintf("Process layer: %s, yet no request finished and no token was reported for %s. This release has no per-iteration progress counter (realtime_tokens_total), so the verdict rests on the finished-request counters plus a second signal.", inFlightText, ShortDuration(rng)))
 	case "probe":
-		f.Summary = fmt.Sprintf("Engine hang: /health_generate failed for %s and nothing progresses", dur(rng))
-		diag = append(diag, fmt.Sprintf("Process layer: every /health_generate probe in the last %s failed — the engine did not produce the single token it asks for within SGLang's timeout — and no progress counter moved.", dur(rng)))
+		f.Summary = fmt.Sprintf("Engine hang: /health_generate failed for %s and nothing progresses", ShortDuration(rng))
+		diag = append(diag, fmt.Sprintf("Process layer: every /health_generate probe in the last %s failed — the engine did not produce the single token it asks for within SGLang's timeout — and no progress counter moved.", ShortDuration(rng)))
 	}
 	if gaugesFrozen {
 		diag = append(diag, "The scheduler gauges are frozen at exactly their last values ("+strings.Join(frozen, ", ")+"): they are only written by the scheduler loop, so it has stopped.")

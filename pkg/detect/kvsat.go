@@ -235,7 +235,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	usage := measure{now: lvl.min, nowOK: true, base: base.avg, baseOK: base.ok}
 	f.Evidence = append(f.Evidence,
 		usage.evidence("KV cache usage, lowest in range ("+lvl.source+"; baseline: average)", "ratio",
-			fmt.Sprintf(">= %s for %s", pct(c.UsageThreshold), dur(c.Range))).WithLimit(c.UsageThreshold),
+			fmt.Sprintf(">= %s for %s", pct(c.UsageThreshold), ShortDuration(c.Range))).WithLimit(c.UsageThreshold),
 		Evidence{Name: "KV cache usage, average in range", Value: lvl.avg, Unit: "ratio"},
 	)
 	if total, ok := w.Last(Sel(series.MaxTotalNumTokens)); ok {
@@ -270,7 +270,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		f.Evidence = append(f.Evidence, retractions.evidence("retracted requests/s", "/s", ""))
 	}
 
-	level := fmt.Sprintf("KV cache pinned at >= %s for %s (lowest %s", pct(c.UsageThreshold), dur(c.Range), pct(lvl.min))
+	level := fmt.Sprintf("KV cache pinned at >= %s for %s (lowest %s", pct(c.UsageThreshold), ShortDuration(c.Range), pct(lvl.min))
 	if base.ok {
 		level += fmt.Sprintf(", baseline average %s", pct(base.avg))
 	}

@@ -35,7 +35,7 @@ func (d *QueueBacklogDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	f := finding(QueueBacklog, w, Warning, LayerQueue)
 	f.Evidence = []Evidence{Evidence{Name: "fewest queued requests", Value: least, Threshold: fmt.Sprintf(">= %v", c.MinQueued)}.WithLimit(c.MinQueued)}
-	f.Summary = fmt.Sprintf("At least %v requests queued throughout the last %s", least, dur(c.Range))
+	f.Summary = fmt.Sprintf("At least %v requests queued throughout the last %s", least, ShortDuration(c.Range))
 	f.Diagnosis = "Queue layer: the scheduler never caught up with arrivals over the range."
 	f.Emergency = []string{"Add capacity or shed load at the gateway."}
 	f.RootCause = []string{"Size the fleet for the peak arrival rate."}

@@ -42,12 +42,12 @@ func (d *ReplicaRestartedDetector) Detect(w Window, now time.Time) []Finding {
 	f := finding(ReplicaRestarted, w, Warning, LayerProcess)
 	ago := now.Sub(lr)
 	f.Evidence = []Evidence{
-		{Name: "seconds since the restart", Value: ago.Seconds(), Unit: "s", Threshold: "within " + dur(d.cfg.Lookback)},
+		{Name: "seconds since the restart", Value: ago.Seconds(), Unit: "s", Threshold: "within " + ShortDuration(d.cfg.Lookback)},
 		{Name: "restarts in the look-back", Value: float64(w.Restarts(now.Add(-d.cfg.Lookback), now))},
 	}
 	podEv, podText := podEvidence(pod, now)
 	f.Evidence = append(f.Evidence, podEv...)
-	f.Summary = fmt.Sprintf("Replica restarted %s ago without an outage — possible crash/OOM", dur(ago.Round(time.Second)))
+	f.Summary = fmt.Sprintf("Replica restarted %s ago without an outage — possible crash/OOM", ShortDuration(ago.Round(time.Second)))
 	f.Diagnosis = sentence(
 		"Process layer: the server restarted (most counters reset at once, or the process start time changed) while its scrapes kept answering. Unless it was a planned restart, suspect a crash or an OOM kill that the restart policy healed quickly.",
 		podText, terminationHint(pod),

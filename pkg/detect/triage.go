@@ -236,7 +236,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	if v, ok := w.Last(Sel(maxRunningRequests)); ok && v > 0 {
 		t.Capacity, t.CapacitySource, t.CapacityKnown = v, "max_running_requests", true
 	} else if v, ok := w.Max(Sel(series.NumRunningReqs), now.Add(-c.CapacityLookback), now); ok && v > 0 && c.seenLongEnough(w, now) {
-		t.Capacity, t.CapacitySource = v, "the most running in the last "+dur(c.CapacityLookback)
+		t.Capacity, t.CapacitySource = v, "the most running in the last "+ShortDuration(c.CapacityLookback)
 	}
 	// KV usage is read as its highest value in the range, on the fullest
 	// rank, the way preempt_storm reads "KV pool full". A pool that is full
@@ -273,11 +273,11 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	case t.CapacityKnown:
 		nums += fmt.Sprintf(" (cap %s, from max_running_requests)", num(t.Capacity))
 	case t.Capacity > 0:
-		nums += fmt.Sprintf(" (the most in the last %s: %s; the cap is not exposed)", dur(c.CapacityLookback), num(t.Capacity))
+		nums += fmt.Sprintf(" (the most in the last %s: %s; the cap is not exposed)", ShortDuration(c.CapacityLookback), num(t.Capacity))
 	default:
 		nums += " (the cap is not exposed)"
 	}
-	nums += fmt.Sprintf(", %s queued, both averaged over the last %s", num(queued), dur(c.Range))
+	nums += fmt.Sprintf(", %s queued, both averaged over the last %s", num(queued), ShortDuration(c.Range))
 	if t.KVUsageOK {
 		nums += fmt.Sprintf(", KV cache usage up to %s%%", num(t.KVUsage*100))
 	}
@@ -293,7 +293,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	switch {
 	case progressOK && progress == 0 && running >= 1 && c.Range >= c.StuckMinRange:
 		t.Verdict, t.Layer = TriageStuck, LayerProcess
-		t.Reason = nums + fmt.Sprintf(", the decode progress counter did not move in %s", dur(c.Range))
+		t.Reason = nums + fmt.Sprintf(", the decode progress counter did not move in %s", ShortDuration(c.Range))
 		t.NextStep = "requests are held but nothing is generated: probe /health_generate, read the scheduler's last log lines and py-spy dump the scheduler process; a collective (NCCL) hang needs a restart of every rank (see engine_hang)"
 	case t.RunningHigh && t.Waiting():
 		t.Verdict, t.Layer = TriageSaturated, LayerQueue
