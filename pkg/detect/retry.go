@@ -92,14 +92,19 @@ func (b backlog) evidence(c RetryAvalancheConfig) Evidence {
 		fmt.Sprintf(">= %sx and >= %s for critical", num(c.BacklogGrowthRatio), num(c.MinBacklog)))
 }
 
+// periods are the range and baseline ending at now, and whether the
+// range saw enough client requests for ratios to mean something.
+func (d *RetryAvalancheDetector) periods(w Window, now time.Time, t clientTraffic) (periods, bool) {
+	p := newPeriods(now, d.cfg.Range, d.cfg.Baseline)
+	count, ok := w.Increase(t.arrivals, p.rangeStart, now)
+	return p, ok && count >= d.cfg.MinRequests
+}
+
 // engine judges an SGLang server from its own counters.
 func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic) []Finding {
 	c := d.cfg
-	p := newPeriods(now, c.Range, c.Baseline)
-
-	// Enough traffic for ratios to mean something.
-	count, ok := w.Increase(t.arrivals, p.rangeStart, now)
-	if !ok || count < c.MinRequests {
+	p, ok := d.periods(w, now, t)
+	if !ok {
 		return nil
 	}
 	arrivals := p.rate(w, t.arrivals)
@@ -265,9 +270,8 @@ func offeredLoad(w Window, now time.Time, arrivals Selector, failures []Selector
 // retries are the evidence, and the page leads with them.
 func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffic) []Finding {
 	c := d.cfg
-	p := newPeriods(now, c.Range, c.Baseline)
-	count, ok := w.Increase(t.arrivals, p.rangeStart, now)
-	if !ok || count < c.MinRequests {
+	p, ok := d.periods(w, now, t)
+	if !ok {
 		return nil
 	}
 	retries := p.rate(w, t.retries)
