@@ -460,9 +460,12 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 	warn.Summary = "Preemption storm: 0.2 retracted requests/s"
 	evs := update(tr, []detect.Finding{crit}, t0)
 	evs = append(evs, update(tr, []detect.Finding{warn}, t0.Add(10*time.Second))...)
-	queued, ttft := 3.0, 0.4
+	// The minute's snapshot still holds the storm's tail; the resolve
+	// says what the replica is now.
+	queued, ttft, tailQueued, tailTTFT := 3.0, 0.4, 40.0, 5.0
 	round := assess.Round{At: t0.Add(90 * time.Second), Replicas: []assess.Replica{{Replica: detect.Replica{Name: "r1"}, Scrape: detect.ScrapeState{Up: true},
-		Snapshot: assess.Snapshot{QueuedRequests: &queued, TTFTP99: &ttft}}}}
+		Snapshot: assess.Snapshot{QueuedRequests: &tailQueued, TTFTP99: &tailTTFT},
+		Recent:   assess.Snapshot{QueuedRequests: &queued, TTFTP99: &ttft, ObservedSeconds: 15}}}}
 	evs = append(evs, tr.Update(round)...)
 	if len(evs) != 2 || evs[1].Kind != notify.KindResolve {
 		t.Fatalf("got %v", kinds(evs))
@@ -476,6 +479,9 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 	}
 	if len(res.Recovered) == 0 || len(res.Evidence) == 0 {
 		t.Errorf("resolve without recovered values %v or peak evidence %v", res.Recovered, res.Evidence)
+	}
+	if text := notify.FormatText(res); !strings.Contains(text, "recovered (last 15 s, peak):") {
+		t.Errorf("resolve does not say what its values cover:\n%s", text)
 	}
 }
 

@@ -91,9 +91,14 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 	// Values of a replica that cannot be scraped are from its last good
 	// scrape: stale, so not shown as what users feel now.
 	snap, haveSnap := round.Replica(a.Replica)
+	// A resolve says how the replica is now: its recent snapshot, as the
+	// minute of the snapshot still holds the incident's tail.
+	now := snap.Snapshot
+	if tr.Page == notify.KindResolve {
+		now = snap.Recent
+	}
 	if haveSnap && snap.Scrape.Up {
-		s := snap.Snapshot
-		ev.Impact = &notify.Impact{Queued: s.QueuedRequests, TTFTP99: s.TTFTP99, AbortsPerSecond: s.AbortsPerSecond}
+		ev.Impact = &notify.Impact{Queued: now.QueuedRequests, TTFTP99: now.TTFTP99, AbortsPerSecond: now.AbortsPerSecond}
 	}
 	if tr.Page == notify.KindResolve && a.Peak != nil {
 		ev.Evidence = peaks(a)
@@ -125,7 +130,8 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 		ev.EndsAt = tr.At
 		ev.PostmortemURL = l.ExternalURL + PostmortemPath(a.ID)
 		if haveSnap {
-			ev.Recovered = recovered(snap.Snapshot)
+			ev.Recovered = recovered(now)
+			ev.RecoveredSeconds = now.ObservedSeconds
 		}
 	}
 	return notify.Compose(ev)

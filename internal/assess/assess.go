@@ -80,10 +80,14 @@ func (a *Assessor) Detectors() []detect.Detector { return a.detectors }
 
 // Replica is one replica's state in a round.
 type Replica struct {
-	Replica  detect.Replica      `json:"replica"`
-	Scrape   detect.ScrapeState  `json:"scrape"`
-	Snapshot Snapshot            `json:"snapshot"`
-	Triage   detect.TriageResult `json:"triage"`
+	Replica  detect.Replica     `json:"replica"`
+	Scrape   detect.ScrapeState `json:"scrape"`
+	Snapshot Snapshot           `json:"snapshot"`
+	// Recent is the snapshot over the last RecentSpan of the round: what
+	// a resolve calls now. The snapshot's minute still holds the tail of
+	// an incident that ended seconds ago.
+	Recent Snapshot            `json:"recent"`
+	Triage detect.TriageResult `json:"triage"`
 	// Findings are the detectors' verdicts on this replica, before
 	// correlation.
 	Findings []detect.Finding `json:"findings,omitempty"`
@@ -190,9 +194,14 @@ func (a *Assessor) replica(w detect.Window, now time.Time) Replica {
 	}
 	st.Triage = a.cfg.Triage.Classify(w, now, latencyHigh(st.Findings))
 	st.Snapshot = ReadSnapshot(w, now.Add(-a.cfg.Triage.Range), now, a.cfg.ArrivalEndpoints)
+	st.Recent = ReadSnapshot(w, now.Add(-RecentSpan(a.cfg.Triage)), now, a.cfg.ArrivalEndpoints)
 	st.annotate()
 	return st
 }
+
+// RecentSpan is the span of a replica's Recent snapshot: a quarter of the
+// triage range (15 s of the default minute), a few scrapes.
+func RecentSpan(c detect.TriageConfig) time.Duration { return c.Range / 4 }
 
 // latencyHigh reports whether a latency finding is among fs: the triage
 // reads the latency tails as high then.

@@ -331,6 +331,7 @@ type apiTarget struct {
 	LastError           string              `json:"last_error,omitempty"`
 	ConsecutiveFailures int                 `json:"consecutive_failures"`
 	Snapshot            assess.Snapshot     `json:"snapshot"`
+	Recent              assess.Snapshot     `json:"recent"`
 	Triage              detect.TriageResult `json:"triage"`
 	Findings            []apiFinding        `json:"findings"`
 }
@@ -352,7 +353,7 @@ func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
 		st := r.Scrape
 		t := apiTarget{Replica: r.Replica.Name, Target: r.Replica.Target, Kind: r.Replica.Kind, Model: r.Replica.Model, EngineType: r.Replica.EngineType,
 			Up: st.Up, LastScrape: st.LastAttempt, LastSuccess: st.LastSuccess, Reason: string(st.Reason), LastError: st.Error,
-			ConsecutiveFailures: st.ConsecutiveFailures, Snapshot: r.Snapshot, Triage: r.Triage, Findings: []apiFinding{}}
+			ConsecutiveFailures: st.ConsecutiveFailures, Snapshot: r.Snapshot, Recent: r.Recent, Triage: r.Triage, Findings: []apiFinding{}}
 		for _, f := range r.Findings {
 			t.Findings = append(t.Findings, apiFinding{Finding: f, Severity: f.Severity.String()})
 		}

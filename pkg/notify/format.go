@@ -287,6 +287,15 @@ func Lasted(ev Event) time.Duration {
 	return end.Sub(ev.StartsAt)
 }
 
+// NowLabel names what a resolve's values now cover: "last 15 s", or "now"
+// when the span is not known.
+func NowLabel(ev Event) string {
+	if !(ev.RecoveredSeconds > 0) {
+		return "now"
+	}
+	return "last " + FormatDuration(time.Duration(ev.RecoveredSeconds*float64(time.Second)))
+}
+
 // FormatDuration renders a duration for people: "45 s", "12 min",
 // "1 h 5 min", "2 d 3 h".
 func FormatDuration(d time.Duration) string {

@@ -74,7 +74,7 @@ func FormatText(ev Event) string {
 	}
 	if Resolved(ev) {
 		if rs := Recoveries(ev); len(rs) > 0 {
-			b.WriteString("recovered (now, peak):\n")
+			b.WriteString("recovered (" + NowLabel(ev) + ", peak):\n")
 			for _, r := range rs {
 				fmt.Fprintf(&b, "  - %s\n", clean(r.Text()))
 			}

@@ -78,15 +78,16 @@ type Event struct {
 	// Evidence are the numbers the verdict rests on; on a resolve, their
 	// values at the incident's worst round (the peak).
 	Evidence []Field `json:"evidence,omitempty"`
-	// Recovered are the replica's values as the incident resolves, shown
-	// beside the peak.
-	Recovered   []Field  `json:"recovered,omitempty"`
-	Emergency   []string `json:"emergency_steps,omitempty"`
-	RootCause   []string `json:"root_cause_steps,omitempty"`
-	ExplainedBy []string `json:"explained_by,omitempty"` // classes on the same replica that cause this one
-	Explains    []string `json:"explains,omitempty"`     // classes this one causes
-	RunbookURL  string   `json:"runbook_url,omitempty"`
-	AlertURL    string   `json:"alert_url,omitempty"` // the incident's page in the watchdog
+	// Recovered are the replica's values as the incident resolves, over
+	// its last RecoveredSeconds, shown beside the peak.
+	Recovered        []Field  `json:"recovered,omitempty"`
+	RecoveredSeconds float64  `json:"recovered_seconds,omitempty"`
+	Emergency        []string `json:"emergency_steps,omitempty"`
+	RootCause        []string `json:"root_cause_steps,omitempty"`
+	ExplainedBy      []string `json:"explained_by,omitempty"` // classes on the same replica that cause this one
+	Explains         []string `json:"explains,omitempty"`     // classes this one causes
+	RunbookURL       string   `json:"runbook_url,omitempty"`
+	AlertURL         string   `json:"alert_url,omitempty"` // the incident's page in the watchdog
 	// Impact is what users feel on the replica as the event is made (its
 	// queue, time to first token and aborts); nil when the replica could
 	// not be read, as its last values would be stale.

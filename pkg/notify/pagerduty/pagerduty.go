@@ -229,25 +229,27 @@ type recovery struct {
 }
 
 type customDetails struct {
-	Status      string     `json:"status"`
-	Kind        string     `json:"kind"`
-	Diagnosis   string     `json:"diagnosis,omitempty"`
-	Triage      string     `json:"triage,omitempty"`
-	Replica     string     `json:"replica"`
-	Model       string     `json:"model,omitempty"`
-	Layer       string     `json:"layer,omitempty"`
-	Evidence    []evidence `json:"evidence,omitempty"`
-	Recovered   []recovery `json:"recovered,omitempty"`
-	Emergency   []string   `json:"emergency_steps,omitempty"`
-	RootCause   []string   `json:"root_cause_steps,omitempty"`
-	ExplainedBy []string   `json:"explained_by,omitempty"`
-	Explains    []string   `json:"explains,omitempty"`
-	StartsAt    string     `json:"starts_at,omitempty"`
-	EndsAt      string     `json:"ends_at,omitempty"`
-	Duration    string     `json:"duration,omitempty"`
-	Fingerprint string     `json:"fingerprint"`
-	Seq         uint64     `json:"seq"`
-	Truncated   bool       `json:"truncated,omitempty"`
+	Status    string     `json:"status"`
+	Kind      string     `json:"kind"`
+	Diagnosis string     `json:"diagnosis,omitempty"`
+	Triage    string     `json:"triage,omitempty"`
+	Replica   string     `json:"replica"`
+	Model     string     `json:"model,omitempty"`
+	Layer     string     `json:"layer,omitempty"`
+	Evidence  []evidence `json:"evidence,omitempty"`
+	Recovered []recovery `json:"recovered,omitempty"`
+	// RecoveredOver is the span the recovered values cover ("last 15 s").
+	RecoveredOver string   `json:"recovered_over,omitempty"`
+	Emergency     []string `json:"emergency_steps,omitempty"`
+	RootCause     []string `json:"root_cause_steps,omitempty"`
+	ExplainedBy   []string `json:"explained_by,omitempty"`
+	Explains      []string `json:"explains,omitempty"`
+	StartsAt      string   `json:"starts_at,omitempty"`
+	EndsAt        string   `json:"ends_at,omitempty"`
+	Duration      string   `json:"duration,omitempty"`
+	Fingerprint   string   `json:"fingerprint"`
+	Seq           uint64   `json:"seq"`
+	Truncated     bool     `json:"truncated,omitempty"`
 	// Runbook and Alert are paths on the watchdog, set when no base URL
 	// makes them links.
 	Runbook string `json:"runbook,omitempty"`
@@ -287,6 +289,9 @@ func details(ev notify.Event) customDetails {
 	d.Explains = strs(ev.Explains)
 	if notify.Resolved(ev) {
 		rs := notify.Recoveries(ev)
+		if len(rs) > 0 && ev.RecoveredSeconds > 0 {
+			d.RecoveredOver = notify.NowLabel(ev)
+		}
 		if len(rs) > maxDetailItems {
 			d.Truncated = true
 			rs = rs[:maxDetailItems]

@@ -193,7 +193,7 @@ func Blocks(ev notify.Event) []slackapi.Block {
 	var items []string
 	heading := "*Evidence* (value vs baseline)"
 	if resolved(ev) {
-		heading = "*Recovered* (now vs peak)"
+		heading = "*Recovered* (" + notify.NowLabel(ev) + " vs peak)"
 		for _, r := range notify.Recoveries(ev) {
 			items = append(items, "*"+Escape(r.Name)+"*\n"+Escape(r.Value()))
 		}
