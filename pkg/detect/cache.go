@@ -253,11 +253,10 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	memory := kv.nowOK && kv.now >= c.KVUsageThreshold
 	evictions := p.rate(w, Sel(series.EvictedTokensTotal))
 	ttft50 := p.quantile(w, 0.5, series.TTFTSeconds)
+	// Averages, as everywhere on a page: a last value beside the triage's
+	// average would be a second number for the same quantity.
 	queue := p.avg(w, Sel(series.NumQueueReqs))
-	if q, ok := w.Last(Sel(series.NumQueueReqs)); ok {
-		queue.now, queue.nowOK = q, true
-	}
-	running, runningOK := w.Last(Sel(series.NumRunningReqs))
+	running := p.avg(w, Sel(series.NumRunningReqs))
 	pageSize, pageSizeOK := w.Last(Selector{Name: series.PageSize, Combine: CombineMax})
 
 	sev := Warning
@@ -292,10 +291,10 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		f.Evidence = append(f.Evidence, ttft50.evidence("TTFT p50", "s", ""))
 	}
 	if queue.nowOK {
-		f.Evidence = append(f.Evidence, queue.evidence("queued requests", "", ""))
+		f.Evidence = append(f.Evidence, queue.evidence(p.avgOver("queued requests"), "", ""))
 	}
-	if runningOK {
-		f.Evidence = append(f.Evidence, Evidence{Name: "running requests", Value: running})
+	if running.nowOK {
+		f.Evidence = append(f.Evidence, Evidence{Name: p.avgOver("running requests"), Value: running.now})
 	}
 	if pageSizeOK {
 		f.Evidence = append(f.Evidence, Evidence{Name: "KV page size", Value: pageSize, Unit: "tokens"})
@@ -312,8 +311,8 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		diag.WriteString("; requests recompute prompts they used to reuse, prefill takes longer and batches refill slowly")
 		if queue.nowOK {
 			fmt.Fprintf(&diag, ", so the queue backs up (%s queued", num(queue.now))
-			if runningOK {
-				fmt.Fprintf(&diag, ", %s running", num(running))
+			if running.nowOK {
+				fmt.Fprintf(&diag, ", %s running", num(running.now))
 			}
 			diag.WriteString(")")
 		}

@@ -147,6 +147,13 @@ func (p periods) avg(w Window, sel Selector) measure {
 	return m
 }
 
+// avgOver names an average over the range by its span, "queued requests
+// (avg over 2m)": the triage averages the same gauges over its own range,
+// and a page gives both.
+func (p periods) avgOver(name string) string {
+	return name + " (avg over " + ShortDuration(p.now.Sub(p.rangeStart)) + ")"
+}
+
 func (p periods) quantile(w Window, q float64, family string) measure {
 	var m measure
 	m.now, m.nowOK = w.Quantile(q, family, nil, p.rangeStart, p.now)

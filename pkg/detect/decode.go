@@ -425,7 +425,7 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 	if hold != nil {
 		batchRule = "checked at the onset only: the backlog a slowdown builds is no recovery"
 	}
-	f.Evidence = append(f.Evidence, ev.running.evidence("running requests (avg)", "", batchRule))
+	f.Evidence = append(f.Evidence, ev.running.evidence(ev.p.avgOver("running requests"), "", batchRule))
 	if ev.seqs.nowOK {
 		f.Evidence = append(f.Evidence, ev.seqs.evidence("decode batch summed sequence length (avg)", "tokens", ""))
 	}

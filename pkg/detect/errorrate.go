@@ -227,7 +227,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		res.Evidence = append(res.Evidence, Evidence{Name: "offered load/s (highest fresh arrivals in the look-back)", Value: offered, Unit: "/s",
 			Threshold: fmt.Sprintf("arrivals >= %sx it are retries", num(c.RetriedArrivalRatio))})
 	}
-	queued, okQueue := w.Last(Sel(series.NumQueueReqs))
+	queued, okQueue := w.Avg(Sel(series.NumQueueReqs), now.Add(-c.Range), now)
 
 	kinds := failureKinds(perSec)
 	res.Summary = fmt.Sprintf("%s%% of requests failing over %s (%s)", num(pct(share)), ShortDuration(c.Range), kinds)
@@ -238,7 +238,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		diag = append(diag, fmt.Sprintf("Overload: users are failing because capacity is short. %s%% of the requests of the last %s failed (%s), while requests arrive at %s/s and complete at %s/s.",
 			num(pct(share)), ShortDuration(c.Range), kinds, num(arrivals), num(completions)))
 		if okQueue {
-			diag = append(diag, fmt.Sprintf("The waiting queue holds %s requests.", num(queued)))
+			diag = append(diag, fmt.Sprintf("The waiting queue averaged %s requests over the last %s.", num(queued), ShortDuration(c.Range)))
 		}
 		diag = append(diag, "No client retries are visible (no gateway retries, and arrivals did not grow with the failures): this is more traffic than the replica can serve, not a retry loop.")
 		if !t.gateway && f.sheds > 0 {

@@ -258,7 +258,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 			fmt.Sprintf(">= %sx baseline at a steady batch is runaway decode", num(c.SeqLenRatio))))
 	}
 	if running.nowOK {
-		f.Evidence = append(f.Evidence, running.evidence("running requests (avg)", "", ""))
+		f.Evidence = append(f.Evidence, running.evidence(p.avgOver("running requests"), "", ""))
 	}
 	if ctx, ok := w.Last(Selector{Name: series.ContextLen, Combine: CombineMax}); ok {
 		f.Evidence = append(f.Evidence, Evidence{Name: "context length (ceiling of an uncapped output)", Value: ctx, Unit: "tokens"})

@@ -171,10 +171,8 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	if aborts.nowOK {
 		f.Evidence = append(f.Evidence, aborts.evidence("aborted requests/s", "/s", ""))
 	}
-	queue := p.avg(w, Sel(series.NumQueueReqs))
-	if q, ok := w.Last(Sel(series.NumQueueReqs)); ok {
-		queue.now, queue.nowOK = q, true
-		f.Evidence = append(f.Evidence, queue.evidence("queued requests", "", ""))
+	if queue := p.avg(w, Sel(series.NumQueueReqs)); queue.nowOK {
+		f.Evidence = append(f.Evidence, queue.evidence(p.avgOver("queued requests"), "", ""))
 	}
 
 	if legacy {

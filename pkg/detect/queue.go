@@ -146,7 +146,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 			Threshold: fmt.Sprintf(">= %s is the scheduling side", pct(c.QueueShare))})
 	}
 	if queued.nowOK {
-		f.Evidence = append(f.Evidence, queued.evidence("queued requests (avg)", "", ""))
+		f.Evidence = append(f.Evidence, queued.evidence(p.avgOver("queued requests"), "", ""))
 	}
 
 	side := "prefill itself is slow"
