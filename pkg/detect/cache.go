@@ -331,7 +331,13 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		}
 	} else {
 		if kv.nowOK {
-			fmt.Fprintf(&diag, "Prefill layer: KV usage is normal (%s), so the cache has room but prompts stopped sharing prefixes. ", vsBaseline(kv, ""))
+			fmt.Fprintf(&diag, "Prefill layer: KV usage is %s, below the %s that means memory pressure, so prompts most likely stopped sharing prefixes. ", pctVsBaseline(kv), pct(c.KVUsageThreshold))
+			// Usage does not count cached (evictable) tokens: rising
+			// evictions fit unique prompts churning the cache, and eviction
+			// pressure usage cannot show alike.
+			if g, ok := evictions.growth(); ok && g >= evictionRise {
+				fmt.Fprintf(&diag, "Evictions rose to %s: unique prompts fill the cache and push each other out, but if no prompt changed, the cache is being evicted under a pressure KV usage does not show (it does not count cached tokens). ", vsBaseline(evictions, " tokens/s"))
+			}
 		} else {
 			diag.WriteString("Prefill layer: prompts stopped sharing prefixes (KV usage not exposed, so eviction pressure cannot be ruled out; see evictions). ")
 		}
@@ -364,6 +370,10 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	d.triage.Classify(w, now, sev == Critical).annotate(&f)
 	return []Finding{f}
 }
+
+// evictionRise is the growth of the eviction rate over its baseline a
+// prompt-change diagnosis names as a possible hidden pressure.
+const evictionRise = 2
 
 // CacheCollapseConfig tunes the prefix-cache hit-rate collapse detector.
 type CacheCollapseConfig struct {

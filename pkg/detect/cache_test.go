@@ -82,7 +82,7 @@ func TestCacheCollapsePromptChange(t *testing.T) {
 	if f.Layer != detect.LayerPrefill || f.Severity != detect.Warning {
 		t.Errorf("layer %s severity %s; want prefill warning (TTFT unchanged)", f.Layer, f.Severity)
 	}
-	for _, want := range []string{"KV usage is normal", "timestamp", "chat template", "LoRA", "page size 16 tokens"} {
+	for _, want := range []string{"prompts most likely stopped sharing prefixes", "timestamp", "chat template", "LoRA", "page size 16 tokens"} {
 		if !strings.Contains(f.Diagnosis, want) {
 			t.Errorf("diagnosis lacks %q: %s", want, f.Diagnosis)
 		}
@@ -92,6 +92,9 @@ func TestCacheCollapsePromptChange(t *testing.T) {
 	}
 	if strings.Contains(f.Diagnosis, "memory-pressure chain") {
 		t.Errorf("prompt change diagnosed as memory pressure: %s", f.Diagnosis)
+	}
+	if strings.Contains(f.Diagnosis, "Evictions rose") {
+		t.Errorf("evictions did not rise, yet the diagnosis says so: %s", f.Diagnosis)
 	}
 }
 
@@ -190,4 +193,22 @@ func TestCacheCollapseRestartGraceIsWhatHolds(t *testing.T) {
 // CacheCollapse's golden page (checkPage).
 func TestGoldenPageEventsCacheCollapse(t *testing.T) {
 	checkPage(t, pageCase{class: detect.CacheCollapse, scenario: runbookSnapshot()})
+}
+
+// TestCacheCollapseBelowUsageWithEvictionsRising: usage below the
+// pressure threshold does not count cached tokens, so a collapse while
+// evictions rise is not called a case of room to spare: the diagnosis
+// still leads with the prompts and names the hidden pressure, in percent.
+func TestCacheCollapseBelowUsageWithEvictionsRising(t *testing.T) {
+	s := healthyEngine().with(hitRateChange(incidentLong, 0.05)...).
+		with(counter(series.EvictedTokensTotal, stepAt(incidentLong, 500, 4000), "cache_type", "RadixCache"))
+	f := one(t, run(t, s, detect.CacheCollapse))
+	for _, want := range []string{"KV usage is 50% (baseline 50%), below the 85%", "Evictions rose to 4000 tokens/s (baseline 500 tokens/s)", "does not count cached tokens"} {
+		if !strings.Contains(f.Diagnosis, want) {
+			t.Errorf("diagnosis lacks %q: %s", want, f.Diagnosis)
+		}
+	}
+	if strings.Contains(f.Diagnosis, "normal") {
+		t.Errorf("KV called normal while evictions rise: %s", f.Diagnosis)
+	}
 }

@@ -137,7 +137,7 @@ func TestCacheCollapseSeedScenarioNotEviction(t *testing.T) {
 	if kv := evidenceNamed(t, f, "KV cache usage"); kv.Value != 0.5 {
 		t.Errorf("KV evidence = %+v", kv)
 	}
-	contains(t, "diagnosis", f.Diagnosis, "KV usage is normal", "timestamp", "chat template", "page boundaries", "page size 16 tokens")
+	contains(t, "diagnosis", f.Diagnosis, "prompts most likely stopped sharing prefixes", "timestamp", "chat template", "page boundaries", "page size 16 tokens")
 	if strings.Contains(f.Diagnosis, "evict") || strings.Contains(f.Diagnosis, "memory-pressure") {
 		t.Errorf("a prompt-side collapse is blamed on eviction: %s", f.Diagnosis)
 	}

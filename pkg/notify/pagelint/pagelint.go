@@ -60,7 +60,7 @@ type Options struct {
 var (
 	// A usage or a hit rate written as a fraction ("KV usage 0.545",
 	// "collapsed to 0.34") where pages write percent.
-	fractionShare = regexp.MustCompile(`(?i)(usage|hit rate|collapsed to|share|utilization)[^.;:%\n(]{0,24}?\b(0\.\d+|1\.0+|1)\b([^\d%x.]|$)`)
+	fractionShare = regexp.MustCompile(`(?i)(usage|hit rate|collapsed to|share|utilization)[^.;:%\n]{0,24}?\b(0\.\d+|1\.0+|1)\b([^\d%x.]|$)`)
 	// Seconds glued to a decimal number ("3.98s").
 	gluedSeconds = regexp.MustCompile(`\b\d+\.\d+s\b`)
 	notAvailable = regexp.MustCompile(`(?i)\bn/a\b`)

@@ -109,6 +109,11 @@ func TestEachRuleCatchesItsBreak(t *testing.T) {
 			ev.Diagnosis += " LoRA utilization 1 across the pool."
 			return []notify.Event{ev}
 		}},
+		{pagelint.RulePercent, func() []notify.Event {
+			ev := page()
+			ev.Diagnosis += " Prefill layer: KV usage is normal (0.38 (baseline 0.117))."
+			return []notify.Event{ev}
+		}},
 		{pagelint.RuleDuplicate, func() []notify.Event {
 			ev := page()
 			ev.Evidence = append(ev.Evidence, notify.Field{Name: "retracted requests/s (last range)", Value: 2, Unit: "/s"})
