@@ -70,11 +70,12 @@ var (
 	// "N running (capacity C)" in a triage line.
 	runningCapacity = regexp.MustCompile(`(\d+(?:\.\d+)?) running \(capacity (\d+(?:\.\d+)?)\)`)
 	queuedCount     = regexp.MustCompile(`(\d+(?:\.\d+)?) (?:queued|waiting)\b`)
-	// Headline quantities: "queue 60", "p99 TTFT 0.398 s", "aborted 0.5/s".
+	// Headline quantities: "queue 60", "p99 TTFT 0.398 s", "aborted 0.5/s"
+	// or "(0.5/s aborted)".
 	headlineQuantity = map[string]*regexp.Regexp{
 		"queue":    regexp.MustCompile(`(?i)\bqueue (\d+(?:\.\d+)?)\b`),
 		"ttft_p99": regexp.MustCompile(`(?i)(?:p99 TTFT|TTFT p99) (\d+(?:\.\d+)?) s\b`),
-		"aborts":   regexp.MustCompile(`(?i)\baborted (\d+(?:\.\d+)?)/s\b`),
+		"aborts":   regexp.MustCompile(`(?i)\baborted (\d+(?:\.\d+)?)/s\b|\((\d+(?:\.\d+)?)/s aborted\b`),
 	}
 )
 
@@ -98,7 +99,11 @@ func Check(ev notify.Event, opts Options) []Problem {
 	for q, re := range headlineQuantity {
 		var seen []string
 		for _, m := range re.FindAllStringSubmatch(headline, -1) {
-			seen = append(seen, m[1])
+			for _, g := range m[1:] {
+				if g != "" {
+					seen = append(seen, g)
+				}
+			}
 		}
 		if len(seen) > 1 && seen[0] != seen[1] {
 			bad(RuleHeadline, "the headline gives %s twice, %s and %s: %q", q, seen[0], seen[1], headline)

@@ -83,6 +83,14 @@ func TestEachRuleCatchesItsBreak(t *testing.T) {
 			ev.Evidence[2].Value = 47 // the evidence's queue disagrees with the headline's 60
 			return []notify.Event{ev}
 		}},
+		{pagelint.RuleHeadline, func() []notify.Event {
+			// A failing lead's abort rate over another range than the
+			// evidence's.
+			ev := page()
+			ev.Evidence = append(ev.Evidence, notify.Field{Name: "aborted requests/s", Value: 5.11, Unit: "/s"})
+			ev.Headline = "sglang-0: 27.6% of requests failing over 30s (3.62/s aborted) — " + ev.Headline[len("sglang-0: "):]
+			return []notify.Event{ev}
+		}},
 		{pagelint.RulePeak, func() []notify.Event {
 			res := resolve()
 			res.Evidence[0].Value = 1 // a peak below the 2/s the trigger said
