@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -65,9 +67,13 @@ func IsPermanent(err error) bool {
 type retryAfterError struct {
 	err   error
 	after time.Duration
+	named bool // the provider named the wait; else the backoff decides
 }
 
 func (e *retryAfterError) Error() string {
+	if !e.named {
+		return fmt.Sprintf("%v (rate limited)", e.err)
+	}
 	return fmt.Sprintf("%v (retry after %s)", e.err, e.after)
 }
 func (e *retryAfterError) Unwrap() error { return e.err }
@@ -82,16 +88,51 @@ func RetryAfter(err error, d time.Duration) error {
 	if d < 0 {
 		d = 0
 	}
-	return &retryAfterError{err: err, after: d}
+	return &retryAfterError{err: err, after: d, named: true}
 }
 
-// RetryAfterOf returns the delay requested with RetryAfter.
+// Throttled marks err as a rate limit whose provider named no wait (HTTP
+// 429 without a usable Retry-After). The queue holds every event of the
+// integration for the event's exponential backoff, from the initial
+// delay: a fixed pause would delay a critical page by as much each time.
+// Throttled(nil) is nil.
+func Throttled(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfterError{err: err}
+}
+
+// ThrottledBy classifies a 429 by its response header: RetryAfter with the
+// wait Retry-After names (seconds, or an HTTP date against the response's
+// Date), else Throttled.
+func ThrottledBy(err error, h http.Header) error {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if s, perr := strconv.Atoi(v); perr == nil && s >= 0 {
+		return RetryAfter(err, time.Duration(s)*time.Second)
+	}
+	at, aerr := http.ParseTime(v)
+	sent, serr := http.ParseTime(h.Get("Date"))
+	if aerr == nil && serr == nil {
+		return RetryAfter(err, at.Sub(sent))
+	}
+	return Throttled(err)
+}
+
+// RetryAfterOf returns the delay requested with RetryAfter; ok is false
+// for an error Throttled left to the backoff.
 func RetryAfterOf(err error) (time.Duration, bool) {
 	var r *retryAfterError
-	if errors.As(err, &r) {
+	if errors.As(err, &r) && r.named {
 		return r.after, true
 	}
 	return 0, false
+}
+
+// IsThrottled reports a rate limit, with or without a named wait.
+func IsThrottled(err error) bool {
+	var r *retryAfterError
+	return errors.As(err, &r)
 }
 
 type reasonError struct {
@@ -120,7 +161,7 @@ func ReasonOf(err error) Reason {
 	if errors.As(err, &re) {
 		return re.reason
 	}
-	if _, ok := RetryAfterOf(err); ok {
+	if IsThrottled(err) {
 		return ReasonRateLimited
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -405,14 +405,19 @@ func (b *outbox) settle(id uint64, send Event, inc Incident, err error, now time
 	case now.Sub(p.FirstAttempt) >= b.opts.MaxRetryDuration:
 		s.gaveUp = fmt.Errorf("gave up after %d attempts in %s: %w", p.Attempts, now.Sub(p.FirstAttempt).Round(time.Second), err)
 	default:
+		backoff := Backoff(p.Attempts, b.opts.InitialBackoff, b.opts.MaxBackoff, u)
 		if d, isRA := RetryAfterOf(err); isRA {
 			if d > b.opts.MaxRetryAfter {
 				s.retryAfterAsked, d = d, b.opts.MaxRetryAfter
 			}
 			b.doc.HoldUntil = now.Add(d)
 			p.NotBefore = b.doc.HoldUntil
+		} else if IsThrottled(err) {
+			// A rate limit holds the integration, not just this event.
+			b.doc.HoldUntil = now.Add(backoff)
+			p.NotBefore = b.doc.HoldUntil
 		} else {
-			p.NotBefore = now.Add(Backoff(p.Attempts, b.opts.InitialBackoff, b.opts.MaxBackoff, u))
+			p.NotBefore = now.Add(backoff)
 		}
 		s.retryAt = p.NotBefore
 	}

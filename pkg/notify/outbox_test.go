@@ -213,6 +213,8 @@ func TestOutboxSettle(t *testing.T) {
 		{name: "retryable: backoff", err: retryable, wantRetryAt: 800 * time.Millisecond, wantWaiting: 1},
 		{name: "Retry-After holds the integration", err: RetryAfter(errors.New("429"), 30*time.Second),
 			wantRetryAt: 30 * time.Second, wantHold: 30 * time.Second, wantWaiting: 1},
+		{name: "rate limit without a wait: the backoff holds the integration", err: Throttled(errors.New("429")),
+			wantRetryAt: 800 * time.Millisecond, wantHold: 800 * time.Millisecond, wantWaiting: 1},
 		{name: "Retry-After beyond the cap", err: RetryAfter(errors.New("429"), 3*time.Hour),
 			wantRetryAt: DefaultMaxRetryAfter, wantHold: DefaultMaxRetryAfter, wantAsked: 3 * time.Hour, wantWaiting: 1},
 		{name: "permanent", err: Permanent(errors.New("400")), wantGaveUp: "400"},

@@ -220,6 +220,37 @@ func TestRouteConfigValidate(t *testing.T) {
 	}
 }
 
+// A 429 without Retry-After backs off exponentially from the initial
+// delay and holds the integration meanwhile: two in a row delay a
+// critical page by about 1 s + 2 s, not by a fixed pause each.
+func TestRateLimitWithoutRetryAfterBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pd := &notifytest.Recorder{Fail: func(ev notify.Event, n int) error {
+			if n < 2 {
+				return notify.Throttled(errors.New("pagerduty: HTTP 429"))
+			}
+			return nil
+		}}
+		r := newRig(t, notifytest.NewMemStore(), pd, &notifytest.Recorder{})
+		r.start(t)
+		t0 := time.Now()
+		r.d.Send(at(notifytest.PreemptStorm(t0), t0))
+		synctest.Wait()
+		advance(10 * time.Second)
+		att := pd.Attempts()
+		if len(att) != 3 || len(pd.Delivered()) != 1 {
+			t.Fatalf("%d attempts, %d delivered; want 3 and 1", len(att), len(pd.Delivered()))
+		}
+		first, second := att[1].At.Sub(att[0].At), att[2].At.Sub(att[1].At)
+		if first < 800*time.Millisecond || first > time.Second || second < 1600*time.Millisecond || second > 2*time.Second {
+			t.Errorf("retries after %s and %s, want the backoff's ~1 s and ~2 s", first, second)
+		}
+		if got := counter(t, r.reg, "watchdog_notification_failures_total", "integration", "pagerduty", "reason", "rate_limited"); got != 2 {
+			t.Errorf("rate_limited failures = %v, want 2", got)
+		}
+	})
+}
+
 // A 429 with Retry-After holds the whole integration: no attempt for any
 // incident before the delay, then delivery resumes in order.
 func TestRetryAfterIsHonouredExactly(t *testing.T) {

@@ -55,7 +55,6 @@ const refLabels = "alertmanager_labels"
 
 const (
 	maxErrorBody      = 1024
-	defaultThrottled  = 30 * time.Second
 	maxAnnotationRune = 4000
 )
 
@@ -387,20 +386,11 @@ func (n *Notifier) postOne(ctx context.Context, endpoint string, body []byte) er
 	err = notify.WithReason(fmt.Errorf("alertmanager %s: HTTP %d: %s", endpoint, resp.StatusCode, strings.TrimSpace(string(msg))), reason)
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests:
-		return notify.RetryAfter(err, retryAfter(resp.Header.Get("Retry-After")))
+		return notify.ThrottledBy(err, resp.Header)
 	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode >= 500:
 		return err
 	case resp.StatusCode >= 400:
 		return notify.Permanent(err)
 	}
 	return err // 1xx, 3xx not followed: retry, the proxy in front may be reconfigured
-}
-
-// retryAfter parses a Retry-After header in seconds; without one, the
-// default pause.
-func retryAfter(h string) time.Duration {
-	if s, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	return defaultThrottled
 }

@@ -217,6 +217,7 @@ func TestFailuresAreClassified(t *testing.T) {
 		{status: http.StatusNotFound, permanent: true, reason: notify.ReasonClientError},
 		{status: http.StatusServiceUnavailable, reason: notify.ReasonServerError},
 		{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"7"}}, reason: notify.ReasonRateLimited, retryAfter: 7 * time.Second},
+		{status: http.StatusTooManyRequests, reason: notify.ReasonRateLimited}, // the backoff decides
 	}
 	for _, c := range cases {
 		t.Run(http.StatusText(c.status), func(t *testing.T) {
@@ -229,6 +230,9 @@ func TestFailuresAreClassified(t *testing.T) {
 			}
 			if notify.IsPermanent(err) != c.permanent || notify.ReasonOf(err) != c.reason {
 				t.Errorf("%v: permanent %v reason %s, want %v %s", err, notify.IsPermanent(err), notify.ReasonOf(err), c.permanent, c.reason)
+			}
+			if notify.IsThrottled(err) != (c.reason == notify.ReasonRateLimited) {
+				t.Errorf("throttled %v for %s", notify.IsThrottled(err), c.reason)
 			}
 			if d, _ := notify.RetryAfterOf(err); d != c.retryAfter {
 				t.Errorf("retry after %s, want %s", d, c.retryAfter)

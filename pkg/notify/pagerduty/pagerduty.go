@@ -14,7 +14,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,12 +34,11 @@ const (
 
 // Limits kept before sending.
 const (
-	MaxSummary       = 1024 // runes, PagerDuty rejects longer summaries
-	maxDetailString  = 2000 // runes per custom_details string
-	maxDetailItems   = 20   // entries per custom_details list
-	maxDedupKey      = 255
-	defaultThrottled = 30 * time.Second // 429 without Retry-After: PagerDuty suggests ~30 s
-	maxErrorBody     = 2048
+	MaxSummary      = 1024 // runes, PagerDuty rejects longer summaries
+	maxDetailString = 2000 // runes per custom_details string
+	maxDetailItems  = 20   // entries per custom_details list
+	maxDedupKey     = 255
+	maxErrorBody    = 2048
 )
 
 // Config configures the integration. Environment: PAGERDUTY_ROUTING_KEY
@@ -392,19 +390,12 @@ func (n *Notifier) send(ctx context.Context, e *pd.V2Event) error {
 	herr := fmt.Errorf("%s: HTTP %d: %s", what, c.status, body)
 	switch {
 	case c.status == http.StatusTooManyRequests:
-		return notify.RetryAfter(herr, retryAfter(c.retryAfter))
+		return notify.ThrottledBy(herr, c.header)
 	case c.status == http.StatusRequestTimeout || c.status >= 500:
 		return notify.WithReason(herr, reason)
 	default: // 400 invalid event, 401/403 bad key, 404, 413 too large, ...
 		return notify.WithReason(notify.Permanent(herr), reason)
 	}
-}
-
-func retryAfter(h string) time.Duration {
-	if s, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	return defaultThrottled
 }
 
 // redact removes the routing key from text a server sent back.
@@ -424,7 +415,7 @@ type captureKey struct{}
 type capture struct {
 	transportErr error
 	status       int
-	retryAfter   string
+	header       http.Header
 	body         []byte
 }
 
@@ -442,7 +433,7 @@ func (cc capturingClient) Do(req *http.Request) (*http.Response, error) {
 	}
 	c.status = resp.StatusCode
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		c.retryAfter = resp.Header.Get("Retry-After")
+		c.header = resp.Header
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		c.body = b

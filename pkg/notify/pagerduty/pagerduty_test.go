@@ -218,10 +218,14 @@ func TestFailureClassification(t *testing.T) {
 		wantAfter     time.Duration // > 0: RetryAfter expected
 		wantInError   string
 	}{
+		// No named wait: the queue's exponential backoff decides.
 		{name: "429 without Retry-After", resp: notifytest.Response{Status: 429, Body: `{"status":"throttle event"}`},
-			wantReason: notify.ReasonRateLimited, wantAfter: 30 * time.Second},
+			wantReason: notify.ReasonRateLimited},
 		{name: "429 with Retry-After", resp: notifytest.Response{Status: 429, Header: http.Header{"Retry-After": {"7"}}},
 			wantReason: notify.ReasonRateLimited, wantAfter: 7 * time.Second},
+		{name: "429 with Retry-After as a date", resp: notifytest.Response{Status: 429, Header: http.Header{
+			"Retry-After": {"Sun, 06 Dec 2026 16:00:10 GMT"}, "Date": {"Sun, 06 Dec 2026 16:00:00 GMT"}}},
+			wantReason: notify.ReasonRateLimited, wantAfter: 10 * time.Second},
 		{name: "500", resp: notifytest.Response{Status: 500, Body: "<html>oops</html>", Header: http.Header{"Content-Type": {"text/html"}}},
 			wantReason: notify.ReasonServerError},
 		{name: "503", resp: notifytest.Response{Status: 503}, wantReason: notify.ReasonServerError},
@@ -254,6 +258,9 @@ func TestFailureClassification(t *testing.T) {
 				t.Errorf("reason = %s, want %s (%v)", got, tc.wantReason, err)
 			}
 			after, ok := notify.RetryAfterOf(err)
+			if throttled := tc.wantReason == notify.ReasonRateLimited; notify.IsThrottled(err) != throttled {
+				t.Errorf("throttled = %v, want %v", notify.IsThrottled(err), throttled)
+			}
 			if ok != (tc.wantAfter > 0) || after != tc.wantAfter {
 				t.Errorf("retry after = %s %v, want %s", after, ok, tc.wantAfter)
 			}

@@ -26,9 +26,6 @@ import (
 // DefaultAPIURL is Slack's public Web API base.
 const DefaultAPIURL = "https://slack.com/api"
 
-// defaultRateLimit is the wait after a 429 without Retry-After.
-const defaultRateLimit = 30 * time.Second
-
 // Config configures the integration. Environment: SLACK_BOT_TOKEN (also
 // SLACK_BOT_TOKEN_FILE), SLACK_CHANNEL, SLACK_API_URL, SLACK_WEBHOOK_URL
 // (also SLACK_WEBHOOK_URL_FILE). A bot token wins over a webhook.
@@ -265,7 +262,7 @@ func (n *Notifier) classify(call string, err error) error {
 		e := fmt.Errorf("slack %s: HTTP %d", call, sc.Code)
 		switch {
 		case sc.Code == http.StatusTooManyRequests:
-			return notify.RetryAfter(e, defaultRateLimit)
+			return notify.Throttled(e) // slack-go read a Retry-After into RateLimitedError
 		case sc.Code >= 500 || sc.Code == http.StatusRequestTimeout:
 			return notify.WithReason(e, notify.ReasonForStatus(sc.Code))
 		default:
@@ -275,7 +272,7 @@ func (n *Notifier) classify(call string, err error) error {
 		e := fmt.Errorf("slack %s: %s", call, n.secrets.String(se.Err))
 		switch {
 		case se.Err == "ratelimited" || se.Err == "rate_limited":
-			return notify.RetryAfter(e, defaultRateLimit)
+			return notify.Throttled(e)
 		case serverErrors[se.Err]:
 			return notify.WithReason(e, notify.ReasonServerError)
 		case authErrors[se.Err]:

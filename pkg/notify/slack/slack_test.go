@@ -380,7 +380,8 @@ func TestFailureClassification(t *testing.T) {
 		wantAfter     time.Duration
 	}{
 		{name: "429 with Retry-After", resp: notifytest.Response{Status: 429, Header: http.Header{"Retry-After": {"12"}}}, wantReason: notify.ReasonRateLimited, wantAfter: 12 * time.Second},
-		{name: "429 without Retry-After", resp: notifytest.Response{Status: 429}, wantReason: notify.ReasonRateLimited, wantAfter: 30 * time.Second},
+		{name: "429 without Retry-After", resp: notifytest.Response{Status: 429}, wantReason: notify.ReasonRateLimited},
+		{name: "ratelimited", resp: okFalse("ratelimited"), wantReason: notify.ReasonRateLimited},
 		{name: "500", resp: notifytest.Response{Status: 500, Body: "<html>", Header: http.Header{"Content-Type": {"text/html"}}}, wantReason: notify.ReasonServerError},
 		{name: "503", resp: notifytest.Response{Status: 503}, wantReason: notify.ReasonServerError},
 		{name: "invalid_auth", resp: okFalse("invalid_auth"), wantPermanent: true, wantReason: notify.ReasonAuthError},
@@ -420,6 +421,9 @@ func TestFailureClassification(t *testing.T) {
 			}
 			if got := notify.ReasonOf(err); got != tc.wantReason {
 				t.Errorf("reason = %s, want %s (%v)", got, tc.wantReason, err)
+			}
+			if throttled := tc.wantReason == notify.ReasonRateLimited; notify.IsThrottled(err) != throttled {
+				t.Errorf("throttled = %v, want %v", notify.IsThrottled(err), throttled)
 			}
 			if after, ok := notify.RetryAfterOf(err); ok != (tc.wantAfter > 0) || after != tc.wantAfter {
 				t.Errorf("retry after %s %v, want %s", after, ok, tc.wantAfter)
