@@ -254,11 +254,14 @@ func (d *Dispatcher) OpenIncidents() []Event {
 }
 
 func (d *Dispatcher) openIncidents() []Event {
+	// Newest by time: a fingerprint's next incident starts its sequence
+	// at 1 again, and an integration it was not routed to still holds the
+	// previous incident's resolve at a higher one.
 	newest := map[string]Event{}
 	for _, q := range d.queues {
 		for fp, ev := range q.incidents() {
 			cur, ok := newest[fp]
-			if !ok || ev.Seq > cur.Seq || (ev.Seq == cur.Seq && ev.At.After(cur.At)) {
+			if !ok || ev.At.After(cur.At) || (ev.At.Equal(cur.At) && ev.Seq > cur.Seq) {
 				newest[fp] = ev
 			}
 		}

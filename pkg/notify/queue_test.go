@@ -510,6 +510,40 @@ func TestShutdownDrainsAndKeepsTheRestAcrossRestart(t *testing.T) {
 	})
 }
 
+// The newest record of a fingerprint is the newest by time: a new incident
+// starts its sequence at 1 again, so an older incident's resolve (a higher
+// sequence) that one integration still holds must not hide it at restart.
+func TestRestartFindsANewIncidentBehindAnOldResolve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := notifytest.NewMemStore()
+		pd, sl := &notifytest.Recorder{}, &notifytest.Recorder{}
+		r := newRig(t, store, pd, sl)
+		r.start(t)
+		old := at(notifytest.PreemptStorm(time.Now()), time.Now())
+		r.d.Send(old)
+		upd := notifytest.Update(old, time.Now().Add(time.Minute), detect.Critical)
+		advance(time.Minute)
+		r.d.Send(upd)
+		advance(time.Minute)
+		r.d.Send(notifytest.Resolve(upd, time.Now()))
+		synctest.Wait()
+		// The same fault again, a new incident, a warning this time: only
+		// Slack gets it, PagerDuty keeps the old resolve.
+		advance(time.Hour)
+		again := at(notifytest.PreemptStorm(time.Now()), time.Now())
+		again.Severity = detect.Warning
+		r.d.Send(again)
+		synctest.Wait()
+		r.stop()
+
+		r2 := newRig(t, store, pd, &notifytest.Recorder{})
+		open := r2.d.OpenIncidents()
+		if len(open) != 1 || open[0].Kind != notify.KindTrigger || !open[0].At.Equal(again.At) {
+			t.Fatalf("open incidents after restart %q, want the new incident's trigger", kinds(open))
+		}
+	})
+}
+
 // After a restart the re-emitted trigger of an open incident is an update
 // for the integrations, and its resolve still reaches them.
 func TestRestartDoesNotRetrigger(t *testing.T) {
