@@ -58,15 +58,19 @@ func lastIndexRune(r []rune, c rune) int {
 	return -1
 }
 
-var escaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+var (
+	escaper  = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+	unlinker = strings.NewReplacer("://", ":\u2060//", "www.", "www\u2060.", "WWW.", "WWW\u2060.")
+)
 
 // Escape makes a string from a replica inert in Slack text (mrkdwn and
 // plain_text alike): &, <, > become entities, so "<!channel>", "<@U123>"
 // and "<https://evil|click>" cannot mention or link; a word joiner after the
 // "@" of "@channel", "@here" and "@everyone" keeps clients from treating the
-// bare words as mentions.
+// bare words as mentions, and one after the ":" of "://" and the "www" of
+// "www." keeps a URL in a label or a model name from being linked.
 func Escape(s string) string {
-	s = escaper.Replace(s)
+	s = unlinker.Replace(escaper.Replace(s))
 	if !strings.ContainsAny(s, "@!") {
 		return s
 	}

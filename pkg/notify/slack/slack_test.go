@@ -292,12 +292,14 @@ func TestReplicaStringsCannotMentionOrLink(t *testing.T) {
 
 func TestEscape(t *testing.T) {
 	tests := map[string]string{
-		"<!channel>":               "&lt;!\u2060channel&gt;",
-		"a & b":                    "a &amp; b",
-		"@here now":                "@\u2060here now",
-		"<https://evil|click>":     "&lt;https://evil|click&gt;",
-		"mail@herewego.com":        "mail@herewego.com",
-		"Llama-3.1-70B @Channel x": "Llama-3.1-70B @\u2060Channel x",
+		"<!channel>":                   "&lt;!\u2060channel&gt;",
+		"a & b":                        "a &amp; b",
+		"@here now":                    "@\u2060here now",
+		"<https://evil|click>":         "&lt;https:\u2060//evil|click&gt;",
+		"model https://evil.example/x": "model https:\u2060//evil.example/x",
+		"pod www.evil.example":         "pod www\u2060.evil.example",
+		"mail@herewego.com":            "mail@herewego.com",
+		"Llama-3.1-70B @Channel x":     "Llama-3.1-70B @\u2060Channel x",
 	}
 	for in, want := range tests {
 		if got := slack.Escape(in); got != want {
