@@ -161,6 +161,20 @@ func (b *browser) save(t *testing.T, dir, name string, png []byte) {
 	t.Logf("screenshot %s (%d bytes)", path, len(png))
 }
 
+// signalCounts are an incident's moving signals and those of them with a
+// numeric limit.
+func signalCounts(r incident.Record) (limits, moving int) {
+	for _, s := range r.Signals {
+		if !s.Constant() {
+			moving++
+			if s.HasLimit {
+				limits++
+			}
+		}
+	}
+	return limits, moving
+}
+
 // TestWorkspaceInARealBrowser loads the workspace of a daemon watching a
 // simulated fleet with a live preempt storm: the fleet page, then, by
 // clicking, the incident and the replica page.
@@ -194,14 +208,19 @@ func TestWorkspaceInARealBrowser(t *testing.T) {
 	if !strings.HasSuffix(loc, "/incidents/"+rec.ID) {
 		t.Errorf("incident link went to %s, want /incidents/%s", loc, rec.ID)
 	}
+	// The incident goes on while the page is read: compare the page with
+	// the journal only when the journal read before the page was drawn
+	// and the one after it count the same signals.
 	shown := d.Incident(t, rec.ID)
-	limits, moving := 0, 0
-	for _, s := range shown.Signals {
-		if !s.Constant() {
-			moving++
-			if s.HasLimit {
-				limits++
-			}
+	limits, moving := signalCounts(shown)
+	for range 5 {
+		b.run(t, "reload the incident", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("figure.plot")))
+		after := d.Incident(t, rec.ID)
+		l, m := signalCounts(after)
+		same := l == limits && m == moving && len(after.Signals) == len(shown.Signals) && len(after.Impact) == len(shown.Impact)
+		shown, limits, moving = after, l, m
+		if same {
+			break
 		}
 	}
 	if len(shown.Signals) == 0 || limits == 0 {
