@@ -29,6 +29,7 @@ import (
 	"time"
 
 	commoncfg "github.com/prometheus/common/config"
+	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -71,11 +72,21 @@ type Config struct {
 	// ResendInterval is how often a firing incident is sent again; its
 	// endsAt is 4 resend intervals ahead.
 	ResendInterval time.Duration `yaml:"resend_interval"`
+	// ExternalLabels are added to every alert (e.g. cluster: us-east-1),
+	// as Prometheus' global external_labels are: they tell apart
+	// watchdogs of several clusters in one Alertmanager. A label the
+	// alert already has wins, as in Prometheus.
+	ExternalLabels map[string]string `yaml:"external_labels"`
+	// AlertnamePrefix turns alertname from the bare class (preempt_storm)
+	// into the prefix and the class in CamelCase (SGLang: SGLangPreemptStorm),
+	// so it does not collide with other teams' rules. The class label
+	// keeps the bare class either way.
+	AlertnamePrefix string `yaml:"alertname_prefix"`
 }
 
 // DefaultConfig has no Alertmanager and Prometheus's HTTP client defaults.
 func DefaultConfig() Config {
-	return Config{HTTPClient: HTTPClient{commoncfg.DefaultHTTPClientConfig}, ResendInterval: DefaultResendInterval}
+	return Config{HTTPClient: HTTPClient{commoncfg.DefaultHTTPClientConfig}, ResendInterval: DefaultResendInterval, ExternalLabels: map[string]string{}}
 }
 
 // HTTPClient is Prometheus's HTTP client configuration. It decodes without
@@ -119,6 +130,17 @@ func (c Config) Validate() error {
 	if c.ResendInterval <= 0 {
 		errs = append(errs, fmt.Errorf("resend_interval: must be positive, got %s", c.ResendInterval))
 	}
+	for _, k := range slices.Sorted(maps.Keys(c.ExternalLabels)) {
+		switch {
+		case !model.LabelName(k).IsValidLegacy() || strings.HasPrefix(k, "__"):
+			errs = append(errs, fmt.Errorf("external_labels: %q is not a label name ([a-zA-Z_][a-zA-Z0-9_]*, not __*)", k))
+		case c.ExternalLabels[k] == "":
+			errs = append(errs, fmt.Errorf("external_labels.%s: empty value (Alertmanager drops an empty label)", k))
+		}
+	}
+	if c.AlertnamePrefix != "" && !model.LabelName(c.AlertnamePrefix).IsValidLegacy() {
+		errs = append(errs, fmt.Errorf("alertname_prefix: %q: letters, digits and _, not starting with a digit", c.AlertnamePrefix))
+	}
 	if err := c.HTTPClient.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("http_client: %w", err))
 	}
@@ -147,6 +169,8 @@ type Notifier struct {
 	endpoints []string
 	client    *http.Client
 	resend    time.Duration
+	external  map[string]string
+	prefix    string
 	log       *zap.Logger
 	now       func() time.Time
 }
@@ -167,7 +191,7 @@ func New(cfg Config, logger *zap.Logger, opts ...commoncfg.HTTPClientOption) (*N
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	n := &Notifier{client: client, resend: cfg.ResendInterval, log: logger, now: time.Now}
+	n := &Notifier{client: client, resend: cfg.ResendInterval, external: maps.Clone(cfg.ExternalLabels), prefix: cfg.AlertnamePrefix, log: logger, now: time.Now}
 	for _, raw := range cfg.URLs {
 		u, _ := alertsURL(raw)
 		n.endpoints = append(n.endpoints, u)
@@ -191,7 +215,7 @@ func (n *Notifier) Notify(ctx context.Context, ev notify.Event) error {
 // until its endsAt. A resolve closes the label set last sent.
 func (n *Notifier) NotifyIncident(ctx context.Context, ev notify.Event, inc *notify.Incident) error {
 	now := n.now()
-	labels := Labels(ev)
+	labels := n.labels(ev)
 	var previous map[string]string
 	if inc != nil {
 		if raw := inc.Ref[refLabels]; raw != "" {
@@ -256,17 +280,39 @@ type postableAlert struct {
 	GeneratorURL string            `json:"generatorURL,omitempty"`
 }
 
-// Labels is the alert's label set: the event's labels (notify.EventLabels:
+// labels is the alert's label set: the event's labels (notify.EventLabels:
 // class, severity, replica, model, fleet and the target's labels from
-// discovery, such as namespace and team), alertname (the class) and, on a
-// delivery-failure notice, the integration that failed.
-func Labels(ev notify.Event) map[string]string {
+// discovery, such as namespace and team), alertname, on a delivery-failure
+// notice the integration that failed, and the external labels the alert
+// does not have.
+func (n *Notifier) labels(ev notify.Event) map[string]string {
 	out := notify.EventLabels(ev)
-	out["alertname"] = ev.Class
+	out["alertname"] = Alertname(n.prefix, ev.Class)
 	if ev.Integration != "" {
 		out["integration"] = ev.Integration
 	}
+	for k, v := range n.external {
+		if _, ok := out[k]; !ok {
+			out[k] = v
+		}
+	}
 	return out
+}
+
+// Alertname is class with no prefix, else the prefix and the class in
+// CamelCase: ("SGLang", "preempt_storm") is SGLangPreemptStorm.
+func Alertname(prefix, class string) string {
+	if prefix == "" {
+		return class
+	}
+	var b strings.Builder
+	b.WriteString(prefix)
+	for word := range strings.SplitSeq(class, "_") {
+		if word != "" {
+			b.WriteString(strings.ToUpper(word[:1]) + word[1:])
+		}
+	}
+	return b.String()
 }
 
 // Annotations are the page's texts: summary (the title), diagnosis,

@@ -304,11 +304,14 @@ func TestConfigValidateNamesEveryProblem(t *testing.T) {
 	cfg.ResendInterval = 0
 	cfg.HTTPClient.BearerToken = "t"
 	cfg.HTTPClient.BearerTokenFile = "/tmp/t"
+	cfg.ExternalLabels = map[string]string{"cluster": "", "bad-name": "x", "__meta": "y", "region": "eu"}
+	cfg.AlertnamePrefix = "9SGLang"
 	err := cfg.Validate()
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"urls[1]:", "urls[2]: must not hold credentials", "urls[3]: http://am-0:9093 is listed twice", "resend_interval:", "http_client:"} {
+	for _, want := range []string{"urls[1]:", "urls[2]: must not hold credentials", "urls[3]: http://am-0:9093 is listed twice", "resend_interval:", "http_client:",
+		`external_labels: "bad-name"`, `external_labels: "__meta"`, "external_labels.cluster: empty value", "alertname_prefix:"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
@@ -321,5 +324,33 @@ func TestConfigValidateNamesEveryProblem(t *testing.T) {
 	}
 	if got, _ := alertsURL("https://am.example:9093/prefix/"); got != "https://am.example:9093/prefix/api/v2/alerts" {
 		t.Errorf("alerts URL %q", got)
+	}
+}
+
+// Two clusters' watchdogs share an Alertmanager: external labels tell their
+// alerts apart, a label the alert has wins, and the alertname can carry a
+// prefix while the class label stays the class.
+func TestExternalLabelsAndAlertnamePrefix(t *testing.T) {
+	am := newFakeAM(t)
+	cfg := configFor(am.URL)
+	cfg.ExternalLabels = map[string]string{"cluster": "us-east-1", "team": "platform"}
+	cfg.AlertnamePrefix = "SGLang"
+	n := newNotifier(t, cfg, t0.Add(30*time.Second))
+	if err := n.Notify(t.Context(), teamEvent()); err != nil {
+		t.Fatal(err)
+	}
+	a := am.Posts()[0][0]
+	for k, v := range map[string]string{"cluster": "us-east-1", "team": "inference", "alertname": "SGLangPreemptStorm", "class": "preempt_storm"} {
+		if a.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q (labels %v)", k, a.Labels[k], v, a.Labels)
+		}
+	}
+	for class, want := range map[string]string{"replica_down": "SGLangReplicaDown", "pd_transfer_failure": "SGLangPdTransferFailure", "x": "SGLangX"} {
+		if got := Alertname("SGLang", class); got != want {
+			t.Errorf("Alertname(SGLang, %s) = %q, want %q", class, got, want)
+		}
+	}
+	if got := Alertname("", "replica_down"); got != "replica_down" {
+		t.Errorf("no prefix: %q, want the class", got)
 	}
 }

@@ -42,7 +42,8 @@ func (w *webhook) received(status string) bool {
 	defer w.mu.Unlock()
 	for _, m := range w.msgs {
 		for _, a := range m.Alerts {
-			if a.Status == status && a.Labels["team"] == "inference" && a.Labels["class"] == "preempt_storm" && m.Receiver == "team-webhook" {
+			if a.Status == status && a.Labels["team"] == "inference" && a.Labels["class"] == "preempt_storm" && m.Receiver == "team-webhook" &&
+				a.Labels["cluster"] == "ci-east" && a.Labels["alertname"] == "SGLangPreemptStorm" {
 				return true
 			}
 		}
@@ -69,8 +70,9 @@ func eventually(t *testing.T, what string, within time.Duration, cond func() boo
 // .ci/alertmanager-e2e.sh (ALERTMANAGER_URL), configured to route
 // team="inference" to a webhook receiver at ALERTMANAGER_WEBHOOK_ADDR,
 // which this test serves. Through the real dispatcher, queue and notifier:
-// the incident arrives and is routed by its label; a silence added with
-// amtool silences it at the next refresh; the resolve reaches the webhook.
+// the incident arrives and is routed by its label, with the external label
+// and the prefixed alertname; a silence added with amtool silences it at
+// the next refresh; the resolve reaches the webhook.
 // Without ALERTMANAGER_URL it is skipped (go test ./... on a laptop); with
 // it, an unreachable Alertmanager fails the test.
 func TestRealAlertmanagerRoundTrip(t *testing.T) {
@@ -111,6 +113,8 @@ func TestRealAlertmanagerRoundTrip(t *testing.T) {
 	cfg := alertmanager.DefaultConfig()
 	cfg.URLs = []string{amURL}
 	cfg.ResendInterval = time.Second
+	cfg.ExternalLabels = map[string]string{"cluster": "ci-east"}
+	cfg.AlertnamePrefix = "SGLang"
 	n, err := alertmanager.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
