@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -287,16 +288,16 @@ func Load(base Config, environ map[string]string) (Config, error) {
 func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config, error) {
 	var ev envVars
 	if err := env.ParseWithOptions(&ev, env.Options{Environment: environ}); err != nil {
-		return Config{}, fmt.Errorf("environment: %w", err)
+		return Config{}, failed(ReasonEnv, envError(err))
 	}
 	cfg := base
 	if path, source := flags.configFile(ev.Config); path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return Config{}, fmt.Errorf("%s: %w", source, err)
+			return Config{}, failed(ReasonRead, fmt.Errorf("%s: %w", source, err))
 		}
 		if cfg, err = Parse(base, data); err != nil {
-			return Config{}, fmt.Errorf("%s: %w", path, err)
+			return Config{}, failed(ReasonParse, fmt.Errorf("%s: %w", path, err))
 		}
 	}
 	var errs []error
@@ -317,7 +318,7 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 	if ev.Targets != nil {
 		ts, err := ParseTargets(*ev.Targets)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("WATCHDOG_TARGETS: %w", err))
+			errs = append(errs, failed(ReasonEnv, fmt.Errorf("WATCHDOG_TARGETS: %w", err)))
 		}
 		cfg.Targets = ts // the environment replaces the file's list
 	}
@@ -326,7 +327,7 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 	set(&cfg.Notify.PagerDuty.EventsURL, ev.PagerDutyEventsURL)
 	secret := func(name string, dst *notify.Secret, dstFile *string, v, file *string) {
 		if v != nil && file != nil {
-			errs = append(errs, fmt.Errorf("%s and %s_FILE are both set; set one", name, name))
+			errs = append(errs, failed(ReasonEnv, fmt.Errorf("%s and %s_FILE are both set; set one", name, name)))
 			return
 		}
 		if v != nil {
@@ -354,7 +355,7 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 			return
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			errs = append(errs, failed(ReasonRead, fmt.Errorf("%s: %w", path, err)))
 			return
 		}
 		*dst = notify.Secret(strings.TrimSpace(string(b)))
@@ -363,17 +364,43 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 	readSecret("notify.slack.webhook_url_file", cfg.Notify.Slack.WebhookURLFile, &cfg.Notify.Slack.WebhookURL)
 	readSecret("notify.pagerduty.routing_key_file", cfg.Notify.PagerDuty.RoutingKeyFile, &cfg.Notify.PagerDuty.RoutingKey)
 	if err := cfg.resolveAPI(environ); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, failed(ReasonRead, err))
 	}
 	flags.apply(&cfg)
 
 	if err := cfg.Validate(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, failed(ReasonValidate, err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// envError names the variable of each value that does not parse: the
+// library names the struct field, which nobody setting the environment
+// knows.
+func envError(err error) error {
+	var errs []error
+	for _, e := range unwrapAll(err) {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := reflect.TypeFor[envVars]().FieldByName(pe.Name); ok {
+				errs = append(errs, fmt.Errorf("%s: %w", f.Tag.Get("env"), pe.Err))
+				continue
+			}
+		}
+		errs = append(errs, fmt.Errorf("environment: %w", e))
+	}
+	return errors.Join(errs...)
+}
+
+// unwrapAll lists the errors an aggregate holds, or err alone.
+func unwrapAll(err error) []error {
+	if agg, ok := err.(interface{ Unwrap() []error }); ok {
+		return agg.Unwrap()
+	}
+	return []error{err}
 }
 
 // Parse decodes YAML over base, strictly: an unknown key is an error.
@@ -443,10 +470,8 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
 		add("listen_address: %q is not host:port", c.ListenAddress)
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		add("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+	if !slices.Contains(logLevels, c.LogLevel) {
+		add("log_level: %q is not one of %s", c.LogLevel, strings.Join(logLevels, ", "))
 	}
 	if !slices.Contains(LogFormats, c.LogFormat) {
 		add("log_format: %q is not one of %s", c.LogFormat, strings.Join(LogFormats, ", "))

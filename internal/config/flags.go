@@ -13,6 +13,9 @@ const (
 // LogFormats are the accepted values of log_format.
 var LogFormats = []string{LogFormatJSON, LogFormatLogfmt, LogFormatConsole}
 
+// logLevels are the accepted values of log_level.
+var logLevels = []string{"debug", "info", "warn", "error"}
+
 // Flags are the settings given on the command line. A nil field was not
 // given; a given one wins over its environment variable and the file.
 type Flags struct {
