@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -29,6 +30,18 @@ func URL(raw string) string {
 	}
 	clean := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
 	return clean.String()
+}
+
+// urlInText is a URL written out in text: a scheme, "://", and what
+// follows up to a space, a quote or a bracket.
+var urlInText = regexp.MustCompile("[a-zA-Z][a-zA-Z0-9+.-]*://[^\\s\"'`<>()\\[\\]]+")
+
+// URLs returns text with every URL written in it shown as URL shows it:
+// for text that may quote a URL nobody listed, such as a configuration
+// error quoting the value it rejects. A credential that is a URL's path (a
+// webhook) is not hidden; list those in Secrets.Values.
+func URLs(text string) string {
+	return urlInText.ReplaceAllStringFunc(text, URL)
 }
 
 // Secrets are the credentials one component holds.

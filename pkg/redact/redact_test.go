@@ -182,3 +182,23 @@ func TestErrorOfARealRequest(t *testing.T) {
 		})
 	}
 }
+
+// A configuration error quotes the URL it rejects; nobody listed it.
+func TestURLsInText(t *testing.T) {
+	text := `notify.alertmanager.urls[1]: http://am:pw@alertmanager:9093/?token=t1 is listed twice` + "\n" +
+		`external_url: "https://user:s3cr3t@watchdog.example.com/x?k=v" is not an absolute http(s) URL; see (ftp://u:p@h/f)`
+	got := redact.URLs(text)
+	leaks(t, got, "am:pw", "t1", "s3cr3t", "k=v", "u:p@")
+	for _, want := range []string{
+		"urls[1]: http://alertmanager:9093/ is listed twice",
+		`external_url: "https://watchdog.example.com/x" is not`,
+		"(ftp://h/f)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q does not contain %q", got, want)
+		}
+	}
+	if plain := "scrape.interval: must be positive, got -1s"; redact.URLs(plain) != plain {
+		t.Errorf("text without a URL changed: %q", redact.URLs(plain))
+	}
+}
