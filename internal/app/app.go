@@ -4,9 +4,10 @@
 //
 // with its state, HTTP surface, discovery, reload, heartbeat and HA
 // failover from one configuration, runs it, and stops it in a fixed order
-// (stages.go). cmd/watchdog turns flags and the environment into a
-// configuration and Options and handles signals; everything else that
-// makes the daemon is here.
+// (stages.go). LoadAndRun first waits, serving its probes, for a
+// configuration it can use (wait.go). cmd/watchdog turns flags and the
+// environment into a configuration and Options and handles signals;
+// everything else that makes the daemon is here.
 package app
 
 import (
@@ -49,7 +50,7 @@ type Options struct {
 	// serves /debug/pprof/ (--web.enable-pprof).
 	Lifecycle, Pprof bool
 	// Load reads the configuration again for a reload; nil: the daemon
-	// does not reload.
+	// does not reload. LoadAndRun also loads the first one with it.
 	Load func() (config.Config, error)
 	// Reload asks for a reload on each receive (main forwards SIGHUP).
 	Reload <-chan struct{}
@@ -57,7 +58,9 @@ type Options struct {
 	// (0: not watched), as a reload. "" for none.
 	ConfigFile    string
 	WatchInterval time.Duration
-	// Started, when set, gets the bound listen address once serving.
+	// Started, when set, gets the bound listen address once serving: with
+	// LoadAndRun, that of the server waiting for a usable configuration
+	// first, if it waits, then the daemon's.
 	Started func(addr string)
 	// ExtraIntegrations are added to the configured ones (the demo's
 	// dry-run printers).

@@ -50,14 +50,21 @@ func (d *daemon) openLog(time.Time) error {
 	d.logger = logger
 	d.reg = d.opts.Registry
 	if d.reg == nil {
-		d.reg = prometheus.NewRegistry()
-		d.reg.MustRegister(
-			collectors.NewGoCollector(),
-			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-			versioncollector.NewCollector("watchdog"), // watchdog_build_info
-		)
+		d.reg = newRegistry()
 	}
 	return nil
+}
+
+// newRegistry is the daemon's own registry, with the Go, process and
+// build-info collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versioncollector.NewCollector("watchdog"), // watchdog_build_info
+	)
+	return reg
 }
 
 // openState opens the state directory and, in HA mode, the shared
