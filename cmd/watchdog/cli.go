@@ -192,7 +192,11 @@ const runUsage = `usage: watchdog [run] [flags]
 
 Watch the targets (WATCHDOG_TARGETS, the configuration file's targets or discovery)
 and page with a diagnosis. The configuration file is re-read when its content changes
-(every --config.watch-interval) and on SIGHUP.
+(every --config.watch-interval) and on SIGHUP. A configuration that cannot be used at
+start does not stop the daemon: it serves /-/healthy (200), /-/ready (503, saying why)
+and /metrics, evaluates nothing, reads the configuration again every
+--config.watch-interval (30s when 0) and on SIGHUP, and starts once it loads.
+Check a file without starting anything: watchdog check config FILE.
 
 flags:
 `
@@ -216,13 +220,11 @@ func runCmd(ctx context.Context, args []string, env map[string]string, dio daemo
 	if err != nil {
 		return err
 	}
-	load := func() (config.Config, error) { return config.LoadWithFlags(config.Default(), env, flags) }
-	cfg, err := load()
-	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
-	}
-	dio.load = load
-	return daemon(ctx, cfg, dio)
+	dio.load = func() (config.Config, error) { return config.LoadWithFlags(config.Default(), env, flags) }
+	// A configuration that does not load is waited out, not fatal: the
+	// daemon may be a container in a serving pod, which a crash loop would
+	// take out of its Service.
+	return daemonWhenLoaded(ctx, config.Fallback(config.Default(), env, flags), dio)
 }
 
 const demoUsage = `usage: watchdog demo [flags]

@@ -121,15 +121,52 @@ targets: [{name: r0, url: "http://127.0.0.1:1"}]
 			}
 		})
 	}
-	// A bad value is reported with the layer it came from.
-	err := run(context.Background(), []string{"--config.file=/nonexistent/watchdog.yaml"}, map[string]string{}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--config.file") || exitCode(err) != 1 {
-		t.Errorf("missing --config.file: %v", err)
+	// A bad value is reported with the layer it came from; the daemon
+	// waits for a configuration it can use instead of exiting.
+	for _, tc := range []struct {
+		args       []string
+		env        map[string]string
+		want, step string
+	}{
+		{[]string{"--config.file=/nonexistent/watchdog.yaml"}, map[string]string{}, "--config.file: open /nonexistent/watchdog.yaml", "read"},
+		{[]string{"--log.format=xml"}, map[string]string{"WATCHDOG_TARGETS": "http://127.0.0.1:1"}, "log_format", "validate"},
+	} {
+		logs := waitingDaemon(t, tc.args, tc.env)
+		if !strings.Contains(logs, tc.want) || !strings.Contains(logs, `"reason":"`+tc.step+`"`) {
+			t.Errorf("%v: the log does not say %q at step %s:\n%s", tc.args, tc.want, tc.step, logs)
+		}
 	}
-	err = run(context.Background(), []string{"--log.format=xml"}, map[string]string{"WATCHDOG_TARGETS": "http://127.0.0.1:1"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "log_format") {
-		t.Errorf("--log.format=xml: %v", err)
+}
+
+// waitingDaemon runs `watchdog args...` with env (listening on a free
+// loopback port) until it says that it waits for a usable configuration,
+// then stops it, and returns its log. The daemon must neither exit on its
+// own nor fail to stop.
+func waitingDaemon(t *testing.T, args []string, env map[string]string) string {
+	t.Helper()
+	env["WATCHDOG_LISTEN_ADDRESS"] = "127.0.0.1:0"
+	errR, errW := io.Pipe()
+	logs := collect(errR)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, args, env, io.Discard, errW)
+		errW.Close()
+		done <- err
+	}()
+	logs.waitFor(t, "the wait for a usable configuration", func(s string) bool {
+		return strings.Contains(s, "watchdog waiting for a usable configuration")
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the daemon exited (%v) instead of waiting:\n%s", err, logs.text())
+	default:
 	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+	return logs.text()
 }
 
 func TestVersion(t *testing.T) {

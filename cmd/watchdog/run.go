@@ -101,10 +101,21 @@ func (dio daemonIO) httpClient(name string, timeout time.Duration) *http.Client 
 
 // daemon runs the watchdog with cfg until ctx is done (internal/app).
 func daemon(ctx context.Context, cfg config.Config, dio daemonIO) error {
-	return app.Run(ctx, cfg, app.Options{
+	return app.Run(ctx, cfg, dio.options())
+}
+
+// daemonWhenLoaded runs the watchdog with what dio.load loads, waiting
+// while that cannot be used, on fallback's listen address
+// (app.LoadAndRun).
+func daemonWhenLoaded(ctx context.Context, fallback config.Config, dio daemonIO) error {
+	return app.LoadAndRun(ctx, fallback, dio.options())
+}
+
+func (dio daemonIO) options() app.Options {
+	return app.Options{
 		Log: dio.stderr, AlertsOut: dio.alertsOut, Lifecycle: dio.lifecycle, Pprof: dio.pprof,
 		Load: dio.load, Reload: dio.reload, ConfigFile: dio.configFile, WatchInterval: dio.watchInterval,
 		Started: dio.started, ExtraIntegrations: dio.extraIntegrations, Dial: dio.dial, Listen: dio.listen,
 		Recorder: dio.recorder(),
-	})
+	}
 }

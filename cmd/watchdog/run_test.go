@@ -510,8 +510,8 @@ func TestReloadChangesThresholdsAndTargetsAndRejectsABrokenFile(t *testing.T) {
 	logs.waitFor(t, "SIGHUP rejection", func(s string) bool { return strings.Contains(s, "reload rejected") })
 	r1.waitScrapes(t, 5)
 	_, metrics := get(t, base+"/metrics")
-	if !strings.Contains(metrics, "watchdog_config_last_reload_successful 0") {
-		t.Error("failed reload not visible in metrics")
+	if !strings.Contains(metrics, "watchdog_config_last_reload_successful 0") || !strings.Contains(metrics, `watchdog_config_last_error_info{reason="parse"} 1`) {
+		t.Error("failed reload, or why it failed, not visible in metrics")
 	}
 
 	// Removing r0 by SIGHUP resolves its firing alert as "target removed".
