@@ -697,6 +697,43 @@ func fromDownwardAPI(env map[string]corev1.EnvVar, name, path string) error {
 	return nil
 }
 
+// checkMemoryLimit: the watchdog container has a memory limit, and Go's
+// soft limit (GOMEMLIMIT) is that limit, from the downward API, unless an
+// override sets it to a literal value, so the garbage collector works
+// harder before the kernel OOM-kills the container. env is the container's
+// environment by name.
+func checkMemoryLimit(c corev1.Container, env map[string]corev1.EnvVar) error {
+	limit, ok := c.Resources.Limits[corev1.ResourceMemory]
+	if !ok || limit.IsZero() {
+		return fmt.Errorf("the watchdog container has no memory limit")
+	}
+	e, ok := env["GOMEMLIMIT"]
+	switch {
+	case !ok:
+		return fmt.Errorf("no GOMEMLIMIT: the Go runtime does not know the container's memory limit %s", limit.String())
+	case e.ValueFrom == nil:
+		if e.Value == "" {
+			return fmt.Errorf("GOMEMLIMIT is empty")
+		}
+		return nil // set by hand (the chart's extraEnv)
+	}
+	ref := e.ValueFrom.ResourceFieldRef
+	if e.Value != "" || ref == nil || ref.Resource != "limits.memory" || (ref.ContainerName != "" && ref.ContainerName != c.Name) ||
+		(!ref.Divisor.IsZero() && ref.Divisor.Value() != 1) {
+		return fmt.Errorf("GOMEMLIMIT must come from the downward API as the container's limits.memory in bytes, got %+v", e)
+	}
+	return nil
+}
+
+// envByName indexes a container's environment.
+func envByName(c corev1.Container) map[string]corev1.EnvVar {
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	return env
+}
+
 func podsSelectedBy(l layout, sel labels.Selector) []corev1.PodSpec {
 	var out []corev1.PodSpec
 	for _, d := range of[*appsv1.Deployment](l) {
@@ -813,6 +850,9 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 	}
 	if la := env["WATCHDOG_LISTEN_ADDRESS"].Value; la != ":9402" {
 		t.Errorf("%s: WATCHDOG_LISTEN_ADDRESS %q, want :9402 (the port every manifest uses)", where, la)
+	}
+	if err := checkMemoryLimit(*wd, env); err != nil {
+		t.Errorf("%s: %v", where, err)
 	}
 	// Without external_url, page links start with http://POD_IP:9402; the
 	// host name the daemon falls back to is the pod name, which rarely
@@ -1188,6 +1228,22 @@ func TestHelmRenders(t *testing.T) {
 			}
 			job := deps[0].Name
 			mode := deps[0].Spec.Template.Labels["app.kubernetes.io/component"]
+			// image.digest (set in the extra-tuned render) pins the image;
+			// without it, the tag.
+			for _, c := range deps[0].Spec.Template.Spec.Containers {
+				if c.Name != "watchdog" {
+					continue
+				}
+				const pinned = "ghcr.io/sglang-watchdog/sglang-watchdog@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+				if tuned := strings.Contains(name, "tuned"); tuned && c.Image != pinned {
+					t.Errorf("watchdog image %q, want it pinned by image.digest: %s", c.Image, pinned)
+				} else if !tuned && !strings.HasPrefix(c.Image, "ghcr.io/sglang-watchdog/sglang-watchdog:") {
+					t.Errorf("watchdog image %q, want the repository and a tag", c.Image)
+				}
+				if env := envByName(c); strings.Contains(name, "tuned") && env["GOMEMLIMIT"].Value != "460MiB" {
+					t.Errorf("GOMEMLIMIT %+v: extraEnv's value must win over the derived one", env["GOMEMLIMIT"])
+				}
+			}
 			// Config edits reload in place; only rollOnConfigChange (set in
 			// the extra-tuned render) rolls the pods, losing their windows.
 			_, rolls := deps[0].Spec.Template.Annotations["checksum/config"]

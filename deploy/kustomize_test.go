@@ -140,6 +140,10 @@ func TestSidecarComponent(t *testing.T) {
 			for _, err := range checkSidecarPod(orig, got) {
 				t.Error(err)
 			}
+			wd := got.Containers[slices.IndexFunc(got.Containers, func(c corev1.Container) bool { return c.Name == "watchdog" })]
+			if err := checkMemoryLimit(wd, envByName(wd)); err != nil {
+				t.Error(err)
+			}
 			// The ConfigMap the sidecar reads is rendered, under the name
 			// it mounts (no hash suffix: edits reload, they do not roll).
 			cms := map[string]string{}
@@ -235,5 +239,60 @@ func TestCheckSidecarPodCatchesDamage(t *testing.T) {
 		if errs := checkSidecarPod(orig, p); len(errs) == 0 {
 			t.Errorf("%s: not caught", name)
 		}
+	}
+}
+
+// The digest line each layout's kustomization offers pins the watchdog's
+// image by digest, in every layout and on every workload the
+// sidecar component patches.
+func TestKustomizeImageDigestPins(t *testing.T) {
+	const digest = "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, dir := range []string{"kubernetes/central", "kubernetes/ha", "kubernetes/sidecar",
+		"kubernetes/components/examples/leaderworkerset", "kubernetes/components/examples/inferenceservice"} {
+		t.Run(dir, func(t *testing.T) {
+			// The layouts in memory, with the digest line of dir's
+			// kustomization uncommented as an operator would.
+			fs := filesys.MakeFsInMemory()
+			if err := filepath.WalkDir("kubernetes", func(path string, d os.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				if path == filepath.Join(dir, "kustomization.yaml") {
+					pinned := strings.Replace(string(data), "# digest: sha256:<64 hex digits>", "digest: "+digest+" #", 1)
+					if pinned == string(data) {
+						t.Errorf("%s offers no digest line", path)
+					}
+					data = []byte(pinned)
+				}
+				return fs.WriteFile(filepath.Join("/", path), data)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, filepath.Join("/", dir))
+			if err != nil {
+				t.Fatalf("kustomize build: %v", err)
+			}
+			out, err := m.AsYaml()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods := podSpecs(t, dir, out)
+			if len(pods) == 0 {
+				t.Fatal("no workload rendered")
+			}
+			for name, p := range pods {
+				for _, c := range p.Containers {
+					// The tag may stay beside the digest (repo:tag@digest); the
+					// digest is what is pulled.
+					if c.Name == "watchdog" && (!strings.HasPrefix(c.Image, "registry.example.com/sglang-watchdog") || !strings.HasSuffix(c.Image, "@"+digest)) {
+						t.Errorf("%s: watchdog image %q, want it pinned by digest", name, c.Image)
+					}
+				}
+			}
+		})
 	}
 }

@@ -203,6 +203,18 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
     - name: PAGERDUTY_ROUTING_KEY_FILE
       value: /etc/watchdog/secrets/{{ . }}
     {{- end }}
+    {{- /* Go's soft memory limit at the container's: the garbage collector
+    works harder near the limit instead of the kernel OOM-killing the
+    container (in sidecar mode, a restart makes the serving pod NotReady
+    until the watchdog runs again). An extraEnv GOMEMLIMIT wins. */}}
+    {{- $extraEnvNames := list }}
+    {{- range $v.extraEnv }}{{ $extraEnvNames = append $extraEnvNames .name }}{{ end }}
+    {{- if and (dig "limits" "memory" "" (.resources | default dict)) (not (has "GOMEMLIMIT" $extraEnvNames)) }}
+    - name: GOMEMLIMIT
+      valueFrom:
+        resourceFieldRef:
+          resource: limits.memory
+    {{- end }}
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
