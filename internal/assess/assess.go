@@ -83,9 +83,10 @@ type Replica struct {
 	Replica  detect.Replica     `json:"replica"`
 	Scrape   detect.ScrapeState `json:"scrape"`
 	Snapshot Snapshot           `json:"snapshot"`
-	// Recent is the snapshot over the last RecentSpan of the round: what
-	// a resolve calls now. The snapshot's minute still holds the tail of
-	// an incident that ended seconds ago.
+	// Recent is the part of the snapshot a resolve shows (ReadRecent)
+	// over the last RecentSpan of the round: what a resolve calls now. The
+	// snapshot's minute still holds the tail of an incident that ended
+	// seconds ago.
 	Recent Snapshot            `json:"recent"`
 	Triage detect.TriageResult `json:"triage"`
 	// Findings are the detectors' verdicts on this replica, before
@@ -194,7 +195,7 @@ func (a *Assessor) replica(w detect.Window, now time.Time) Replica {
 	}
 	st.Triage = a.cfg.Triage.Classify(w, now, latencyHigh(st.Findings))
 	st.Snapshot = ReadSnapshot(w, now.Add(-a.cfg.Triage.Range), now, a.cfg.ArrivalEndpoints)
-	st.Recent = ReadSnapshot(w, now.Add(-RecentSpan(a.cfg.Triage)), now, a.cfg.ArrivalEndpoints)
+	st.Recent = ReadRecent(w, now.Add(-RecentSpan(a.cfg.Triage)), now)
 	st.annotate()
 	return st
 }

@@ -97,6 +97,49 @@ func snapshotReads() []string {
 // inference endpoints of sglang:http_requests_active ("|"-separated), so
 // the watchdog's own /metrics request is not counted.
 func ReadSnapshot(w detect.Window, from, to time.Time, arrivalEndpoints string) Snapshot {
+	s := ReadRecent(w, from, to)
+	s.MaxRunningRequests = ptr(w.Last(detect.Selector{Name: maxRunningRequests, Combine: detect.CombineMax}))
+
+	decode := detect.Sel(series.RealtimeTokensTotal, "mode", "decode")
+	switch {
+	case w.Has(series.RealtimeTokensTotal):
+		s.GenThroughput = ptr(w.Rate(decode, from, to))
+		s.DecodeProgress = ptr(w.Increase(decode, from, to))
+		if s.GenThroughput != nil {
+			s.GenThroughputSource = "decode tokens counter"
+		}
+	case w.Has(series.GenerationTokensTotal):
+		s.GenThroughput = ptr(w.Rate(detect.Sel(series.GenerationTokensTotal), from, to))
+		if s.GenThroughput != nil {
+			s.GenThroughputSource = "tokens of finished requests"
+		}
+	}
+	if s.GenThroughput == nil {
+		if v, ok := w.Last(detect.Selector{Name: series.GenThroughput, Combine: detect.CombineSum}); ok {
+			s.GenThroughput, s.GenThroughputSource = &v, "sglang:gen_throughput gauge"
+		}
+	}
+
+	s.FinishedPerSecond = ptr(w.Rate(detect.Sel(series.NumRequestsTotal), from, to))
+	s.TTFTP50 = ptr(w.Quantile(0.5, series.TTFTSeconds, nil, from, to))
+	s.TTFTMean = histogramMean(w, series.TTFTSeconds, from, to)
+	s.QueueTimeP99 = ptr(w.Quantile(0.99, series.QueueTimeSeconds, nil, from, to))
+	s.QueueTimeMean = histogramMean(w, series.QueueTimeSeconds, from, to)
+	s.E2EP99 = ptr(w.Quantile(0.99, series.E2ERequestLatency, nil, from, to))
+
+	if w.Has(GatewayInFlight) {
+		s.HTTPInFlight = ptr(w.Last(detect.Sel(GatewayInFlight)))
+	} else {
+		s.HTTPInFlight = ptr(w.Last(detect.Selector{Name: series.HTTPRequestsActive,
+			Match: []detect.Match{{Label: "endpoint", Value: arrivalEndpoints}}}))
+	}
+	return s
+}
+
+// ReadRecent reads over (from, to] the part of a snapshot a resolve shows
+// as the replica's values now: running and queued requests, KV usage, the
+// hit rate, retractions, aborts and the TTFT and inter-token p99.
+func ReadRecent(w detect.Window, from, to time.Time) Snapshot {
 	var s Snapshot
 	start := from
 	if fs := w.Scrape().FirstSeen; fs.After(start) {
@@ -108,7 +151,6 @@ func ReadSnapshot(w detect.Window, from, to time.Time, arrivalEndpoints string) 
 	// give one value for each.
 	s.RunningRequests = ptr(w.Avg(detect.Sel(series.NumRunningReqs), from, to))
 	s.QueuedRequests = ptr(w.Avg(detect.Sel(series.NumQueueReqs), from, to))
-	s.MaxRunningRequests = ptr(w.Last(detect.Selector{Name: maxRunningRequests, Combine: detect.CombineMax}))
 
 	for _, name := range []string{series.FullTokenUsage, series.TokenUsage} {
 		if v, ok := w.Last(detect.Selector{Name: name, Combine: detect.CombineMax}); ok {
@@ -140,44 +182,10 @@ func ReadSnapshot(w detect.Window, from, to time.Time, arrivalEndpoints string) 
 		break
 	}
 
-	decode := detect.Sel(series.RealtimeTokensTotal, "mode", "decode")
-	switch {
-	case w.Has(series.RealtimeTokensTotal):
-		s.GenThroughput = ptr(w.Rate(decode, from, to))
-		s.DecodeProgress = ptr(w.Increase(decode, from, to))
-		if s.GenThroughput != nil {
-			s.GenThroughputSource = "decode tokens counter"
-		}
-	case w.Has(series.GenerationTokensTotal):
-		s.GenThroughput = ptr(w.Rate(detect.Sel(series.GenerationTokensTotal), from, to))
-		if s.GenThroughput != nil {
-			s.GenThroughputSource = "tokens of finished requests"
-		}
-	}
-	if s.GenThroughput == nil {
-		if v, ok := w.Last(detect.Selector{Name: series.GenThroughput, Combine: detect.CombineSum}); ok {
-			s.GenThroughput, s.GenThroughputSource = &v, "sglang:gen_throughput gauge"
-		}
-	}
-
-	s.FinishedPerSecond = ptr(w.Rate(detect.Sel(series.NumRequestsTotal), from, to))
 	s.RetractionsPerSecond = ptr(w.Rate(detect.Sel(series.RetractedRequestsTotal), from, to))
 	s.AbortsPerSecond = ptr(w.Rate(detect.Sel(series.NumAbortedRequestsTotal), from, to))
-
-	s.TTFTP50 = ptr(w.Quantile(0.5, series.TTFTSeconds, nil, from, to))
 	s.TTFTP99 = ptr(w.Quantile(0.99, series.TTFTSeconds, nil, from, to))
-	s.TTFTMean = histogramMean(w, series.TTFTSeconds, from, to)
 	s.ITLP99 = ptr(w.Quantile(0.99, series.InterTokenLatency, nil, from, to))
-	s.QueueTimeP99 = ptr(w.Quantile(0.99, series.QueueTimeSeconds, nil, from, to))
-	s.QueueTimeMean = histogramMean(w, series.QueueTimeSeconds, from, to)
-	s.E2EP99 = ptr(w.Quantile(0.99, series.E2ERequestLatency, nil, from, to))
-
-	if w.Has(GatewayInFlight) {
-		s.HTTPInFlight = ptr(w.Last(detect.Sel(GatewayInFlight)))
-	} else {
-		s.HTTPInFlight = ptr(w.Last(detect.Selector{Name: series.HTTPRequestsActive,
-			Match: []detect.Match{{Label: "endpoint", Value: arrivalEndpoints}}}))
-	}
 	return s
 }
 
