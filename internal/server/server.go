@@ -86,13 +86,18 @@ type Server struct {
 	started time.Time
 }
 
-// New binds the listener (so ":0" gets a port and Addr works before Run).
-func New(addr string, opts Options) (*Server, error) {
-	listen := opts.Listen
+// bind listens on addr with listen, the operating system's network when
+// nil (tests pass an in-memory one).
+func bind(listen func(network, address string) (net.Listener, error), addr string) (net.Listener, error) {
 	if listen == nil {
 		listen = net.Listen
 	}
-	ln, err := listen("tcp", addr)
+	return listen("tcp", addr)
+}
+
+// New binds the listener (so ":0" gets a port and Addr works before Run).
+func New(addr string, opts Options) (*Server, error) {
+	ln, err := bind(opts.Listen, addr)
 	if err != nil {
 		return nil, err
 	}

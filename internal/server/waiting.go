@@ -30,11 +30,7 @@ type WaitingOptions struct {
 // /-/ready answers 503 with the problem, as does every page and API path;
 // /metrics serves the gatherer.
 func NewWaiting(addr string, opts WaitingOptions) (*Server, error) {
-	listen := opts.Listen
-	if listen == nil {
-		listen = net.Listen
-	}
-	ln, err := listen("tcp", addr)
+	ln, err := bind(opts.Listen, addr)
 	if err != nil {
 		return nil, err
 	}
