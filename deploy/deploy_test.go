@@ -155,6 +155,8 @@ func newObject(apiVersion, kind string) (any, bool) {
 		return &appsv1.Deployment{}, true
 	case "v1/Service":
 		return &corev1.Service{}, true
+	case "v1/Pod":
+		return &corev1.Pod{}, true
 	case "v1/ConfigMap":
 		return &corev1.ConfigMap{}, true
 	case "v1/Secret":
@@ -1209,6 +1211,46 @@ func helmRenders(t *testing.T) map[string]string {
 	return out
 }
 
+// checkHelmTest: a layout with a Service has one `helm test` Pod that asks
+// the Service's /-/ready with the watchdog's own image, selected by neither
+// the Service nor the PodDisruptionBudget; the sidecar layout has none.
+func checkHelmTest(t *testing.T, l layout, mode string, dep *appsv1.Deployment) {
+	t.Helper()
+	pods := of[*corev1.Pod](l)
+	svcs := of[*corev1.Service](l)
+	if mode == "sidecar" {
+		if len(pods) != 0 {
+			t.Errorf("sidecar render has %d Pods; it has no Service to test", len(pods))
+		}
+		return
+	}
+	if len(pods) != 1 || len(svcs) != 1 {
+		t.Fatalf("%d Pods and %d Services, want one helm test Pod for the one Service", len(pods), len(svcs))
+	}
+	p, svc := pods[0], svcs[0]
+	if p.Annotations["helm.sh/hook"] != "test" || p.Spec.RestartPolicy != corev1.RestartPolicyNever || len(p.Spec.Containers) != 1 {
+		t.Fatalf("test Pod %s: hook %q, restart %q, %d containers", p.Name, p.Annotations["helm.sh/hook"], p.Spec.RestartPolicy, len(p.Spec.Containers))
+	}
+	c := p.Spec.Containers[0]
+	want := []string{"check", "--timeout", "30s", "ready", fmt.Sprintf("http://%s:%d", svc.Name, svc.Spec.Ports[0].Port)}
+	if !slices.Equal(c.Args, want) {
+		t.Errorf("test Pod args %q, want %q", c.Args, want)
+	}
+	for _, w := range dep.Spec.Template.Spec.Containers {
+		if w.Name == "watchdog" && w.Image != c.Image {
+			t.Errorf("test Pod image %s, want the watchdog's %s", c.Image, w.Image)
+		}
+	}
+	if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(p.Labels)) {
+		t.Errorf("the Service selects the test Pod (%v)", p.Labels)
+	}
+	for _, pdb := range of[*policyv1.PodDisruptionBudget](l) {
+		if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil && sel.Matches(labels.Set(p.Labels)) {
+			t.Errorf("PodDisruptionBudget %s selects the test Pod", pdb.Name)
+		}
+	}
+}
+
 func TestHelmRenders(t *testing.T) {
 	for name, f := range helmRenders(t) {
 		t.Run(name, func(t *testing.T) {
@@ -1250,6 +1292,7 @@ func TestHelmRenders(t *testing.T) {
 			if want := strings.Contains(name, "tuned"); rolls != want {
 				t.Errorf("pod template has checksum/config: %v, want %v (rollOnConfigChange is off by default)", rolls, want)
 			}
+			checkHelmTest(t, l, mode, deps[0])
 			switch mode {
 			case "ha":
 				checkHA(t, l, job, job+"-state")

@@ -33,7 +33,7 @@ func commands() []command {
 		{"backtest", "replay a recording or a Prometheus range and print what would have paged and resolved", func(ctx context.Context, args []string, _ map[string]string, dio daemonIO) error {
 			return backtestCmd(ctx, args, dio.stdout, dio.stderr, prometheusHistory)
 		}},
-		{"check", "check config FILE...: validate configuration files as the daemon loads them", checkCmd},
+		{"check", "check config FILE... / check ready URL: validate configuration files as the daemon loads them; ask a running watchdog whether it is ready", checkCmd},
 		{"silence", "add, list or expire silences of a running daemon (see watchdog silence -h)", silenceCmd},
 		{"version", "print the version and build information", versionCmd},
 	}

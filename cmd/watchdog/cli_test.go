@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -258,6 +260,53 @@ func TestCheckConfig(t *testing.T) {
 				if !strings.Contains(text, w) {
 					t.Errorf("output lacks %q:\n%s", w, text)
 				}
+			}
+		})
+	}
+}
+
+// check ready asks a watchdog's /-/ready, as the chart's helm test does:
+// 0 when it answers 200, 1 with its answer when not or when nothing
+// answers, 2 for a URL that is not one.
+func TestCheckReady(t *testing.T) {
+	answer := func(code int, body string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/-/ready" {
+				http.NotFound(w, r)
+				return
+			}
+			w.WriteHeader(code)
+			fmt.Fprintln(w, body)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	ready, waiting := answer(200, "ready"), answer(503, "not ready: no evaluation round yet")
+	closed := httptest.NewServer(http.NotFoundHandler())
+	gone := closed.URL
+	closed.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		exit int
+		want string
+	}{
+		{"ready", []string{"check", "ready", ready}, 0, "/-/ready: ready"},
+		{"ready under a path prefix", []string{"check", "ready", ready + "/"}, 0, "ready"},
+		{"not ready", []string{"check", "ready", waiting}, 1, "answered 503: not ready: no evaluation round yet"},
+		{"nothing answers", []string{"check", "--timeout", "1s", "ready", gone}, 1, "not ready"},
+		{"not a URL", []string{"check", "ready", "watchdog:9402"}, 2, "not an http(s) URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), tc.args, map[string]string{}, &out, &errOut)
+			exit := 0
+			if err != nil {
+				exit = exitCode(err)
+			}
+			text := out.String() + errOut.String() + fmt.Sprint(err)
+			if exit != tc.exit || !strings.Contains(text, tc.want) {
+				t.Errorf("exit %d, output %q; want exit %d and %q", exit, text, tc.exit, tc.want)
 			}
 		})
 	}
