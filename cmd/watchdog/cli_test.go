@@ -19,11 +19,9 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/memnet"
 )
 
-// startRun runs the daemon with args and env until it logs that it
-// started, then stops it, and returns its stderr up to then and the
-// address it listened on.
-func startRun(t *testing.T, args []string, env map[string]string) (stderr, listen string) {
-	t.Helper()
+// launch runs `watchdog args...` with env in the background: its log
+// lines, the cancel that stops it, and where run's error arrives.
+func launch(args []string, env map[string]string) (*lines, context.CancelFunc, <-chan error) {
 	errR, errW := io.Pipe()
 	logs := collect(errR)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -33,6 +31,15 @@ func startRun(t *testing.T, args []string, env map[string]string) (stderr, liste
 		errW.Close()
 		done <- err
 	}()
+	return logs, cancel, done
+}
+
+// startRun runs the daemon with args and env until it logs that it
+// started, then stops it, and returns its stderr up to then and the
+// address it listened on.
+func startRun(t *testing.T, args []string, env map[string]string) (stderr, listen string) {
+	t.Helper()
+	logs, cancel, done := launch(args, env)
 	started := make(chan string, 1)
 	go func() {
 		for s := range logs.ch {
@@ -147,15 +154,7 @@ targets: [{name: r0, url: "http://127.0.0.1:1"}]
 func waitingDaemon(t *testing.T, args []string, env map[string]string) string {
 	t.Helper()
 	env["WATCHDOG_LISTEN_ADDRESS"] = "127.0.0.1:0"
-	errR, errW := io.Pipe()
-	logs := collect(errR)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, args, env, io.Discard, errW)
-		errW.Close()
-		done <- err
-	}()
+	logs, cancel, done := launch(args, env)
 	logs.waitFor(t, "the wait for a usable configuration", func(s string) bool {
 		return strings.Contains(s, "watchdog waiting for a usable configuration")
 	})
