@@ -319,7 +319,12 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 	a.Restored = false
 	a.Failing = ""
 	for _, m := range g.Members[1:] {
-		if m.Class == detect.ErrorRate {
+		switch {
+		case m.Class != detect.ErrorRate:
+		case m.Replica != g.Finding.Replica:
+			// What users see in front of the worker: the gateway's.
+			a.Failing = "at " + m.Replica + ", " + m.Summary
+		default:
 			a.Failing = m.Summary
 		}
 	}

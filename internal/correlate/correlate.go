@@ -18,6 +18,7 @@ package correlate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -43,6 +44,11 @@ type Config struct {
 	// standing does not. Requests failing on the replica (error_rate
 	// critical) keep it critical whatever the share.
 	DownCriticalShare float64 `yaml:"down_critical_share"`
+	// GatewayWorkers maps a worker URL as a gateway names it to the target
+	// serving there, where the address the watchdog scrapes is not the one
+	// the gateway sends to (a Service name, another port). Without an
+	// entry a worker is matched to the target serving at its address.
+	GatewayWorkers map[string]string `yaml:"gateway_workers"`
 }
 
 // DefaultConfig holds production values.
@@ -61,6 +67,11 @@ func (c Config) Validate() error {
 	}
 	if c.DownCriticalShare < 0 || c.DownCriticalShare > 1 {
 		errs = append(errs, fmt.Errorf("correlation.down_critical_share: must be in [0,1], got %v", c.DownCriticalShare))
+	}
+	for _, url := range slices.Sorted(maps.Keys(c.GatewayWorkers)) {
+		if strings.TrimSpace(url) == "" || strings.TrimSpace(c.GatewayWorkers[url]) == "" {
+			errs = append(errs, fmt.Errorf("correlation.gateway_workers: %q: a worker URL and a target name are both required, got %q", url, c.GatewayWorkers[url]))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -121,7 +132,7 @@ func Correlate(cfg Config, findings []detect.Finding, replicas []detect.Replica)
 	findings = strongest(findings)
 	var out []Group
 	if cfg.FoldConsequences {
-		out = fold(findings)
+		out = upstream(cfg, fold(findings), replicas)
 	} else {
 		for _, f := range findings {
 			out = append(out, Group{Finding: f, Members: []detect.Finding{f}})
@@ -247,18 +258,31 @@ func withConsequences(root detect.Finding, cs []detect.Finding) detect.Finding {
 	root.Consequences = nil
 	var clearing, sustaining []string
 	var first []string
+	where := "on this replica"
 	for _, c := range cs {
-		root.Consequences = append(root.Consequences, c.Class)
+		if c.Class != root.Class && !slices.Contains(root.Consequences, c.Class) {
+			root.Consequences = append(root.Consequences, c.Class)
+		}
 		if c.Severity > root.Severity {
 			root.Severity = c.Severity // the incident is as bad as its worst symptom
 		}
+		summary := c.Summary
+		if c.Replica != root.Replica {
+			// A gateway's finding joined to the worker it comes from: its
+			// lines say where they were seen.
+			where = "on this replica and in front of it"
+			summary = "at " + c.Replica + ": " + summary
+		}
 		if detect.SelfSustaining(c) {
-			sustaining = append(sustaining, c.Summary)
+			sustaining = append(sustaining, summary)
 			first = append(first, c.Emergency...)
 		} else {
-			clearing = append(clearing, c.Summary)
+			clearing = append(clearing, summary)
 		}
 		for _, e := range c.Evidence {
+			if c.Replica != root.Replica {
+				e.Name = c.Replica + ": " + e.Name
+			}
 			if hasEvidence(root.Evidence, e.Name) {
 				continue // the triage and shared signals appear once
 			}
@@ -275,11 +299,11 @@ func withConsequences(root detect.Finding, cs []detect.Finding) detect.Finding {
 		root.Emergency = steps
 	}
 	if len(sustaining) > 0 {
-		root.Diagnosis = strings.TrimSpace(root.Diagnosis + " It set off what now feeds on itself on this replica: " +
+		root.Diagnosis = strings.TrimSpace(root.Diagnosis + " It set off what now feeds on itself " + where + ": " +
 			strings.Join(sustaining, "; ") + ". That loop does not stop when the cause is fixed: break it first (its steps come first), then fix the cause.")
 	}
 	if len(clearing) > 0 {
-		root.Diagnosis = strings.TrimSpace(root.Diagnosis + " Consequences on this replica, explained by this cause: " +
+		root.Diagnosis = strings.TrimSpace(root.Diagnosis + " Consequences " + where + ", explained by this cause: " +
 			strings.Join(clearing, "; ") + ". Fix the cause first: they should clear with it.")
 	}
 	return root

@@ -44,8 +44,9 @@ func (replicaOnly) Quantile(float64, string, []detect.Match, time.Time, time.Tim
 func (replicaOnly) Observations(string, []detect.Match, time.Time, time.Time) (float64, bool) {
 	return 0, false
 }
-func (replicaOnly) Restarts(time.Time, time.Time) int { return 0 }
-func (replicaOnly) LastRestart() time.Time            { return time.Time{} }
+func (replicaOnly) LabelValues(string, string) []string { return nil }
+func (replicaOnly) Restarts(time.Time, time.Time) int   { return 0 }
+func (replicaOnly) LastRestart() time.Time              { return time.Time{} }
 
 // detectorFunc finds one class on the replicas listed in on.
 type detectorFunc struct {

@@ -76,11 +76,11 @@ func legacyAliases() map[string]string {
 		"sgl_router_retry_backoff_duration_seconds": "smg_worker_retry_backoff_seconds",
 		"sgl_router_cb_state":                       series.GatewayCircuitBreakerState,
 		"sgl_router_cb_state_transitions_total":     "smg_worker_cb_transitions_total",
-		"sgl_router_cb_outcomes_total":              "smg_worker_cb_outcomes_total",
+		"sgl_router_cb_outcomes_total":              series.GatewayBreakerOutcomesTotal,
 		"sgl_router_cb_consecutive_failures":        "smg_worker_cb_consecutive_failures",
 		"sgl_router_cb_consecutive_successes":       "smg_worker_cb_consecutive_successes",
 		"sgl_router_running_requests":               "smg_worker_requests_active",
-		"sgl_router_worker_health":                  "smg_worker_health",
+		"sgl_router_worker_health":                  series.GatewayWorkerHealth,
 	}
 }
 

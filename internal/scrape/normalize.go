@@ -5,10 +5,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
-	"net"
-	"net/url"
 	"slices"
-	"strings"
 	"unsafe"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -552,7 +549,7 @@ func (n *normalizer) output() []series.Group {
 	for i := range n.groups {
 		acc := &n.groups[i]
 		groups[i] = series.Group{
-			Worker:     readableWorker(acc.worker),
+			Worker:     series.WorkerAddress(acc.worker),
 			Model:      mostFrequent(acc.models),
 			EngineType: mostFrequent(acc.engineTypes),
 			Samples:    samples[offset : offset : offset+acc.n],
@@ -612,40 +609,14 @@ func sortLabels(ls []series.Label) {
 	}
 }
 
-// readableWorker is the name a gateway worker's replica goes by: the
-// worker_addr without scheme, credentials or default port, so that
-// "http://10.0.0.1:30000" becomes "10.0.0.1:30000" and the replica
-// "gateway/10.0.0.1:30000". An address that is not a URL is kept as it is.
-func readableWorker(addr string) string {
-	if addr == "" {
-		return ""
-	}
-	u, err := url.Parse(addr)
-	if err != nil || u.Host == "" {
-		return addr
-	}
-	host := strings.ToLower(u.Hostname())
-	if port := u.Port(); port != "" && !(u.Scheme == "http" && port == "80") && !(u.Scheme == "https" && port == "443") {
-		host = net.JoinHostPort(host, port)
-	} else if strings.Contains(host, ":") {
-		host = "[" + host + "]" // IPv6 without a port keeps its brackets
-	}
-	return host + strings.TrimRight(u.EscapedPath(), "/")
-}
-
-// engineWorkers maps the readable worker name of every engine target's
-// address (its metrics URL without the path) to the target's name.
+// engineWorkers maps the address of every engine target to the target's
+// name.
 func engineWorkers(targets []Target) map[string]string {
 	m := make(map[string]string)
 	for _, t := range targets {
-		if t.Kind != KindEngine {
-			continue
+		if a := t.address(); t.Kind == KindEngine && a != "" {
+			m[a] = t.Name
 		}
-		u, err := url.Parse(t.URL)
-		if err != nil || u.Host == "" {
-			continue
-		}
-		m[readableWorker(u.Scheme+"://"+u.Host)] = t.Name
 	}
 	return m
 }

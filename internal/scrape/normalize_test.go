@@ -407,11 +407,11 @@ func TestReadableWorker(t *testing.T) {
 		"10.0.0.4:30000":                    "10.0.0.4:30000",
 		"":                                  "",
 	} {
-		if got := readableWorker(addr); got != want {
-			t.Errorf("readableWorker(%q) = %q, want %q", addr, got, want)
+		if got := series.WorkerAddress(addr); got != want {
+			t.Errorf("series.WorkerAddress(%q) = %q, want %q", addr, got, want)
 		}
-		if strings.Contains(readableWorker(addr), "secret") {
-			t.Errorf("readableWorker(%q) keeps the credentials", addr)
+		if strings.Contains(series.WorkerAddress(addr), "secret") {
+			t.Errorf("series.WorkerAddress(%q) keeps the credentials", addr)
 		}
 	}
 }

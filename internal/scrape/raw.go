@@ -30,7 +30,7 @@ func NewNormalizer(maxSeries int) *Normalizer {
 // series come back as a FailureTooManySeries scrape, as from the scraper.
 // The result does not alias raw.
 func (n *Normalizer) Scrape(t Target, at time.Time, raw []RawSample) series.Scrape {
-	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Pod: t.Pod, At: at}
+	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Address: t.address(), Pod: t.Pod, At: at}
 	groups, err := n.norm.normalize(raw, n.maxSeries)
 	if err != nil {
 		sc.Reason, sc.Status, sc.Error = series.FailureTooManySeries, 0, fmt.Sprintf("more than %d series after normalization", n.maxSeries)

@@ -46,6 +46,17 @@ func (t Target) Equal(o Target) bool {
 	return t.Name == o.Name && t.URL == o.URL && t.Kind == o.Kind && maps.Equal(t.Labels, o.Labels)
 }
 
+// address is where the target serves, as a gateway names its workers:
+// the metrics URL's scheme and host (series.WorkerAddress). SGLang serves
+// /metrics on its API port, so it is the address a gateway sends to.
+func (t Target) address() string {
+	u, err := url.Parse(t.URL)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return series.WorkerAddress(u.Scheme + "://" + u.Host)
+}
+
 // Appender receives every scrape outcome. The window store implements it;
 // it is called concurrently from one goroutine per target. The Scrape's
 // groups, samples and labels are the scraper's buffers, reused by its next
@@ -192,7 +203,7 @@ func validateTargets(ts []Target) error {
 func ScrapeOnce(ctx context.Context, client *http.Client, t Target, opts Options) series.Scrape {
 	opts, err := opts.withDefaults()
 	if err != nil {
-		return series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Pod: t.Pod, At: time.Now(), Reason: series.FailureError, Error: err.Error()}
+		return series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Address: t.address(), Pod: t.Pod, At: time.Now(), Reason: series.FailureError, Error: err.Error()}
 	}
 	if client == nil {
 		client = newDefaultClient(opts.Timeout)
@@ -242,7 +253,7 @@ func newScrapeNormalizer() *normalizer {
 // (the data's own time) and measure its duration.
 func (s *scraper) scrape(ctx context.Context, t Target) series.Scrape {
 	start := time.Now()
-	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Pod: t.Pod, At: start}
+	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Address: t.address(), Pod: t.Pod, At: start}
 	if t.Pod != nil && t.Pod.Phase == string(corev1PodFailed) {
 		// The pod is gone for good; its IP may already serve another pod.
 		sc.Reason, sc.Error = series.FailurePodFailed, "pod "+t.Pod.Phase+podReason(t.Pod)+": not scraped"

@@ -2,6 +2,7 @@ package window
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -228,6 +229,21 @@ func (v oracleView) Has(name string) bool {
 		}
 	}
 	return false
+}
+
+func (v oracleView) LabelValues(family, label string) []string {
+	o := v.o
+	var out []string
+	for _, s := range o.family(family, nil) {
+		if _, ok := s.at(len(o.times) - 1); !ok {
+			continue
+		}
+		if l := s.labels.Get(label); l != "" && !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 type point struct {

@@ -230,11 +230,13 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	st.Up, st.Reason, st.Status, st.Error, st.ConsecutiveFailures, st.ProbeAnswered = true, "", 0, "", 0, false
 	st.ConsecutiveSuccesses++
 	r.setPod(sc, opts.Retention)
+	r.info.Address = sc.Address
 	switch {
 	case g.Worker != "":
 		// A worker behind a gateway's /engine_metrics is an engine, whatever
-		// the target's kind.
+		// the target's kind, and serves at its worker address.
 		r.info.Kind = "engine"
+		r.info.Address = g.Worker
 	case sc.Kind != "":
 		r.info.Kind = sc.Kind
 	}

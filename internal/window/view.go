@@ -2,6 +2,7 @@ package window
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -111,6 +112,24 @@ func (v view) Has(name string) bool {
 		}
 	}
 	return false
+}
+
+func (v view) LabelValues(family, label string) []string {
+	seq, ok := v.latest()
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, rec := range v.r.families[family] {
+		if rec.pts.end() != seq+1 {
+			continue
+		}
+		if l := rec.labels().Get(label); l != "" && !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // combine merges x into acc (acc is meaningless while !started).

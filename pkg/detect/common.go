@@ -582,5 +582,6 @@ func clientTrafficFamilies() []string {
 	return []string{series.HTTPRequestsTotal, series.HTTPResponsesTotal, series.NumRequestsTotal,
 		series.NumAbortedRequestsTotal, series.HTTPRequestsActive, series.GatewayHTTPRequestsTotal,
 		series.GatewayHTTPResponsesTotal, series.GatewayRetriesTotal, series.GatewayUpstreamResponses,
-		gatewayWorkerRequestsActive}
+		gatewayWorkerRequestsActive, series.GatewayCircuitBreakerState, series.GatewayBreakerOutcomesTotal,
+		series.GatewayWorkerHealth}
 }

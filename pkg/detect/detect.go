@@ -70,6 +70,9 @@ type Replica struct {
 	Name       string // unique replica name (target name, or target/worker)
 	Target     string // configured target name
 	Kind       string // "engine" or "gateway"
+	// Address is where the replica serves, as a gateway names its workers
+	// (series.WorkerAddress): "10.0.0.1:30000". "" when unknown.
+	Address    string
 	Model      string // served model name, "" when not exposed
 	EngineType string // unified, prefill, decode, "" when not exposed
 	// Labels is target metadata from discovery (pod labels: model, role...).
@@ -200,6 +203,12 @@ type Window interface {
 	// Observations is the increase of the histogram's _count over the range.
 	Observations(family string, match []Match, from, to time.Time) (float64, bool)
 
+	// LabelValues are the values label takes across the series of family
+	// in the newest successful scrape, sorted, without "". The gateway's
+	// per-worker series (one per worker URL) are read worker by worker
+	// through it.
+	LabelValues(family, label string) []string
+
 	// Restarts counts the resets of the replica in the range: a scrape at
 	// which most counters dropped, or the process start time changed.
 	Restarts(from, to time.Time) int
@@ -272,6 +281,9 @@ type Finding struct {
 	// Consequences are the classes this finding explains on the same
 	// replica, folded into it by correlation (one page per cause).
 	Consequences []Class `json:"consequences,omitempty"`
+	// Upstream is, on a gateway's finding, what the gateway says of the
+	// workers behind it: which its failures come from. Nil elsewhere.
+	Upstream *Upstream `json:"upstream,omitempty"`
 	// AffectedReplicas lists the replicas of a fleet-wide finding.
 	AffectedReplicas []string `json:"affected_replicas,omitempty"`
 	// Baselines are the levels the verdict compared against, by the

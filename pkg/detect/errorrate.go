@@ -281,6 +281,9 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		diag = append(diag, "Aborted requests are clients that disconnected before their answer, usually after waiting past their timeout.")
 	}
 	res.Diagnosis = sentence(diag...)
+	if t.gateway {
+		withUpstream(&res, readUpstream(w, now.Add(-c.Range), now))
+	}
 	res.RootCause = []string{
 		"Size the fleet for peak arrivals with headroom, and autoscale on queue depth or arrival rate.",
 		"Admission control at the gateway (concurrency and rate limits), with --max-queued-requests on the engine as the last line, so bursts are refused fast.",

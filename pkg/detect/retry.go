@@ -368,6 +368,7 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 	}
 	diag.WriteString("The retries start where an upstream fails or slows: look at the workers' own pages (preemption storm, KV saturation, engine hang, overload) for the trigger. Adding workers alone does not end it while each failure is multiplied.")
 	f.Diagnosis = diag.String()
+	withUpstream(&f, readUpstream(w, p.rangeStart, now))
 	f.Emergency = []string{
 		"Cut the router's retries now: lower --retry-max-retries (default 5) or disable retries, so one client request is one upstream attempt again.",
 		"Enforce a concurrency limit at the gateway and answer the excess at once with 429/503 and Retry-After.",

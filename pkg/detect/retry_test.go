@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -354,9 +355,17 @@ func TestLegacyGatewayRetryStormThroughTheScraper(t *testing.T) {
 	if ra.Severity != detect.Critical || !strings.HasPrefix(ra.Summary, "Router retries 160/s: 4.88 upstream attempts per client request") {
 		t.Errorf("retry_avalanche = %s %q", ra.Severity, ra.Summary)
 	}
+	// Per worker: the breaker of 46571 is open, 46572 only carries load.
+	want := &detect.Upstream{Workers: 2, Failing: []detect.UpstreamWorker{{Worker: "127.0.0.1:46571", Breaker: "open"}}}
+	if !reflect.DeepEqual(ra.Upstream, want) {
+		t.Errorf("the gateway's workers = %+v, want %+v", ra.Upstream, want)
+	}
 	er, ok := findingOf(fs, detect.ErrorRate)
 	if !ok {
 		t.Fatalf("no error_rate while 5 of 41 requests/s fail: %+v", fs)
+	}
+	if !reflect.DeepEqual(er.Upstream, want) || !strings.Contains(er.Diagnosis, "The failures come from 1 of the 2 workers behind the gateway: 127.0.0.1:46571 (breaker open)") {
+		t.Errorf("error_rate's workers = %+v, diagnosis %q", er.Upstream, er.Diagnosis)
 	}
 	if e := evidenceNamed(t, er, "shed requests/s"); !approx(e.Value, 5, 0.02) {
 		t.Errorf("sheds evidence = %+v", e)

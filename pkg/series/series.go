@@ -8,6 +8,8 @@
 package series
 
 import (
+	"net"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -123,6 +125,8 @@ const (
 	GatewayRetriesTotal          = "smg_worker_retries_total"
 	GatewayRetriesExhaustedTotal = "smg_worker_retries_exhausted_total"
 	GatewayCircuitBreakerState   = "smg_worker_cb_state"
+	GatewayBreakerOutcomesTotal  = "smg_worker_cb_outcomes_total"
+	GatewayWorkerHealth          = "smg_worker_health"
 	GatewayRateLimitTotal        = "smg_http_rate_limit_total"
 )
 
@@ -133,6 +137,10 @@ type Scrape struct {
 	Target   string            // configured target name
 	Kind     string            // "engine" or "gateway"
 	Labels   map[string]string // target metadata from discovery (e.g. pod labels: model, role); nil when none
+	// Address is where the target serves, as a gateway names its workers
+	// (WorkerAddress of the target URL's scheme and host): it joins a
+	// gateway's per-worker series to this target. "" when unknown.
+	Address string
 	At       time.Time         // when the scrape started
 	Duration time.Duration     // how long it took
 	Reason   ScrapeFailure     // "" on success; else why it failed
@@ -250,4 +258,26 @@ func ReplicaName(target, worker string) string {
 		return target
 	}
 	return target + "/" + worker
+}
+
+// WorkerAddress is the name a worker behind a gateway goes by, and the
+// address that joins a gateway's per-worker series to the engine target
+// serving there: the worker URL without scheme, credentials or default port, so that
+// "http://10.0.0.1:30000" becomes "10.0.0.1:30000" and the replica
+// "gateway/10.0.0.1:30000". An address that is not a URL is kept as it is.
+func WorkerAddress(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" {
+		return addr
+	}
+	host := strings.ToLower(u.Hostname())
+	if port := u.Port(); port != "" && !(u.Scheme == "http" && port == "80") && !(u.Scheme == "https" && port == "443") {
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]" // IPv6 without a port keeps its brackets
+	}
+	return host + strings.TrimRight(u.EscapedPath(), "/")
 }

@@ -1,0 +1,163 @@
+package correlate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
+)
+
+// upstream joins a gateway's group to the incident of a worker its
+// failures come from: when a worker behind the gateway has its own
+// incident (hung, down, cold, slow, overloaded, a GPU fault), the
+// gateway's retries, open breakers and 5xx are that incident's
+// consequences, one page named after the worker's cause. It stays the
+// gateway's own incident when
+//
+//   - no failing worker is watched or has an incident: the gateway's page
+//     names the workers and says which are not watched;
+//   - every worker behind the gateway fails and every one's triage says
+//     saturated: the fleet is short of capacity (overload), not one
+//     worker at fault.
+//
+// A gateway failing more than one watched worker joins the most severe of
+// their incidents and names the others.
+func upstream(cfg Config, groups []Group, replicas []detect.Replica) []Group {
+	addrs := workerAddresses(cfg, replicas)
+	drop := make([]bool, len(groups))
+	for i := range groups {
+		u := upstreamOf(groups[i])
+		if u == nil || len(u.Failing) == 0 {
+			continue
+		}
+		var joined []int
+		var unwatched []string
+		for _, w := range u.Failing {
+			name, ok := addrs[w.Worker]
+			if !ok {
+				unwatched = append(unwatched, w.Worker)
+				continue
+			}
+			if j := groupOn(groups, drop, name); j >= 0 && j != i && !slices.Contains(joined, j) {
+				joined = append(joined, j)
+			}
+		}
+		if len(unwatched) > 0 {
+			groups[i].Finding.Diagnosis = strings.TrimSpace(groups[i].Finding.Diagnosis + fmt.Sprintf(
+				" This watchdog does not watch %s: add %s as a target to see %s own page.",
+				strings.Join(unwatched, ", "), pronoun(len(unwatched), "it", "them"), pronoun(len(unwatched), "its", "their")))
+		}
+		if len(joined) == 0 || (len(u.Failing) >= u.Workers && allSaturated(groups, joined)) {
+			continue
+		}
+		slices.SortStableFunc(joined, func(a, b int) int { return int(groups[b].Finding.Severity) - int(groups[a].Finding.Severity) })
+		j := joined[0]
+		groups[j] = joinGateway(groups[j], groups[i], u, addrs, groups, joined[1:])
+		drop[i] = true
+	}
+	out := groups[:0]
+	for i, g := range groups {
+		if !drop[i] {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// workerAddresses maps a worker address, as a gateway names it, to the
+// replica serving there: the configured mapping first, then each engine
+// replica's own address (or its name, where the source names replicas
+// by address, as Prometheus' instance label does).
+func workerAddresses(cfg Config, replicas []detect.Replica) map[string]string {
+	m := make(map[string]string, len(replicas)+len(cfg.GatewayWorkers))
+	for _, r := range replicas {
+		if r.Kind == "gateway" {
+			continue
+		}
+		if r.Address != "" {
+			m[r.Address] = r.Name
+		} else if _, ok := m[r.Name]; !ok {
+			m[r.Name] = r.Name
+		}
+	}
+	for url, target := range cfg.GatewayWorkers {
+		m[series.WorkerAddress(url)] = target
+	}
+	return m
+}
+
+// upstreamOf is what the gateway's findings of g say of its workers.
+func upstreamOf(g Group) *detect.Upstream {
+	if g.Fleet {
+		return nil
+	}
+	for _, m := range g.Members {
+		if m.Upstream != nil {
+			return m.Upstream
+		}
+	}
+	return g.Finding.Upstream
+}
+
+// groupOn is the index of the replica's own group still standing, -1
+// when it has none.
+func groupOn(groups []Group, drop []bool, replica string) int {
+	for i, g := range groups {
+		if !drop[i] && !g.Fleet && g.Finding.Replica == replica {
+			return i
+		}
+	}
+	return -1
+}
+
+// allSaturated reports whether the layer triage of every group at idx
+// says saturated.
+func allSaturated(groups []Group, idx []int) bool {
+	return saturated(pick(groups, idx))
+}
+
+// joinGateway folds the gateway's group gw into the worker's group: its
+// findings become consequences of the worker's cause, and the page says
+// what the gateway did with the worker and which other workers fail.
+func joinGateway(worker, gw Group, u *detect.Upstream, addrs map[string]string, groups []Group, others []int) Group {
+	worker.Members = append(slices.Clone(worker.Members), gw.Members...)
+	worker.Finding = withConsequences(worker.Members[0], worker.Members[1:])
+	var here, elsewhere []string
+	for _, w := range u.Failing {
+		if addrs[w.Worker] == worker.Finding.Replica {
+			here = append(here, w.String())
+			continue
+		}
+		elsewhere = append(elsewhere, w.String())
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, " The gateway %s sees this worker as %s", gw.Finding.Replica, strings.Join(here, "; "))
+	if out := slices.ContainsFunc(u.Failing, func(w detect.UpstreamWorker) bool {
+		return addrs[w.Worker] == worker.Finding.Replica && w.OutOfRotation()
+	}); out {
+		b.WriteString(" and took it out of rotation: its traffic lands on the other workers")
+	}
+	b.WriteString(".")
+	if len(elsewhere) > 0 {
+		fmt.Fprintf(&b, " It also fails %s", strings.Join(elsewhere, "; "))
+		var pages []string
+		for _, o := range others {
+			pages = append(pages, groups[o].Finding.Replica)
+		}
+		if len(pages) > 0 {
+			fmt.Fprintf(&b, " (see the pages of %s)", strings.Join(pages, ", "))
+		}
+		b.WriteString(".")
+	}
+	worker.Finding.Diagnosis = strings.TrimSpace(worker.Finding.Diagnosis + b.String())
+	return worker
+}
+
+func pronoun(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
