@@ -27,7 +27,7 @@ var demoStory = map[string]string{
 	sim.ClassCacheCollapse:  "sim-1's clients put a timestamp at the top of the system prompt: no two prompts share a prefix any more",
 	"latency_blip":          "a short traffic burst slows sim-2 down",
 	sim.ClassRetryAvalanche: "sim-2's clients time out after 8 s and retry at once: the retries keep the replica overloaded",
-	sim.ClassCrash:          "sim-0's process dies (as an OOM kill would) and restarts with every counter at zero",
+	sim.ClassCrash:          "sim-0's process dies (as an OOM kill would) and restarts with every counter at zero; the router fails the requests it held (502) and takes sim-0 out of rotation",
 }
 
 // demoFleet is the simulated fleet of the demo, its scenario starting at
@@ -68,6 +68,17 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 		go srv.Serve(ln)
 		base.Targets = append(base.Targets, config.Target{Name: name, URL: "http://" + ln.Addr().String(), Kind: "engine"})
 	}
+	// The model gateway in front of them, naming each worker by the URL
+	// it is served at.
+	workers := slices.Clone(base.Targets)
+	ln, err := listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("simulated gateway: %w", err)
+	}
+	gw := &http.Server{Handler: fleet.GatewayHandler(func(i int) string { return workers[i].URL }), ReadHeaderTimeout: 5 * time.Second}
+	servers = append(servers, gw)
+	go gw.Serve(ln)
+	base.Targets = append(base.Targets, config.Target{Name: "router", URL: "http://" + ln.Addr().String() + "/metrics", Kind: "gateway"})
 
 	load := func() (config.Config, error) { return config.LoadWithFlags(base, env, dio.flags) }
 	cfg, err := load()
@@ -76,7 +87,7 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 	}
 
 	out := &lockedWriter{w: stdout}
-	fmt.Fprintf(out, "sglang-watchdog demo: %d simulated SGLang replicas on loopback; the scenario takes about 5½ minutes. Ctrl-C to stop.\n", len(servers))
+	fmt.Fprintf(out, "sglang-watchdog demo: %d simulated SGLang replicas behind a model gateway on loopback; the scenario takes about 5½ minutes. Ctrl-C to stop.\n", len(servers)-1)
 	for _, t := range cfg.Targets {
 		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
 	}

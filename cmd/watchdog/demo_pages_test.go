@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 
@@ -33,13 +34,23 @@ func TestDemoPagesPassTheLinter(t *testing.T) {
 			}
 			byIncident[r.ev.Fingerprint] = append(byIncident[r.ev.Fingerprint], r.ev)
 		}
-		pages := 0
+		pages, routerJoined := 0, false
 		for _, fp := range order {
 			evs := byIncident[fp]
 			pages += len(evs)
+			if evs[0].Replica == "router" {
+				t.Errorf("the router paged on its own (%s): its failures come from a worker with its own incident", evs[0].Class)
+			}
+			if evs[0].Class == "replica_down" && strings.Contains(evs[0].Diagnosis, "The gateway router sees this worker as") &&
+				strings.Contains(evs[0].Diagnosis, "took it out of rotation") {
+				routerJoined = true
+			}
 			for _, p := range pagelint.CheckIncident(evs, pagelint.Options{Flag: runbook.KnownFlag}) {
 				t.Errorf("%s on %s: %s", evs[0].Class, evs[0].Replica, p)
 			}
+		}
+		if !routerJoined {
+			t.Error("sim-0's crash page does not say the router took it out of rotation")
 		}
 		t.Logf("%d pages of %d incidents checked", pages, len(order))
 	})

@@ -51,6 +51,8 @@ type Fleet struct {
 	k        int64 // index of the next sub-step; sim time of its start = k*dt
 	phase    int   // index of the phase currently applied
 	replicas []*replica
+	// gateway is the model gateway in front of the replicas (gateway.go).
+	gateway *gateway
 	// expositions answers /metrics requests (Handler).
 	expositions ExpositionWriter
 }
@@ -90,6 +92,7 @@ func NewFleet(cfg FleetConfig) *Fleet {
 		r.engine.ready = float64(f.k) * dt // it has been up for a while
 		f.replicas = append(f.replicas, r)
 	}
+	f.gateway = newGateway(len(f.replicas))
 	for f.k < 0 {
 		f.step()
 	}
@@ -166,6 +169,7 @@ func (f *Fleet) step() {
 	for _, r := range f.replicas {
 		r.step(t0, t0+dt)
 	}
+	f.gateway.step(f.replicas, t0, t0+dt)
 	f.k++
 }
 

@@ -138,8 +138,7 @@ func withUpstream(f *Finding, u *Upstream) {
 			out++
 		}
 	}
-	f.Evidence = append(f.Evidence, Evidence{Name: "workers failing behind the gateway", Value: float64(len(u.Failing)),
-		Threshold: fmt.Sprintf("of %d workers", u.Workers)})
+	f.Evidence = append(f.Evidence, Evidence{Name: fmt.Sprintf("workers failing behind the gateway (of %d)", u.Workers), Value: float64(len(u.Failing))})
 	f.Diagnosis = strings.TrimSpace(f.Diagnosis + fmt.Sprintf(" The failures come from %d of the %d workers behind the gateway: %s.",
 		len(u.Failing), u.Workers, strings.Join(names, "; ")))
 	if out > 0 && out < u.Workers {
