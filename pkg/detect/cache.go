@@ -14,8 +14,9 @@ const CacheCollapse Class = "cache_collapse"
 
 // CacheCollapseDetector pages when the prefix (radix) cache hit rate, computed
 // from token counters over a window, falls far below its baseline. Its
-// diagnosis tells KV pressure (the cache is evicted to make room) from a
-// prompt change (the cache has room but prompts stopped sharing prefixes).
+// diagnosis tells KV pressure (shared prefixes evicted to make room) from
+// a prompt change (prompts stopped sharing prefixes) by KV usage and the
+// eviction counter (see evictionCheck).
 // Releases without any hit-token counter (v0.4) expose only the
 // sglang:cache_hit_rate gauge — the last prefill batch's rate, zeroed on
 // decode logs, not a windowed rate. Averaged over the window it still
@@ -250,8 +251,8 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	kept.base("ttft_p99", ttft99)
 
 	kv := p.kvUsageAvg(w)
-	memory := kv.nowOK && kv.now >= c.KVUsageThreshold
 	evictions := p.rate(w, Sel(series.EvictedTokensTotal))
+	ev := d.evictionCheck(w, p, hr, kv, tokensNow, tokensBase, ownBase)
 	ttft50 := p.quantile(w, 0.5, series.TTFTSeconds)
 	// Averages, as everywhere on a page: a last value beside the triage's
 	// average would be a second number for the same quantity.
@@ -264,7 +265,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		sev = Critical
 	}
 	layer := LayerPrefill
-	if memory {
+	if ev.cause.memory() {
 		layer = LayerMemory
 	}
 	f := finding(CacheCollapse, w, sev, layer)
@@ -279,10 +280,18 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	f.Evidence = append(f.Evidence, hitRule, Evidence{Name: "prompt tokens in range", Value: tokensNow, Baseline: tokensBase, HasBaseline: ownBase})
 	if kv.nowOK {
-		f.Evidence = append(f.Evidence, kv.evidence("KV cache usage (avg)", "ratio", ">= "+pct(c.KVUsageThreshold)+" means memory pressure"))
+		f.Evidence = append(f.Evidence, kv.evidence("KV cache usage (avg)", "ratio", ">= "+pct(c.KVUsageThreshold)+" means memory pressure; cached prefixes are not counted"))
 	}
 	if evictions.nowOK {
 		f.Evidence = append(f.Evidence, evictions.evidence("evicted tokens/s", "/s", ""))
+	}
+	if ev.perPrompt.nowOK {
+		f.Evidence = append(f.Evidence, ev.perPrompt.evidence("evicted tokens per prompt token", "ratio",
+			fmt.Sprintf(">= %s of the prompt tokens computed anew (%s now) means the cache is full", pct(cacheFullEvictionShare), pct(1-hr.now))))
+	}
+	if ev.kvPerRequest.nowOK && ev.kvExpectedOK {
+		f.Evidence = append(f.Evidence, ev.kvPerRequest.evidence("KV tokens held per running request", "tokens",
+			fmt.Sprintf(">= %sx the %s tokens the lost hits explain means memory pressure", num(unexplainedKVGrowth), num(ev.kvExpected))))
 	}
 	if ttft99.nowOK {
 		f.Evidence = append(f.Evidence, ttft99.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline for critical", num(c.CriticalTTFTRatio))))
@@ -302,13 +311,47 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 
 	f.Summary = fmt.Sprintf("Prefix cache hit rate collapsed to %s (baseline %s)", pct(hr.now), pct(hr.base))
 	var diag strings.Builder
-	if memory {
+	switch ev.cause {
+	case causeKVFull:
 		f.Summary += fmt.Sprintf(" under KV memory pressure (usage %s)", pct(kv.now))
 		fmt.Fprintf(&diag, "KV memory layer: the KV pool is near full — usage %s — so the radix cache evicts shared prefixes to make room", pctVsBaseline(kv))
 		if evictions.nowOK {
 			fmt.Fprintf(&diag, " (evictions %s)", vsBaseline(evictions, " tokens/s"))
 		}
-		diag.WriteString("; requests recompute prompts they used to reuse, prefill takes longer and batches refill slowly")
+		diag.WriteString("; ")
+	case causeEvicted:
+		f.Summary += fmt.Sprintf(": shared prefixes evicted under memory pressure (%s evicted tokens/s)", num(evictions.now))
+		fmt.Fprintf(&diag, "KV memory layer: the radix cache is full and churns — %s evicted tokens/s, %s of the prompt tokens%s — so shared prefixes are evicted under memory pressure before they are reused. ",
+			num(evictions.now), pct(ev.perPrompt.now), baselinePct(ev.perPrompt))
+		if kv.nowOK {
+			fmt.Fprintf(&diag, "KV usage %s counts only what running requests hold, not cached prefixes: ", pctVsBaseline(kv))
+		}
+		diag.WriteString(ev.pressure())
+		diag.WriteString(" — less room is left for cached prefixes; ")
+	case causePromptsCacheRoom:
+		fmt.Fprintf(&diag, "Prefill layer: the cache had room, so prompts most likely stopped sharing prefixes: %s evicted tokens/s are %s of the prompt tokens while %s were computed anew — the pool evicts only when full, and once full every newly computed token evicts a cached one — so no memory pressure pushed the shared prefixes out",
+			num(evictions.now), pct(ev.perPrompt.now), pct(1-hr.now))
+		if kv.nowOK {
+			fmt.Fprintf(&diag, " (KV usage %s)", pctVsBaseline(kv))
+		}
+		diag.WriteString(". ")
+	case causePromptsLikely:
+		fmt.Fprintf(&diag, "Prefill layer: prompts most likely stopped sharing prefixes. The cache is full and churns — %s evicted tokens/s, %s of the prompt tokens%s — but no more than the lost hits add: once the cache is full every newly computed token evicts a cached one. ",
+			num(evictions.now), pct(ev.perPrompt.now), baselinePct(ev.perPrompt))
+		fmt.Fprintf(&diag, "KV usage %s rose no more than the lost hits explain (each running request now holds the prompt it used to share: %s tokens each, %s expected, baseline %s) and prompt traffic is steady (%s tokens/s, baseline %s). ",
+			pctVsBaseline(kv), num(ev.kvPerRequest.now), num(ev.kvExpected), num(ev.kvPerRequest.base), num(ev.promptRate.now), num(ev.promptRate.base))
+		diag.WriteString("What the metrics cannot tell apart: more distinct shared prefixes than the cache holds (new tenants, system prompts or adapters) looks the same; if no prompt changed, compare the number of distinct system prompts before and after. ")
+	default:
+		diag.WriteString("Prefill layer: ")
+		if kv.nowOK {
+			fmt.Fprintf(&diag, "KV usage is %s, below the %s that means memory pressure, but it does not count cached prefixes; ", pctVsBaseline(kv), pct(c.KVUsageThreshold))
+		}
+		diag.WriteString(ev.unknownReason())
+		diag.WriteString(", so the metrics cannot tell prompts that stopped sharing prefixes from shared prefixes evicted under memory pressure. ")
+		diag.WriteString("Check the prompts first (below); if none changed, treat it as eviction pressure: compare the KV each running request holds (sglang:num_used_tokens / num_running_reqs) and the prompt and output lengths with an hour ago. ")
+	}
+	if ev.cause.memory() {
+		diag.WriteString("requests recompute prompts they used to reuse, prefill takes longer and batches refill slowly")
 		if queue.nowOK {
 			fmt.Fprintf(&diag, ", so the queue backs up (%s queued", num(queue.now))
 			if running.nowOK {
@@ -322,7 +365,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 			"Relieve KV pressure: add replicas or shift traffic away from this replica.",
 			"Cap prompt length and max_tokens at the router so running requests leave room for the cache.",
 			"Do not flush the cache: the working set does not fit either way, flushing only adds recompute.",
-			"If that is not enough, read the current --max-running-requests from " + ServerInfo + " and restart with a lower value; the restart " + restartDrops(w) + ".",
+			"If that is not enough, read the current --max-running-requests and --mem-fraction-static from " + ServerInfo + " and restart with fewer running requests, or a higher mem-fraction-static if the GPU has memory to spare; the restart " + restartDrops(w) + ".",
 		}
 		f.RootCause = []string{
 			"Size the KV pool for the real prompt+output mix: --mem-fraction-static, GPUs with more memory, or hierarchical cache (--enable-hierarchical-cache) to keep prefixes in host memory.",
@@ -330,17 +373,6 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 			"Find requests that hold KV for long (no max_tokens, runaway decode) and bound them.",
 		}
 	} else {
-		if kv.nowOK {
-			fmt.Fprintf(&diag, "Prefill layer: KV usage is %s, below the %s that means memory pressure, so prompts most likely stopped sharing prefixes. ", pctVsBaseline(kv), pct(c.KVUsageThreshold))
-			// Usage does not count cached (evictable) tokens: rising
-			// evictions fit unique prompts churning the cache, and eviction
-			// pressure usage cannot show alike.
-			if g, ok := evictions.growth(); ok && g >= evictionRise {
-				fmt.Fprintf(&diag, "Evictions rose to %s: unique prompts fill the cache and push each other out, but if no prompt changed, the cache is being evicted under a pressure KV usage does not show (it does not count cached tokens). ", vsBaseline(evictions, " tokens/s"))
-			}
-		} else {
-			diag.WriteString("Prefill layer: prompts stopped sharing prefixes (KV usage not exposed, so eviction pressure cannot be ruled out; see evictions). ")
-		}
 		diag.WriteString("Most often the prompt changed upstream: a timestamp, request id or user id in the system prompt makes every prompt unique. ")
 		diag.WriteString("Other causes: chat template rendering (whitespace, newlines) after a client or tokenizer upgrade, different LoRA adapter ids (caches are not shared across adapters), a router no longer routing by prefix. ")
 		diag.WriteString("Prefix matching happens only on page boundaries")
@@ -357,6 +389,9 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 			"Check the router still routes by prefix (cache-aware policy) and that LoRA adapter ids did not change.",
 			"If TTFT hurts users, add replicas temporarily; flushing the cache does not help against unique prompts.",
 		}
+		if ev.cause == causeUnknown {
+			f.Emergency = append(f.Emergency, "If no prompt, template or routing changed, treat it as eviction pressure: shift traffic away or cap prompt length and max_tokens at the router so running requests leave room for the cache.")
+		}
 		f.RootCause = []string{
 			"Keep variable fields (timestamps, request/user ids) out of the prompt prefix; put them at the end.",
 			"Add a cache-impact check to prompt/template release reviews (hit rate before/after in staging).",
@@ -371,9 +406,163 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	return []Finding{f}
 }
 
-// evictionRise is the growth of the eviction rate over its baseline a
-// prompt-change diagnosis names as a possible hidden pressure.
-const evictionRise = 2
+// collapseCause is what a collapse's diagnosis blames.
+type collapseCause int
+
+const (
+	// causeKVFull: KV usage at or above KVUsageThreshold.
+	causeKVFull collapseCause = iota
+	// causeEvicted: the cache churns and running requests hold more KV,
+	// or prompt traffic grew, beyond what the lost hits explain.
+	causeEvicted
+	// causePromptsCacheRoom: evictions fall short of the tokens computed
+	// anew, so the cache had room.
+	causePromptsCacheRoom
+	// causePromptsLikely: the cache churns, no more than the lost hits
+	// explain.
+	causePromptsLikely
+	// causeUnknown: the eviction counter, or what the churn must be
+	// weighed against, is missing.
+	causeUnknown
+)
+
+func (c collapseCause) memory() bool { return c == causeKVFull || c == causeEvicted }
+
+// Thresholds of the cause decision (see evictionCheck).
+const (
+	// cacheFullEvictionShare: evictions of at least this share of the
+	// prompt tokens computed anew mean the cache is full.
+	cacheFullEvictionShare = 0.5
+	// unexplainedKVGrowth: KV per running request this many times what
+	// the lost hits explain means memory pressure.
+	unexplainedKVGrowth = 1.25
+	// promptTrafficGrowth: prompt tokens/s this many times the baseline's
+	// insert that much faster and hold that much more KV.
+	promptTrafficGrowth = 1.5
+)
+
+// collapseEvictions is the eviction side of a collapse and the cause it
+// points at.
+type collapseEvictions struct {
+	cause collapseCause
+	// perPrompt is evicted tokens per prompt token.
+	perPrompt measure
+	// kvPerRequest is KV tokens held per running request (usage x pool /
+	// running); kvExpected what the baseline's plus the lost hits give.
+	kvPerRequest measure
+	kvExpected   float64
+	kvExpectedOK bool
+	// promptRate is prompt tokens/s.
+	promptRate       measure
+	noEvictionSeries bool
+}
+
+// evictionCheck decides the cause of a collapse below KVUsageThreshold.
+//
+// Physics: the radix cache keeps every finished request's KV until the
+// pool needs the room, so after warm-up the pool is full and every newly
+// computed token (a prompt token that missed, a generated token) evicts a
+// cached one. Evicted tokens per prompt token are then about the miss
+// share plus generated per prompt token — in a prompt change as much as
+// under memory pressure: a prompt change raises evictions exactly by the
+// lost hits, and KV usage (which does not count cached tokens) rises too,
+// because each running request now holds privately the prompt it used to
+// share (the simulator's timestamped system prompt: hit 81% -> 0%,
+// evictions 31% -> 112% of the prompt tokens, usage 15% -> 65%). So the
+// churn alone tells only whether the cache was full:
+//   - evictions below cacheFullEvictionShare of the tokens computed anew:
+//     the cache had room, nothing forced the prefixes out — the prompts
+//     stopped sharing them;
+//   - a full, churning cache: memory pressure only if something other
+//     than the lost hits took the room — KV held per running request
+//     above its baseline plus the prompt tokens the lost hits add
+//     (longer prompts or outputs), or more prompt traffic. A prompt
+//     change meets its expected KV within a few percent (2031 vs 2103
+//     tokens in that scenario); a neighbour's long documents double it.
+//
+// More distinct prefixes than the cache holds, with the same traffic,
+// stays indistinguishable from a prompt change; the page says so.
+func (d *CacheCollapseDetector) evictionCheck(w Window, p periods, hr, kv measure, tokensNow, tokensBase float64, ownBase bool) collapseEvictions {
+	var ev collapseEvictions
+	if kv.nowOK && kv.now >= d.cfg.KVUsageThreshold {
+		ev.cause = causeKVFull
+		return ev
+	}
+	ev.cause = causeUnknown
+	evicted := p.increase(w, Sel(series.EvictedTokensTotal))
+	if !evicted.nowOK {
+		ev.noEvictionSeries = !w.Has(series.EvictedTokensTotal)
+		return ev
+	}
+	ev.perPrompt.now, ev.perPrompt.nowOK = ratio(evicted.now, tokensNow)
+	if evicted.baseOK && ownBase {
+		ev.perPrompt.base, ev.perPrompt.baseOK = ratio(evicted.base, tokensBase)
+	}
+	if !ev.perPrompt.nowOK {
+		return ev
+	}
+	if ev.perPrompt.now < cacheFullEvictionShare*(1-hr.now) {
+		ev.cause = causePromptsCacheRoom
+		return ev
+	}
+	if !ownBase || !kv.nowOK || !kv.baseOK {
+		return ev
+	}
+	rangeSecs, baseSecs := p.now.Sub(p.rangeStart).Seconds(), p.rangeStart.Sub(p.baseStart).Seconds()
+	ev.promptRate = measure{now: tokensNow / rangeSecs, base: tokensBase / baseSecs, nowOK: true, baseOK: true}
+	running := p.avg(w, Sel(series.NumRunningReqs))
+	requests := p.increase(w, Sel(series.NumRequestsTotal))
+	pool, poolOK := w.Last(Selector{Name: series.MaxTotalNumTokens, Combine: CombineMax})
+	promptPerRequest, lenOK := ratio(tokensBase, requests.base)
+	if !running.nowOK || !running.baseOK || !requests.baseOK || !poolOK || !lenOK {
+		return ev
+	}
+	ev.kvPerRequest.now, ev.kvPerRequest.nowOK = ratio(kv.now*pool, running.now)
+	ev.kvPerRequest.base, ev.kvPerRequest.baseOK = ratio(kv.base*pool, running.base)
+	if !ev.kvPerRequest.nowOK || !ev.kvPerRequest.baseOK {
+		return ev
+	}
+	ev.kvExpected = ev.kvPerRequest.base + promptPerRequest*max(hr.base-hr.now, 0)
+	ev.kvExpectedOK = true
+	if ev.kvPerRequest.now >= unexplainedKVGrowth*ev.kvExpected || ev.promptRate.now >= promptTrafficGrowth*ev.promptRate.base {
+		ev.cause = causeEvicted
+	} else {
+		ev.cause = causePromptsLikely
+	}
+	return ev
+}
+
+// pressure names what took the room from the cache.
+func (ev collapseEvictions) pressure() string {
+	var why []string
+	if ev.kvPerRequest.now >= unexplainedKVGrowth*ev.kvExpected {
+		why = append(why, fmt.Sprintf("each running request holds %s KV tokens (baseline %s), more than the %s the lost hits explain — longer prompts or outputs", num(ev.kvPerRequest.now), num(ev.kvPerRequest.base), num(ev.kvExpected)))
+	}
+	if ev.promptRate.now >= promptTrafficGrowth*ev.promptRate.base {
+		why = append(why, fmt.Sprintf("prompt traffic rose to %s tokens/s (baseline %s)", num(ev.promptRate.now), num(ev.promptRate.base)))
+	}
+	return strings.Join(why, ", and ")
+}
+
+// unknownReason says why the cause is undecided.
+func (ev collapseEvictions) unknownReason() string {
+	switch {
+	case ev.noEvictionSeries:
+		return "this release does not export the eviction counter (sglang:evicted_tokens_total)"
+	case ev.perPrompt.nowOK:
+		return fmt.Sprintf("the cache is full and churns (evicted tokens %s of the prompt tokens), which both causes produce, and the KV held per running request or its baseline is not available to weigh it", pct(ev.perPrompt.now))
+	default:
+		return "the eviction counter has no rate over the range"
+	}
+}
+
+// baselinePct renders ", baseline X%" of a share, or nothing.
+func baselinePct(m measure) string {
+	if !m.baseOK {
+		return ""
+	}
+	return " (baseline " + pct(m.base) + ")"
+}
 
 // CacheCollapseConfig tunes the prefix-cache hit-rate collapse detector.
 type CacheCollapseConfig struct {
@@ -395,8 +584,8 @@ type CacheCollapseConfig struct {
 	// (0.05 -> 0.02 halves, but nobody should be paged for it).
 	MinAbsoluteDrop float64 `yaml:"min_absolute_drop" doc:"... and at least 0.2 lower"`
 	// KVUsageThreshold splits the diagnosis: average KV usage in Range at or
-	// above it means eviction pressure (memory chain); below it, the prompts
-	// changed.
+	// above it means eviction pressure (memory chain); below it, the
+	// eviction counter decides (evictionCheck).
 	KVUsageThreshold float64 `yaml:"kv_usage_threshold" doc:"at or above: eviction pressure; below: prompts changed"`
 	// RestartGrace: no verdict for this long after a restart — a restarted
 	// replica starts with an empty cache and a low hit rate is expected.

@@ -138,7 +138,7 @@ func TestCacheCollapseSeedScenarioNotEviction(t *testing.T) {
 		t.Errorf("KV evidence = %+v", kv)
 	}
 	contains(t, "diagnosis", f.Diagnosis, "prompts most likely stopped sharing prefixes", "timestamp", "chat template", "page boundaries", "page size 16 tokens")
-	if strings.Contains(f.Diagnosis, "evict") || strings.Contains(f.Diagnosis, "memory-pressure") {
+	if strings.Contains(f.Diagnosis, "evicted under memory pressure") || strings.Contains(f.Diagnosis, "memory-pressure") {
 		t.Errorf("a prompt-side collapse is blamed on eviction: %s", f.Diagnosis)
 	}
 	if detect.Explains(fnd(detect.PreemptStorm, detect.LayerMemory), f) {

@@ -3,6 +3,7 @@ package detect_test
 import (
 	"context"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,4 +62,66 @@ func TestSimulatedHealthyFleetRaisesNothing(t *testing.T) {
 			})
 		}
 	}
+}
+
+// simulateCollapse runs one simulated replica through an hour of the
+// base load, then the change for 5 minutes, scraped every 10 s through the
+// real scraper into the real window, and returns the cache_collapse
+// findings at the end.
+func simulateCollapse(t *testing.T, base sim.Load, change func(*sim.Load)) []detect.Finding {
+	t.Helper()
+	start := time.Date(2026, 5, 29, 13, 0, 0, 0, time.UTC)
+	sc := sim.Scenario{Name: "collapse", Base: base, Phases: []sim.Phase{
+		{Name: "healthy", Duration: 62 * time.Minute},
+		{Name: sim.ClassCacheCollapse, Class: sim.ClassCacheCollapse, Replicas: []int{0}, Change: change}}}
+	fleet := sim.NewFleet(sim.FleetConfig{Seed: 1, Replicas: 1, Start: start, Scenario: sc, Warmup: 5 * time.Minute})
+	cfg := detect.DefaultConfig()
+	const interval = 10 * time.Second
+	store, err := window.New(window.Options{Retention: cfg.MaxLookback() + 5*time.Minute, ScrapeInterval: interval}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(fleet.Handler(0))
+	defer srv.Close()
+	tg := scrape.Target{Name: fleet.Replicas()[0], URL: srv.URL + "/metrics", Kind: scrape.KindEngine}
+	end := 67 * time.Minute
+	for el := time.Duration(0); el <= end; el += interval {
+		fleet.Advance(start.Add(el))
+		s := scrape.ScrapeOnce(context.Background(), nil, tg, scrape.Options{})
+		s.At = start.Add(el)
+		if err := store.Append(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := detect.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []detect.Finding
+	store.View(tg.Name, func(w detect.Window) {
+		for _, d := range ds {
+			if d.Class() == detect.CacheCollapse {
+				out = d.Detect(w, start.Add(end))
+			}
+		}
+	})
+	return out
+}
+
+// The simulator's prompt change (a timestamp at the head of the system
+// prompt) on its full, churning cache: evictions triple and KV usage
+// quadruples, as a memory-pressure collapse would show them, yet the
+// diagnosis keeps to the prompts because the rise is what the lost hits
+// explain.
+func TestSimulatedPromptChangeIsNotEvictionPressure(t *testing.T) {
+	fs := simulateCollapse(t, sim.DefaultLoad(), func(l *sim.Load) { l.TimestampedSystemPrompt = true })
+	f := one(t, fs)
+	if f.Layer != detect.LayerPrefill {
+		t.Errorf("layer = %s, want prefill", f.Layer)
+	}
+	contains(t, "diagnosis", f.Diagnosis, "prompts most likely stopped sharing prefixes", "no more than the lost hits add")
+	if strings.Contains(f.Diagnosis, "evicted under memory pressure") || strings.Contains(f.Diagnosis, "normal") {
+		t.Errorf("prompt change blamed on eviction or KV called normal: %s", f.Diagnosis)
+	}
+	t.Logf("%s | %s", f.Summary, f.Diagnosis)
 }
