@@ -39,6 +39,8 @@ type FleetConfig struct {
 	// phase before Start, so the fleet starts with warm caches, a full batch
 	// and non-zero counters, as a server that has been up for a while.
 	Warmup time.Duration
+	// GPU describes the GPUs under the replicas and their dcgm-exporter.
+	GPU GPUConfig
 }
 
 // Fleet is a set of simulated SGLang replicas driven by one Scenario. All
@@ -55,6 +57,7 @@ type Fleet struct {
 	gateway *gateway
 	// expositions answers /metrics requests (Handler).
 	expositions ExpositionWriter
+	gpuCfg      GPUConfig
 }
 
 // NewFleet builds the fleet and simulates its warm-up. It starts nothing.
@@ -74,7 +77,22 @@ func NewFleet(cfg FleetConfig) *Fleet {
 	if cfg.Server == (ServerConfig{}) {
 		cfg.Server = DefaultServerConfig()
 	}
-	f := &Fleet{scenario: cfg.Scenario, start: cfg.Start, started: !cfg.Start.IsZero(), phase: -1}
+	if cfg.GPU.Model == "" {
+		cfg.GPU.Model = "NVIDIA H100 80GB HBM3"
+	}
+	if cfg.GPU.DriverVersion == "" {
+		cfg.GPU.DriverVersion = "580.95.05"
+	}
+	if cfg.GPU.Namespace == "" {
+		cfg.GPU.Namespace = "llm"
+	}
+	if cfg.GPU.Container == "" {
+		cfg.GPU.Container = "sglang"
+	}
+	if cfg.GPU.Pod == nil {
+		cfg.GPU.Pod = func(i int) string { return fmt.Sprintf("sim-%d", i) }
+	}
+	f := &Fleet{scenario: cfg.Scenario, start: cfg.Start, started: !cfg.Start.IsZero(), phase: -1, gpuCfg: cfg.GPU}
 	warm := int64(cfg.Warmup / Step)
 	f.k = -warm
 	for i := range cfg.Replicas {
@@ -87,6 +105,7 @@ func NewFleet(cfg FleetConfig) *Fleet {
 			// One PCG stream per replica: replicas are independent and each
 			// is reproducible from the seed alone.
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)),
+			gpu: newGPU(cfg.Seed, i),
 		}
 		r.engine = newEngine(r.cfg, float64(f.k)*dt, r.pid(), 58.6)
 		r.engine.ready = float64(f.k) * dt // it has been up for a while
@@ -167,7 +186,8 @@ func (f *Fleet) step() {
 		f.enter(idx, t0)
 	}
 	for _, r := range f.replicas {
-		r.step(t0, t0+dt)
+		busy := r.step(t0, t0+dt)
+		r.gpu.step(r.engine, busy)
 	}
 	f.gateway.step(f.replicas, t0, t0+dt)
 	f.k++
@@ -180,9 +200,12 @@ func (f *Fleet) enter(idx int, t float64) {
 		r.load = f.scenario.Base
 		r.nextDocs = t // a batch job starts with a wave
 		r.gpuSlowdown = 1
+		r.gpu.imposed, r.gpu.offBus, r.gpu.replayRate = 0, false, 0
 		if !p.affects(r.index) {
 			continue
 		}
+		r.gpu.imposed, r.gpu.replayRate = p.GPUThrottle, p.GPUPCIeReplays
+		r.gpuSlowdown = throttleSlowdown(p.GPUThrottle)
 		if p.GPUSlowdown > 1 {
 			r.gpuSlowdown = p.GPUSlowdown
 		}
@@ -191,6 +214,18 @@ func (f *Fleet) enter(idx int, t float64) {
 		}
 		if p.Crash > 0 {
 			r.crash(t, p.Crash.Seconds())
+		}
+		if p.GPUXid != 0 {
+			r.gpu.recordXid(p.GPUXid)
+		}
+		if r.gpu.offBus {
+			// Every process on the GPU dies with it; the replica comes
+			// back when the GPU does, at the end of the phase.
+			down := math.Inf(1)
+			if idx < len(f.scenario.Phases)-1 {
+				down = p.Duration.Seconds()
+			}
+			r.crash(t, down)
 		}
 	}
 }
@@ -210,6 +245,7 @@ type replica struct {
 	nextContent uint64
 	retries     []pendingRetry // client-side: attempts waiting out their backoff
 	nextDocs    float64        // when the batch job submits its next wave
+	gpu         *gpu           // the GPU it runs on; it outlives the process
 	// gpuSlowdown is how many times longer each GPU iteration takes than
 	// the cost model says (1: full speed). It belongs to the hardware, so
 	// a restarted process keeps it.
@@ -224,11 +260,11 @@ type pendingRetry struct {
 func (r *replica) pid() int { return 11593 + 1000*r.index + 211*r.restarts }
 
 // step simulates [t0, t1): client timeouts and retries, new arrivals, then
-// the scheduler loop.
-func (r *replica) step(t0, t1 float64) {
+// the scheduler loop. It returns the GPU-seconds of the iterations run.
+func (r *replica) step(t0, t1 float64) float64 {
 	if r.engine == nil {
 		if t0 < r.downUntil {
-			return
+			return 0
 		}
 		r.restart(t0)
 	}
@@ -245,7 +281,9 @@ func (r *replica) step(t0, t1 float64) {
 	}
 	e.c.cpu += 0.02 * dt // the tokenizer's event loop, idle or not
 	e.slowdown = r.gpuSlowdown
+	busy := e.busy
 	e.run(t1)
+	return e.busy - busy
 }
 
 // arrive admits this sub-step's new requests and due retries through the

@@ -81,6 +81,7 @@ type engine struct {
 	// slowdown multiplies the GPU cost of every iteration (a throttled
 	// GPU); 0 or 1: the cost model as configured.
 	slowdown float64
+	busy     float64 // GPU-seconds spent in iterations, for utilization
 
 	waiting  []*request
 	running  []*request

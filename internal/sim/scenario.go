@@ -34,6 +34,25 @@ type Phase struct {
 	// GPU time. 0 or 1: full speed. The load is unchanged; what the slower
 	// GPU does to it (a longer batch, clients timing out) emerges.
 	GPUSlowdown float64
+	// GPUThrottle is a mask of NVML clock-event reasons (Throttle*) the
+	// listed replicas' GPUs report for the phase, on top of what their load
+	// causes (SW power cap under a full batch, idle). A reason that holds
+	// the clocks down also slows the GPU unless GPUSlowdown says otherwise:
+	// HW slowdown or HW thermal 2x (SM clock at 40%), HW power brake 3x
+	// (25%), SW thermal 1.3x (75%).
+	// The clocks, power and temperature follow. A HW thermal slowdown sets
+	// both ThrottleHWSlowdown and ThrottleHWThermal, as NVML reports it.
+	GPUThrottle uint64
+	// GPUXid, when not 0, is an Xid the listed replicas' GPUs record when
+	// the phase starts; DCGM_FI_DEV_XID_ERRORS reports the last one for
+	// good. XidFallenOffTheBus (79) also takes the GPU off the bus and
+	// kills its replica's process for the phase; both come back when it
+	// ends (the GPU reset).
+	GPUXid int
+	// GPUPCIeReplays is the rate (per second) at which the listed
+	// replicas' GPUs retry PCIe transfers during the phase, counted in
+	// DCGM_FI_DEV_PCIE_REPLAY_COUNTER: a failing link, Xid 79's precursor.
+	GPUPCIeReplays float64
 }
 
 func (p Phase) affects(i int) bool {
@@ -141,7 +160,7 @@ func HealthyScenario() Scenario {
 // of ≈0.9) and clients give up after 30 s, so a replica drains the backlog
 // an incident leaves within a recovery phase.
 func DemoScenario(scale float64) Scenario {
-	d := func(s float64) time.Duration { return time.Duration(s * scale * float64(time.Second)) }
+	d := seconds(scale)
 	return Scenario{
 		Name: "demo",
 		Base: demoLoad(),
@@ -158,6 +177,11 @@ func DemoScenario(scale float64) Scenario {
 			{Name: "healthy"},
 		},
 	}
+}
+
+// seconds converts a scenario's seconds into durations scaled by scale.
+func seconds(scale float64) func(s float64) time.Duration {
+	return func(s float64) time.Duration { return time.Duration(s * scale * float64(time.Second)) }
 }
 
 func demoLoad() Load {
@@ -180,7 +204,7 @@ func demoLoad() Load {
 //	retries_off    5:30  ...   all    the clients stop retrying (what
 //	                                  on-call does first); the queue drains
 func GPUSlowdownScenario(scale float64) Scenario {
-	d := func(s float64) time.Duration { return time.Duration(s * scale * float64(time.Second)) }
+	d := seconds(scale)
 	base := demoLoad()
 	base.ClientTimeout = 25 * time.Second
 	base.MaxRetries = 4
@@ -228,4 +252,58 @@ func IncidentScenario(class string) (Scenario, error) {
 	}
 	return Scenario{Name: class, Base: DefaultLoad(), Phases: []Phase{
 		{Name: "healthy", Duration: IncidentBaseline}, incident}}, nil
+}
+
+// GPUThermalPhases are a HW thermal throttle on replica for d (its GPU
+// reports HW slowdown and HW thermal slowdown, runs 2x slower, hot at
+// 90-94 °C with its SM clock near 790 MHz) followed by recovery, a healthy
+// phase of length recovery: the pieces a scenario (the demo's, say)
+// splices in before its last phase to add a thermal-throttle incident.
+func GPUThermalPhases(replica int, d, recovery time.Duration) []Phase {
+	return []Phase{
+		{Name: "gpu_thermal", Class: ClassDecodeSlowdown, Duration: d, Replicas: []int{replica}, GPUThrottle: throttleHWThermalFault},
+		{Name: "recovery", Duration: recovery},
+	}
+}
+
+// GPUThermalScenario is a cooling fault on sim-0's GPU under the demo's
+// load (durations are multiplied by scale):
+//
+//	healthy       0:00  3m   all    SW power cap at times under a full batch
+//	gpu_thermal   3:00  3m   sim-0  HW thermal slowdown (reasons 0x48):
+//	                                each iteration 2x slower, the queue grows
+//	recovery      6:00  ...  all    the GPU is cooled; the backlog drains
+func GPUThermalScenario(scale float64) Scenario {
+	d := seconds(scale)
+	thermal := GPUThermalPhases(0, d(180), 0)
+	return Scenario{
+		Name:   "gpu_thermal",
+		Base:   demoLoad(),
+		Phases: []Phase{{Name: "healthy", Duration: d(180)}, thermal[0], thermal[1]},
+	}
+}
+
+// GPUFallenOffBusScenario is Xid 79 on sim-0's GPU under the demo's load
+// (durations are multiplied by scale):
+//
+//	healthy        0:00  3m   all
+//	pcie_replays   3:00  1m   sim-0  the PCIe link retries ~5 transfers/s
+//	gpu_off_bus    4:00  2m   sim-0  Xid 79: the GPU falls off the bus and
+//	                                 the replica's process dies with it;
+//	                                 dcgm-exporter exports only the Xid
+//	recovery       6:00  ...  all    the GPU is reset, the replica restarts
+//	                                 with counters from zero; the last Xid
+//	                                 stays 79 (it is the last code seen)
+func GPUFallenOffBusScenario(scale float64) Scenario {
+	d := seconds(scale)
+	return Scenario{
+		Name: "gpu_off_bus",
+		Base: demoLoad(),
+		Phases: []Phase{
+			{Name: "healthy", Duration: d(180)},
+			{Name: "pcie_replays", Duration: d(60), Replicas: []int{0}, GPUPCIeReplays: 5},
+			{Name: "gpu_off_bus", Class: ClassCrash, Duration: d(120), Replicas: []int{0}, GPUXid: XidFallenOffTheBus},
+			{Name: "recovery"},
+		},
+	}
 }

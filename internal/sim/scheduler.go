@@ -310,7 +310,9 @@ func (e *engine) report(t float64, kind reportKind, hitRate float64) {
 // the next call starts where the GPU actually is.
 func (e *engine) run(t1 float64) {
 	for e.clock < t1 {
+		start := e.clock
 		if e.iterate() {
+			e.busy += e.clock - start
 			continue
 		}
 		next := t1
