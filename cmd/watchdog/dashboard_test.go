@@ -18,6 +18,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/deploy/grafana"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/fixture"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
 )
 
 const dashboardFile = "../../deploy/grafana/sglang-watchdog.json"
@@ -123,6 +124,15 @@ func TestDashboardQueriesNameRealMetrics(t *testing.T) {
 		}
 		maps.Copy(sglang, metricNames(t, name, b))
 	}
+	// DCGM_FI_*: the simulated dcgm-exporter, in both throttle field names.
+	dcgm := map[string]bool{}
+	for _, c := range []sim.GPUConfig{{}, {ThrottleReasonsLegacyName: true}} {
+		var b bytes.Buffer
+		if err := sim.NewFleet(sim.FleetConfig{Replicas: 1, GPU: c}).WriteGPUMetrics(&b, 0); err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(dcgm, metricNames(t, "the simulated dcgm-exporter", b.Bytes()))
+	}
 	var wanted []string
 	for _, q := range queries {
 		for _, n := range q.Metrics {
@@ -133,8 +143,11 @@ func TestDashboardQueriesNameRealMetrics(t *testing.T) {
 	}
 	watchdog := watchdogMetrics(t, wanted)
 	known := func(name string) bool {
-		if strings.HasPrefix(name, "watchdog_") {
+		switch {
+		case strings.HasPrefix(name, "watchdog_"):
 			return watchdog[name]
+		case strings.HasPrefix(name, "DCGM_FI_"):
+			return dcgm[name]
 		}
 		return sglang[name]
 	}

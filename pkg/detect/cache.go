@@ -586,7 +586,7 @@ type CacheCollapseConfig struct {
 	// KVUsageThreshold splits the diagnosis: average KV usage in Range at or
 	// above it means eviction pressure (memory chain); below it, the
 	// eviction counter decides (evictionCheck).
-	KVUsageThreshold float64 `yaml:"kv_usage_threshold" doc:"at or above: eviction pressure; below: prompts changed"`
+	KVUsageThreshold float64 `yaml:"kv_usage_threshold" doc:"at or above: eviction pressure; below it, the eviction counter decides"`
 	// RestartGrace: no verdict for this long after a restart — a restarted
 	// replica starts with an empty cache and a low hit rate is expected.
 	RestartGrace time.Duration `yaml:"restart_grace" doc:"a restarted replica's cache is cold: no verdict"`
