@@ -398,7 +398,22 @@ func TestHistoryDownTheDaemonStartsAnyway(t *testing.T) {
 				if waited := time.Since(run.start); waited > 20*time.Second {
 					t.Errorf("start-up took %s, past the 20s budget", waited)
 				}
+				if name == "hang" {
+					// Serving first: while the backfill waits for
+					// Prometheus, the probes are answered — alive, not
+					// ready until the first round after the backfill.
+					time.Sleep(5 * time.Second)
+					if code, body := run.apiCall(t, http.MethodGet, "/-/healthy", nil); code != http.StatusOK {
+						t.Errorf("during the backfill /-/healthy = %d %s, want 200", code, body)
+					}
+					if code, body := run.apiCall(t, http.MethodGet, "/-/ready", nil); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "first evaluation round") {
+						t.Errorf("during the backfill /-/ready = %d %s, want 503 waiting for the first evaluation round", code, body)
+					}
+				}
 				time.Sleep(30 * time.Second)
+				if code, body := run.apiCall(t, http.MethodGet, "/-/ready", nil); code != http.StatusOK {
+					t.Errorf("after the backfill's budget /-/ready = %d %s, want 200", code, body)
+				}
 				if _, ok := run.findings(t)["r"]; !ok {
 					t.Errorf("the daemon does not watch r after a failed backfill")
 				}

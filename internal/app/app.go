@@ -93,7 +93,6 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	defer d.logger.Sync()
-	d.history.backfill(ctx, d.windows, time.Now(), d.windows.Options().Retention)
 	err = runStages(ctx, d.stages(), d.logger)
 	d.logger.Info("watchdog stopped")
 	return err

@@ -277,7 +277,7 @@ func (d *daemon) buildServer(time.Time) error {
 	book := d.pipeline.book
 	if d.server, err = server.New(d.cfg.ListenAddress, server.Options{
 		Gatherer: d.reg, Alerts: d.loop, Runbooks: book, Logger: d.logger.Named("http"), Now: time.Now, Reload: lifecycleReload,
-		Notices: d.pipeline.notices, StaleAfter: loopStaleAfter(d.cfg.Evaluation.Interval), Listen: d.opts.Listen,
+		Notices: d.pipeline.notices, StaleAfter: loopStaleAfter(d.cfg.Evaluation.Interval), StartGrace: d.history.startupBudget(), Listen: d.opts.Listen,
 		Incidents: incident.Handler(d.journal, book.Markdown), Workspace: workspace,
 		Silences: silence.NewHandler(silence.HandlerOptions{Store: d.silences, Token: string(d.cfg.API.Token), Standby: d.standby,
 			Now: time.Now, Logger: d.logger.Named("silences")}),

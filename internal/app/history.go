@@ -21,6 +21,7 @@ type history struct {
 	reader *promsource.Reader
 	keep   func(series.Scrape) bool // this shard's replicas; nil: all
 	poller *promsource.Poller       // nil: the scraper feeds the windows
+	budget time.Duration            // history.startup_budget
 }
 
 // newHistory builds the reader when history.url is set; nil otherwise.
@@ -33,7 +34,7 @@ func newHistory(cfg config.Config, dial Dialer, app promsource.Appender, lookbac
 	if err != nil {
 		return nil, err
 	}
-	h := &history{reader: reader}
+	h := &history{reader: reader, budget: cfg.History.StartupBudget}
 	if shard := cfg.Discovery.Shard; shard.Total > 1 {
 		// Sharding by model applies to replicas found in Prometheus as to
 		// discovered targets: the model is the one the samples name.
@@ -57,7 +58,7 @@ func newHistory(cfg config.Config, dial Dialer, app promsource.Appender, lookbac
 
 // backfill fills the windows with lookback of history before the first
 // scrape, within history.startup_budget; what it could not fill is logged
-// and the daemon starts anyway.
+// and the daemon goes on anyway.
 func (h *history) backfill(ctx context.Context, app promsource.Appender, now time.Time, lookback time.Duration) {
 	if h == nil {
 		return
@@ -66,6 +67,14 @@ func (h *history) backfill(ctx context.Context, app promsource.Appender, now tim
 		app = keepAppender{app, h.keep}
 	}
 	h.reader.Backfill(ctx, app, now, lookback)
+}
+
+// startupBudget is how long the backfill may hold back the first round.
+func (h *history) startupBudget() time.Duration {
+	if h == nil {
+		return 0
+	}
+	return h.budget
 }
 
 // run is the pipeline's source goroutine: the poller, or else feed (the

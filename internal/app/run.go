@@ -20,7 +20,25 @@ import (
 // leader reads what this one delivered; the HTTP server goes last, so
 // /metrics shows the drain.
 func (d *daemon) stages() []stage {
-	evaluation := []func(context.Context) error{d.history.run(d.scraper.Run), d.loop.Run, d.beat.Run, d.maintainSilences}
+	// The backfill from history runs inside the evaluation stage, after the
+	// HTTP server answers (probes and /metrics during a slow Prometheus);
+	// the loop's first round, which readiness waits for, comes after it.
+	filled := make(chan struct{})
+	source := d.history.run(d.scraper.Run)
+	feed := func(ctx context.Context) error {
+		d.history.backfill(ctx, d.windows, time.Now(), d.windows.Options().Retention)
+		close(filled)
+		return source(ctx)
+	}
+	rounds := func(ctx context.Context) error {
+		select {
+		case <-filled:
+		case <-ctx.Done():
+			return nil
+		}
+		return d.loop.Run(ctx)
+	}
+	evaluation := []func(context.Context) error{feed, rounds, d.beat.Run, d.maintainSilences}
 	if d.disc != nil {
 		evaluation = append(evaluation, d.runDiscovery)
 	}

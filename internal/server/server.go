@@ -51,6 +51,9 @@ type Options struct {
 	// a round before the daemon reports itself unhealthy and unready; 0
 	// never.
 	StaleAfter time.Duration
+	// StartGrace is how much longer than StaleAfter the first round may
+	// take (the backfill from history runs before it).
+	StartGrace time.Duration
 	// Notices returns operator warnings shown in /readyz (e.g. page links
 	// no one configured); they do not make the daemon unready. nil: none.
 	Notices func() []string
@@ -226,12 +229,12 @@ func (s *Server) stalled() string {
 	if s.opts.Alerts == nil || s.opts.StaleAfter <= 0 {
 		return ""
 	}
-	last := s.opts.Alerts.LastEvaluation()
+	last, limit := s.opts.Alerts.LastEvaluation(), s.opts.StaleAfter
 	if last.IsZero() {
-		last = s.started
+		last, limit = s.started, limit+s.opts.StartGrace
 	}
-	if age := s.opts.Now().Sub(last); age > s.opts.StaleAfter {
-		return fmt.Sprintf("evaluation loop stalled: no round completed for %s (limit %s)", age.Truncate(time.Second), s.opts.StaleAfter)
+	if age := s.opts.Now().Sub(last); age > limit {
+		return fmt.Sprintf("evaluation loop stalled: no round completed for %s (limit %s)", age.Truncate(time.Second), limit)
 	}
 	return ""
 }

@@ -346,3 +346,30 @@ func TestProbesFollowTheEvaluationLoop(t *testing.T) {
 type discard struct{}
 
 func (discard) Send(notify.Event) {}
+
+// Before the first round (the backfill from history runs first) the
+// loop may take StaleAfter plus StartGrace; past that it is stalled.
+func TestLivenessGivesTheFirstRoundTheStartGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		loop := eval.New(eval.Options{
+			Interval: 5 * time.Second, Windows: &stallingWindows{}, Sender: discard{}, Logger: zap.NewNop(),
+			Assessor: assess.New(nil, assess.Config{Triage: detect.DefaultConfig().Triage}),
+			Tracker:  alert.NewTracker(alert.DefaultConfig()),
+		}, prometheus.NewRegistry())
+		h := (&Server{opts: Options{Alerts: loop, Now: time.Now, StaleAfter: 20 * time.Second, StartGrace: 30 * time.Second},
+			stopping: make(chan struct{}), started: time.Now()}).Handler()
+		probe := func(path string) int {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			return rec.Code
+		}
+		time.Sleep(49 * time.Second) // the loop never runs: a backfill still going
+		if code := probe("/-/healthy"); code != 200 {
+			t.Errorf("/-/healthy 49 s in, within 20 s + 30 s of grace: %d", code)
+		}
+		time.Sleep(2 * time.Second)
+		if code := probe("/-/healthy"); code != 503 {
+			t.Errorf("/-/healthy 51 s in without a round: %d, want 503", code)
+		}
+	})
+}
