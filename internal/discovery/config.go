@@ -74,6 +74,12 @@ type KubernetesConfig struct {
 	// starts and crash loops are seen; default true. Pods without an IP
 	// and terminating pods are never targets.
 	IncludeNotReady *bool `yaml:"include_not_ready"`
+	// WatchNodes reads the nodes the watched pods run on (their
+	// conditions and cordon), so a page can name a node NotReady or under
+	// pressure; default true. It needs get/list/watch on nodes, a
+	// cluster-scoped permission (ClusterRole): false when it is not
+	// granted.
+	WatchNodes *bool `yaml:"watch_nodes"`
 }
 
 // ShardConfig splits the fleet between several watchdogs: each keeps the
@@ -158,6 +164,10 @@ func (k KubernetesConfig) withDefaults() KubernetesConfig {
 	if k.IncludeNotReady == nil {
 		yes := true
 		k.IncludeNotReady = &yes
+	}
+	if k.WatchNodes == nil {
+		yes := true
+		k.WatchNodes = &yes
 	}
 	return k
 }

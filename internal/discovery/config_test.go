@@ -57,7 +57,7 @@ func TestConfigExampleMatchesPackageDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"name_prefix", "refresh_interval", "kubeconfig", "namespaces", "label_selector",
-		"copy_labels", "model_label", "include_not_ready", "total", "index", "by"} {
+		"copy_labels", "model_label", "include_not_ready", "watch_nodes", "total", "index", "by"} {
 		if !bytes.Contains(src, []byte("//\t    "+key+":")) && !bytes.Contains(src, []byte("//\t      "+key+":")) {
 			t.Errorf("package doc lacks %s", key)
 		}
@@ -108,7 +108,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	k := cfg.Kubernetes
 	if k.Port != "30000" || k.Scheme != "http" || k.Path != "/metrics" || k.Kind != "engine" || k.ModelLabel != "model" ||
-		k.IncludeNotReady == nil || !*k.IncludeNotReady || !slices.Equal(k.CopyLabels, DefaultCopyLabels()) {
+		k.IncludeNotReady == nil || !*k.IncludeNotReady || k.WatchNodes == nil || !*k.WatchNodes || !slices.Equal(k.CopyLabels, DefaultCopyLabels()) {
 		t.Errorf("kubernetes defaults: %+v", k)
 	}
 	if cfg.Shard.By != ShardByTarget || cfg.Shard.Total != 0 {
@@ -117,13 +117,13 @@ func TestConfigDefaults(t *testing.T) {
 
 	// Explicit values survive: an empty copy list copies nothing, false
 	// drops pods that are not Ready.
-	cfg, err = decode(t, []byte("discovery:\n  kubernetes: {copy_labels: [], include_not_ready: false}\n"))
+	cfg, err = decode(t, []byte("discovery:\n  kubernetes: {copy_labels: [], include_not_ready: false, watch_nodes: false}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	k = cfg.WithDefaults().Kubernetes
-	if len(k.CopyLabels) != 0 || *k.IncludeNotReady {
-		t.Errorf("explicit values overridden: copy_labels %v, include_not_ready %v", k.CopyLabels, *k.IncludeNotReady)
+	if len(k.CopyLabels) != 0 || *k.IncludeNotReady || *k.WatchNodes {
+		t.Errorf("explicit values overridden: copy_labels %v, include_not_ready %v, watch_nodes %v", k.CopyLabels, *k.IncludeNotReady, *k.WatchNodes)
 	}
 }
 

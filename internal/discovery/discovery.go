@@ -34,6 +34,7 @@
 //	    copy_labels: [app.kubernetes.io/name, model, role]
 //	    model_label: model           # pod label copied as the target's "model"
 //	    include_not_ready: true      # keep pods that are not Ready (cold starts, crash loops)
+//	    watch_nodes: true            # read the pods' nodes (conditions, cordon); needs a ClusterRole
 //	  shard:
 //	    total: 0                     # 0 or 1: no sharding
 //	    index: 0                     # 0 <= index < total
@@ -81,7 +82,6 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/promreg"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
-	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // Source names, the values of the source label of the metrics.
@@ -296,14 +296,7 @@ func (d *Discoverer) publish(update func([]scrape.Target), first bool) {
 // status: a status change is published (the scraper takes it without
 // restarting the loop).
 func sameTarget(a, b scrape.Target) bool {
-	return a.Equal(b) && samePod(a.Pod, b.Pod)
-}
-
-func samePod(a, b *series.Pod) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
+	return a.Equal(b) && a.Pod.Equal(b.Pod)
 }
 
 // collect merges the sources (first name wins: static, Kubernetes, DNS),

@@ -10,6 +10,7 @@ package series
 import (
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -232,6 +233,87 @@ type Pod struct {
 	// LastTermination is the newest previous termination of a container
 	// (the one a restart followed); zero when none restarted.
 	LastTermination Termination
+	// WaitingMessage is the waiting container's message (an image pull's
+	// error); Image is that container's image. Both "" when none waits.
+	WaitingMessage string `json:",omitempty"`
+	Image          string `json:",omitempty"`
+	// Unschedulable is the scheduler's message while it cannot place the
+	// pod (condition PodScheduled False, reason Unschedulable), e.g.
+	// "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."; "" once
+	// scheduled.
+	Unschedulable string `json:",omitempty"`
+	// Node is the node the pod is bound to; nil when it is not bound or
+	// the node is not known (not listed yet, or nodes may not be read).
+	Node *Node `json:",omitempty"`
+	// Events are the newest warning events about the pod, newest first, at
+	// most MaxPodEvents. They may be old: readers compare Last with their
+	// own time range.
+	Events []PodEvent `json:",omitempty"`
+}
+
+// MaxPodEvents is how many warning events a Pod keeps.
+const MaxPodEvents = 5
+
+// MaxKubeMessage is the longest Kubernetes message (event, condition,
+// waiting reason) a Pod keeps, in bytes; longer ones end in "…".
+const MaxKubeMessage = 240
+
+// Node is what Kubernetes says about a pod's node.
+type Node struct {
+	Name string
+	// Cordoned: spec.unschedulable is set (kubectl cordon, a drain).
+	Cordoned bool
+	// Conditions are the node conditions in an unhealthy state — Ready
+	// not True (False or Unknown: the node controller lost the kubelet),
+	// MemoryPressure, DiskPressure or PIDPressure True — in that order;
+	// empty on a healthy node.
+	Conditions []NodeCondition `json:",omitempty"`
+}
+
+// Node condition types a Node reports.
+const (
+	NodeReady          = "Ready"
+	NodeMemoryPressure = "MemoryPressure"
+	NodeDiskPressure   = "DiskPressure"
+	NodePIDPressure    = "PIDPressure"
+)
+
+// NodeCondition is one unhealthy node condition.
+type NodeCondition struct {
+	Type    string    // NodeReady, NodeMemoryPressure, NodeDiskPressure, NodePIDPressure
+	Status  string    // True, False, Unknown
+	Reason  string    // e.g. KubeletNotReady, NodeStatusUnknown
+	Message string    // truncated to MaxKubeMessage
+	Since   time.Time // the condition's last transition
+}
+
+// PodEvent is one warning event about a pod, aggregated as Kubernetes
+// does (the same reason and message seen Count times).
+type PodEvent struct {
+	Reason  string // FailedScheduling, Evicted, BackOff, Unhealthy, FailedMount, Failed...
+	Message string // truncated to MaxKubeMessage
+	Count   int
+	Last    time.Time // when it was last seen
+}
+
+// Equal reports whether two pod statuses are the same; nil equals only
+// nil.
+func (p *Pod) Equal(q *Pod) bool {
+	if p == nil || q == nil {
+		return p == q
+	}
+	return p.Namespace == q.Namespace && p.Name == q.Name && p.Phase == q.Phase && p.Reason == q.Reason &&
+		p.Message == q.Message && p.Ready == q.Ready && p.Created.Equal(q.Created) && p.Started.Equal(q.Started) &&
+		p.Restarts == q.Restarts && p.Waiting == q.Waiting && p.LastTermination == q.LastTermination &&
+		p.WaitingMessage == q.WaitingMessage && p.Image == q.Image && p.Unschedulable == q.Unschedulable &&
+		p.Node.equal(q.Node) && slices.Equal(p.Events, q.Events)
+}
+
+func (n *Node) equal(o *Node) bool {
+	if n == nil || o == nil {
+		return n == o
+	}
+	return n.Name == o.Name && n.Cordoned == o.Cordoned && slices.Equal(n.Conditions, o.Conditions)
 }
 
 // Termination is how a container last ended.
