@@ -85,6 +85,10 @@ func Flags() []Flag {
 		// Other tools.
 		{Name: "--previous", Tool: "kubectl logs",
 			Source: "https://kubernetes.io/docs/reference/kubectl/generated/kubectl_logs (-p, --previous: print the logs for the previous instance of the container)"},
+		{Name: "--ignore-daemonsets", Tool: "kubectl drain",
+			Source: "k8s.io/kubectl v0.37.2 pkg/cmd/drain/drain.go: --ignore-daemonsets (Ignore DaemonSet-managed pods; without it a node running the GPU device plugin cannot be drained)"},
+		{Name: "--delete-emptydir-data", Tool: "kubectl drain",
+			Source: "k8s.io/kubectl v0.37.2 pkg/cmd/drain/drain.go: --delete-emptydir-data (Continue even if there are pods using emptyDir)"},
 		{Name: "--pid", Tool: "py-spy dump",
 			Source: "benfred/py-spy README (https://pypi.org/project/py-spy): py-spy record|top|dump --pid <pid>"},
 		{Name: "--status", Tool: "nvidia-smi nvlink",

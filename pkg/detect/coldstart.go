@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -121,20 +122,32 @@ func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
 		what = append(what, "requests have been waiting on it for the last "+ShortDuration(c.DemandRange)+" while it has processed nothing since the start")
 	}
 	f.Summary = fmt.Sprintf("Cold start: replica %s %s ago and is still not serving", origin, ago)
+	pod := w.Replica().Pod
+	kubeFrom := now.Add(-c.lookback())
+	cause, explained := kubeCauseOf(pod, kubeFrom, now)
+	kubeEv, kubeText := kubeFacts(pod, cause, kubeFrom, now)
+	f.Evidence = append(f.Evidence, kubeEv...)
+	if explained {
+		f.Summary = fmt.Sprintf("Cold start: %s; replica %s %s ago and is still not serving", cause.headline, origin, ago)
+	}
 	diag := []string{
+		cause.diagnosis,
 		fmt.Sprintf("Process layer: the replica %s %s ago and answers its metrics scrapes, but %s.", origin, ago, strings.Join(what, ", and ")),
 		fmt.Sprintf("That is past the startup budget of %s.", ShortDuration(c.StartupBudget)),
 	}
 	if len(phaseText) > 0 {
 		diag = append(diag, "Startup phases (longest first): "+strings.Join(phaseText, ", ")+".")
 	}
+	if kubeText != "" {
+		diag = append(diag, kubeText)
+	}
 	diag = append(diag, "Typical causes: slow weight loading (large models take minutes from network storage), CUDA graph capture for many batch sizes (30-60 s and more), slow image pulls, or a warm-up request that cannot complete (then it is a hang at startup: look at the stacks). Meanwhile the other replicas carry its share of the traffic.")
-	f.Diagnosis = strings.Join(diag, " ")
-	f.Emergency = []string{
+	f.Diagnosis = sentence(diag...)
+	f.Emergency = append(slices.Clone(cause.emergency), []string{
 		"Keep the replica out of rotation until /health_generate answers 200, so traffic is not sent to a server that cannot serve it (readiness probe on /health_generate).",
 		"Relieve the replicas that carry the load: bring up instances from a warm pool, or over-provision for now (raise the autoscaler's minimum).",
 		"Read the server log of the start: the last line says which phase it is in (loading weights, capturing CUDA graphs, warm-up); if it stopped moving, dump the stacks (py-spy dump) and restart.",
-	}
+	}...)
 	f.RootCause = []string{
 		"Prefetch weights to local disk or a ramdisk (or a nearby NFS cache) before the server starts instead of loading them from remote storage.",
 		"Capture fewer CUDA graphs: a shorter --cuda-graph-bs list (or a lower --cuda-graph-max-bs) cuts capture time.",
@@ -167,26 +180,41 @@ func (d *ColdStartDetector) unreachable(w Window, st ScrapeState, now time.Time)
 			Threshold: fmt.Sprintf(">= %s startup budget", ShortDuration(c.StartupBudget)), Limit: c.StartupBudget.Seconds(), HasLimit: true},
 		{Name: "consecutive failed scrapes (" + string(st.Reason) + ")", Value: float64(st.ConsecutiveFailures)},
 	}
+	from := now.Add(-c.lookback())
 	podEv, podText := podEvidence(pod, now)
-	f.Evidence = append(f.Evidence, podEv...)
+	cause, explained := kubeCauseOf(pod, from, now)
+	kubeEv, kubeText := kubeFacts(pod, cause, from, now)
+	f.Evidence = append(append(f.Evidence, podEv...), kubeEv...)
 	f.Summary = fmt.Sprintf("Cold start: replica %s %s ago and has never answered (%s)", origin, ago, st.Reason)
+	reached := fmt.Sprintf("Process layer: the replica %s %s ago and no scrape has reached its server since (%s), past the startup budget of %s.", origin, ago, st.Reason, ShortDuration(c.StartupBudget))
+	loading := "SGLang listens only once weights are loaded and CUDA graphs captured, so a new replica is unreachable for minutes by design; this long, the start is stuck or very slow."
 	waiting := ""
 	if pod != nil && pod.Waiting != "" {
 		waiting = "The container waits: " + pod.Waiting + " (an image pull or a crash back-off, not loading)."
 	}
-	f.Diagnosis = sentence(
-		fmt.Sprintf("Process layer: the replica %s %s ago and no scrape has reached its server since (%s), past the startup budget of %s.", origin, ago, st.Reason, ShortDuration(c.StartupBudget)),
-		"SGLang listens only once weights are loaded and CUDA graphs captured, so a new replica is unreachable for minutes by design; this long, the start is stuck or very slow.",
-		podText, waiting, terminationHint(pod),
-		"Meanwhile the other replicas carry its share of the traffic.")
-	if st.Error != "" {
-		f.Diagnosis += " Last error: " + st.Error + "."
+	lastError := st.Error
+	if explained {
+		f.Summary = fmt.Sprintf("Cold start: %s; replica %s %s ago and has never answered", cause.headline, origin, ago)
+		loading, waiting = "", ""
+		if pod.Unschedulable != "" {
+			// Its address is a placeholder: there is nothing to reach.
+			reached = fmt.Sprintf("Process layer: the replica %s %s ago and has not started, past the startup budget of %s.", origin, ago, ShortDuration(c.StartupBudget))
+			lastError = ""
+		}
 	}
-	f.Emergency = []string{
+	f.Diagnosis = sentence(
+		cause.diagnosis,
+		reached,
+		loading, podText, kubeText, waiting, terminationHint(pod),
+		"Meanwhile the other replicas carry its share of the traffic.")
+	if lastError != "" {
+		f.Diagnosis += " Last error: " + lastError + "."
+	}
+	f.Emergency = append(slices.Clone(cause.emergency), []string{
 		"Check the pod: kubectl describe pod <pod> (events: Pending on GPUs, image pull, OOMKilled while loading) and kubectl get events.",
 		"Read the start log: kubectl logs <pod> (and --previous after a restart) — the last line says the phase: downloading or loading weights, capturing CUDA graphs, or a traceback.",
 		"Keep it out of rotation (readiness probe on /health_generate) and relieve the replicas carrying its load.",
-	}
+	}...)
 	f.RootCause = []string{
 		"Prefetch weights to local disk or a nearby cache before the server starts instead of loading them from remote storage.",
 		"Capture fewer CUDA graphs (a shorter --cuda-graph-bs list or a lower --cuda-graph-max-bs).",

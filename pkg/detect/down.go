@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -207,15 +208,23 @@ func (d *ReplicaDownDetector) down(w Window, st ScrapeState, pod *series.Pod, no
 	age := now.Sub(st.LastSuccess)
 	f.Evidence = append(f.Evidence, Evidence{Name: "seconds since last successful scrape", Value: age.Seconds(), Unit: "s"})
 	f.Summary = fmt.Sprintf("Replica down: %d consecutive scrapes failed (%s), last success %s ago", st.ConsecutiveFailures, st.Reason, ShortDuration(age.Round(time.Second)))
+	from := now.Add(-d.cfg.CrashLoopWindow)
+	cause, explained := kubeCauseOf(pod, from, now)
+	if explained {
+		// What usually makes a replica unreachable gives way to what did.
+		f.Summary = fmt.Sprintf("Replica down: %s; %d consecutive scrapes failed (%s), last success %s ago", cause.headline, st.ConsecutiveFailures, st.Reason, ShortDuration(age.Round(time.Second)))
+		diag, steps = "", nil
+	}
 	podEv, podText := podEvidence(pod, now)
-	f.Evidence = append(f.Evidence, podEv...)
+	kubeEv, kubeText := kubeFacts(pod, cause, from, now)
+	f.Evidence = append(append(f.Evidence, podEv...), kubeEv...)
 	if st.Error != "" {
 		diag += " Last error: " + st.Error + "."
 	}
-	f.Diagnosis = sentence(diag, podText, terminationHint(pod))
-	f.Emergency = append([]string{
+	f.Diagnosis = sentence(cause.diagnosis, diag, podText, kubeText, terminationHint(pod))
+	f.Emergency = append(append(slices.Clone(cause.emergency),
 		"Confirm from outside the watchdog (curl /health_generate and /metrics on the pod); if the replica is really gone, make sure the router has taken it out of rotation.",
-	}, steps...)
+	), steps...)
 	f.RootCause = []string{
 		"If it crashed or was OOM-killed: compare --mem-fraction-static, --max-running-requests and context length with the GPU memory, and check the traffic mix at the time.",
 		"If it hangs: collect stacks of every rank before restarting; check NCCL/driver versions and inter-node networking.",
@@ -275,19 +284,26 @@ func (d *ReplicaDownDetector) podGone(w Window, pod *series.Pod, now time.Time) 
 	if why == "" {
 		why = "failed"
 	}
+	from := now.Add(-d.cfg.CrashLoopWindow)
 	podEv, podText := podEvidence(pod, now)
-	f.Evidence = append([]Evidence{{Name: "pod failed (" + why + ")", Value: 1}}, podEv...)
+	cause, explained := kubeCauseOf(pod, from, now)
+	kubeEv, kubeText := kubeFacts(pod, cause, from, now)
+	f.Evidence = append(append([]Evidence{{Name: "pod failed (" + why + ")", Value: 1}}, podEv...), kubeEv...)
 	f.Summary = fmt.Sprintf("Replica down: pod %s (%s)", pod.Name, why)
 	diag := "Process layer: the pod is in phase Failed and will not run again; the replica is lost until a replacement serves."
-	if pod.Reason == "Evicted" {
+	if pod.Reason == podEvicted {
 		diag = "Process layer: the kubelet evicted the pod (node pressure: memory, disk or PIDs); it will not run again, and its replacement must load the model from scratch."
 	}
-	f.Diagnosis = sentence(diag, podText, terminationHint(pod))
-	f.Emergency = []string{
+	if explained {
+		f.Summary = fmt.Sprintf("Replica down: %s (pod %s)", cause.headline, pod.Name)
+		diag = "Process layer: the pod is in phase Failed and will not run again; its replacement must load the model from scratch."
+	}
+	f.Diagnosis = sentence(cause.diagnosis, diag, podText, kubeText, terminationHint(pod))
+	f.Emergency = append(slices.Clone(cause.emergency),
 		"Check that a replacement pod is scheduled and loading (kubectl get pods -o wide); until it serves, the other replicas carry its traffic.",
 		"kubectl describe pod <pod> and kubectl get events: which resource ran out on which node.",
 		"Delete the failed pod once understood (kubectl delete pod <pod>); this incident resolves with it.",
-	}
+	)
 	f.RootCause = []string{
 		"Set memory requests equal to limits for serving pods (Guaranteed QoS) so they are evicted last.",
 		"Keep node ephemeral storage and memory headroom for the model cache and logs; move large caches to a volume.",
@@ -311,18 +327,24 @@ func (d *ReplicaDownDetector) looping(w Window, pod *series.Pod, now time.Time, 
 		ago = ShortDuration(now.Sub(last).Round(time.Second))
 		f.Evidence = append(f.Evidence, Evidence{Name: "seconds since last restart", Value: now.Sub(last).Seconds(), Unit: "s"})
 	}
+	from := now.Add(-d.cfg.CrashLoopWindow)
 	podEv, podText := podEvidence(pod, now)
-	f.Evidence = append(f.Evidence, podEv...)
+	cause, explained := kubeCauseOf(pod, from, now)
+	kubeEv, kubeText := kubeFacts(pod, cause, from, now)
+	f.Evidence = append(append(f.Evidence, podEv...), kubeEv...)
 	f.Summary = fmt.Sprintf("Crash loop: %d restarts in the last %s (last %s ago)", restarts, ShortDuration(d.cfg.CrashLoopWindow), ago)
-	f.Diagnosis = sentence("Process layer: the server keeps restarting. A crash loop is usually a deterministic failure: OOM at startup or under the first batches, a bad flag or model path after a deploy, or a GPU/driver fault on the node.",
-		podText, terminationHint(pod))
-	f.Emergency = []string{
+	if explained {
+		f.Summary = fmt.Sprintf("Crash loop: %s; %d restarts in the last %s (last %s ago)", cause.headline, restarts, ShortDuration(d.cfg.CrashLoopWindow), ago)
+	}
+	f.Diagnosis = sentence(cause.diagnosis, "Process layer: the server keeps restarting. A crash loop is usually a deterministic failure: OOM at startup or under the first batches, a bad flag or model path after a deploy, or a GPU/driver fault on the node.",
+		podText, kubeText, terminationHint(pod))
+	f.Emergency = append(slices.Clone(cause.emergency), []string{
 		"Check whether a rollout is in progress; roll back the last deploy (image, flags, model, driver) while you investigate.",
 		"Check the pod: kubectl describe pod (Last State: OOMKilled / Error, exit code, restart count) and kubectl get events.",
 		"Read the log of the previous process: kubectl logs <pod> --previous (CUDA out of memory, NCCL errors, tracebacks).",
 		"Check the node: dmesg for the OOM killer and GPU Xid errors.",
 		"Take the replica out of rotation while you investigate.",
-	}
+	}...)
 	f.RootCause = []string{
 		"GPU OOM: lower --mem-fraction-static (e.g. 0.85 -> 0.7), reduce --cuda-graph-max-bs, disable optional features (speculative decoding, LoRA) to confirm.",
 		"Host OOM (container memory limit): raise the limit or reduce tokenizer/detokenizer workers.",
