@@ -169,6 +169,10 @@ func newObject(apiVersion, kind string) (any, bool) {
 		return &rbacv1.Role{}, true
 	case "rbac.authorization.k8s.io/v1/RoleBinding":
 		return &rbacv1.RoleBinding{}, true
+	case "rbac.authorization.k8s.io/v1/ClusterRole":
+		return &rbacv1.ClusterRole{}, true
+	case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
+		return &rbacv1.ClusterRoleBinding{}, true
 	case "policy/v1/PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}, true
 	case "monitoring.coreos.com/v1/ServiceMonitor":
@@ -899,8 +903,11 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 	// The ServiceAccount exists, and its token is mounted exactly when the
 	// pod has RBAC to use (the API is otherwise out of reach).
 	sa := p.ServiceAccountName
+	isSA := func(s rbacv1.Subject) bool { return s.Kind == "ServiceAccount" && s.Name == sa }
 	hasRBAC := slices.ContainsFunc(of[*rbacv1.RoleBinding](l), func(rb *rbacv1.RoleBinding) bool {
-		return slices.ContainsFunc(rb.Subjects, func(s rbacv1.Subject) bool { return s.Kind == "ServiceAccount" && s.Name == sa })
+		return slices.ContainsFunc(rb.Subjects, isSA)
+	}) || slices.ContainsFunc(of[*rbacv1.ClusterRoleBinding](l), func(rb *rbacv1.ClusterRoleBinding) bool {
+		return slices.ContainsFunc(rb.Subjects, isSA)
 	})
 	mounted := p.AutomountServiceAccountToken != nil && *p.AutomountServiceAccountToken
 	if mounted != (hasRBAC && sa != "") {
@@ -913,12 +920,39 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 	for _, cm := range of[*corev1.ConfigMap](l) {
 		if data, ok := cm.Data["watchdog.yaml"]; ok {
 			checkConfig(t, l.name+": ConfigMap "+cm.Name, data)
+			checkNodeAccess(t, l, l.name+": ConfigMap "+cm.Name, data)
 		}
 	}
 }
 
-// checkRBAC: namespaced only, no wildcards, no Secrets, get/update limited
-// by resourceNames, and bindings that point at what exists.
+// checkNodeAccess: the config reads nodes (discovery.kubernetes.watch_nodes,
+// default true) exactly when the layout grants them: without the grant
+// every node list fails and the first target list waits for the sync
+// timeout; a grant nobody uses is privilege for nothing.
+func checkNodeAccess(t *testing.T, l layout, where, data string) {
+	t.Helper()
+	cfg, err := config.Parse(config.Default(), []byte(data))
+	if err != nil {
+		return // checkConfig reports it
+	}
+	k := cfg.Discovery.WithDefaults().Kubernetes
+	reads := k != nil && *k.WatchNodes
+	granted := false
+	for _, rb := range of[*rbacv1.ClusterRoleBinding](l) {
+		for _, cr := range of[*rbacv1.ClusterRole](l) {
+			if cr.Name == rb.RoleRef.Name && slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "nodes") }) {
+				granted = true
+			}
+		}
+	}
+	if reads != granted {
+		t.Errorf("%s: watch_nodes %v but a ClusterRole granting nodes: %v", where, reads, granted)
+	}
+}
+
+// checkRBAC: namespaced except reading nodes, no wildcards, no Secrets,
+// get/update limited by resourceNames, and bindings that point at what
+// exists.
 func checkRBAC(t *testing.T, l layout) {
 	t.Helper()
 	roles := map[string]*rbacv1.Role{}
@@ -931,8 +965,8 @@ func checkRBAC(t *testing.T, l layout) {
 				}
 			}
 			for _, res := range rule.Resources {
-				if !slices.Contains([]string{"pods", "leases", "configmaps"}, res) {
-					t.Errorf("Role %s: access to %s; the watchdog needs pods, leases and configmaps only", r.Name, res)
+				if !slices.Contains([]string{"pods", "events", "leases", "configmaps"}, res) {
+					t.Errorf("Role %s: access to %s; the watchdog needs pods, events, leases and configmaps only", r.Name, res)
 				}
 			}
 			for _, v := range rule.Verbs {
@@ -941,14 +975,36 @@ func checkRBAC(t *testing.T, l layout) {
 				}
 			}
 			writes := slices.Contains(rule.Verbs, "update") || slices.Contains(rule.Verbs, "create")
-			if writes && slices.Contains(rule.Resources, "pods") {
-				t.Errorf("Role %s: writes pods", r.Name)
+			if writes && (slices.Contains(rule.Resources, "pods") || slices.Contains(rule.Resources, "events")) {
+				t.Errorf("Role %s: writes pods or events", r.Name)
 			}
 			if slices.Contains(rule.Verbs, "update") && len(rule.ResourceNames) == 0 {
 				t.Errorf("Role %s: update on %v without resourceNames", r.Name, rule.Resources)
 			}
 			if slices.Contains(rule.Verbs, "create") && (len(rule.ResourceNames) > 0 || len(rule.Verbs) > 1) {
 				t.Errorf("Role %s: create must be a rule of its own, without resourceNames (they never match a create)", r.Name)
+			}
+		}
+	}
+	// The one cluster-scoped grant: reading nodes, nothing else.
+	clusterRoles := map[string]bool{}
+	for _, r := range of[*rbacv1.ClusterRole](l) {
+		clusterRoles[r.Name] = true
+		for _, rule := range r.Rules {
+			if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{"nodes"}) ||
+				len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 ||
+				!slices.Equal(slices.Sorted(slices.Values(rule.Verbs)), []string{"get", "list", "watch"}) {
+				t.Errorf("ClusterRole %s: rule %+v; the only cluster-wide grant is get/list/watch on nodes", r.Name, rule)
+			}
+		}
+	}
+	for _, rb := range of[*rbacv1.ClusterRoleBinding](l) {
+		if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.APIGroup != rbacv1.GroupName || !clusterRoles[rb.RoleRef.Name] {
+			t.Errorf("ClusterRoleBinding %s: binds %s %s %s, not the layout's ClusterRole", rb.Name, rb.RoleRef.APIGroup, rb.RoleRef.Kind, rb.RoleRef.Name)
+		}
+		for _, s := range rb.Subjects {
+			if s.Kind != "ServiceAccount" || s.Namespace == "" || !slices.ContainsFunc(of[*corev1.ServiceAccount](l), func(sa *corev1.ServiceAccount) bool { return sa.Name == s.Name }) {
+				t.Errorf("ClusterRoleBinding %s: subject %s %s/%s is not the layout's ServiceAccount with its namespace", rb.Name, s.Kind, s.Namespace, s.Name)
 			}
 		}
 	}
@@ -1034,6 +1090,7 @@ func checkHA(t *testing.T, l layout, lease, stateCM string) {
 	}
 	want := map[string][]string{
 		"pods get": {"*"}, "pods list": {"*"}, "pods watch": {"*"},
+		"events get": {"*"}, "events list": {"*"}, "events watch": {"*"},
 		"leases get": {lease}, "leases update": {lease}, "leases create": {"*"},
 		"configmaps get": {stateCM}, "configmaps update": {stateCM}, "configmaps create": {"*"},
 	}

@@ -55,8 +55,10 @@
 // include_not_ready is false. Every target carries its pod's status
 // (phase, readiness, restarts, last termination) for the detectors: a
 // status change is published without restarting the target's scrapes. Kubernetes discovery needs list and
-// watch on pods (core API group) in each watched namespace: a Role and
-// RoleBinding per namespace, no ClusterRole.
+// watch on pods and events (core API group) in each watched namespace (a
+// Role and RoleBinding per namespace), and, with watch_nodes, on nodes (a
+// ClusterRole: nodes are cluster-scoped). Events and nodes add the pods'
+// warnings and node conditions to their status, for the pages.
 //
 // DNS: a failed lookup (including NXDOMAIN, which is what a headless
 // Service answers when every pod is unready) keeps that name's last known

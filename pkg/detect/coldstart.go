@@ -311,7 +311,7 @@ func (c ColdStartConfig) doc() doc {
 	return doc{
 		name:     "Cold start",
 		means:    "a target never reached yet (a rollout's pod loading weights and CUDA graphs), or up but serving nothing long after a start",
-		signals:  "a target never reached: silent for `startup_budget` (15m), then a warning, never critical — a rollout pages nothing critical; a replica that answers its scrapes but still serves nothing after `critical_after` (20m): critical",
+		signals:  "a target never reached (with Kubernetes, also a pod the scheduler cannot place; the cause first: unschedulable, image pull, volume, probes, node): silent for `startup_budget` (15m), then a warning, never critical — a rollout pages nothing critical; a replica that answers its scrapes but still serves nothing after `critical_after` (20m): critical",
 		settings: "Up but not serving for too long after a start.",
 	}
 }

@@ -436,7 +436,7 @@ func (c ReplicaDownConfig) doc() doc {
 	return doc{
 		name:     "Replica down",
 		means:    "a replica that served can no longer be reached (refused, timeout, DNS), a crash loop, an evicted pod",
-		signals:  "typed scrape failures; counter resets and pod restarts; Kubernetes pod phase, restart count, last termination reason and exit code on the page. It resolves on the first scrape that answers and says whether the replica came back after a restart",
+		signals:  "typed scrape failures; counter resets and pod restarts; Kubernetes pod phase, restart count, last termination reason and exit code on the page, and the cause first when the pod's node or warning events name one (NotReady, eviction, image pull, probes). It resolves on the first scrape that answers and says whether the replica came back after a restart",
 		settings: "A replica that served and can no longer be reached (refused, timeout, DNS), a crash loop, or an evicted pod: critical. A metrics endpoint that answers unusably is metrics_blind; a replica never reached yet (a rollout's pod loading) is cold_start.",
 	}
 }

@@ -129,7 +129,7 @@ restricted SCC rejects a UID outside the namespace's range). Call with
 {{- end }}
 {{- if .Values.kubernetesDiscovery.enabled }}
 {{- $d := get $cfg "discovery" | default dict }}
-{{- $k := dict "label_selector" .Values.kubernetesDiscovery.labelSelector "port" (toString .Values.kubernetesDiscovery.port) }}
+{{- $k := dict "label_selector" .Values.kubernetesDiscovery.labelSelector "port" (toString .Values.kubernetesDiscovery.port) "watch_nodes" .Values.kubernetesDiscovery.watchNodes }}
 {{- with .Values.kubernetesDiscovery.namespaces }}{{ $_ := set $k "namespaces" . }}{{ end }}
 {{- $_ := set $d "kubernetes" (merge $k (get $d "kubernetes" | default dict)) }}
 {{- $_ := set $cfg "discovery" $d }}
