@@ -243,7 +243,7 @@ func TestRolloutPagesNothingCriticalButACrashLoopDoes(t *testing.T) {
 		})
 		until(time.Since(start) + time.Minute)
 		if !strings.Contains(strings.Join(critical, "\n"), "critical replica_down llm.sglang-0-v2") ||
-			!strings.Contains(strings.Join(critical, "\n"), "(Evicted)") {
+			!strings.Contains(strings.Join(critical, "\n"), "pod evicted: The node was low on resource: memory") {
 			t.Errorf("the eviction paged no critical replica_down naming it:\n%s", strings.Join(critical, "\n"))
 		}
 	})
