@@ -804,7 +804,7 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 				t.Errorf("%s: container %s mounts undefined volume %s", where, c.Name, m.Name)
 			}
 		}
-		for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
 			if probe != nil && probe.HTTPGet != nil && probe.HTTPGet.Port.StrVal != "" &&
 				!slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == probe.HTTPGet.Port.StrVal }) {
 				t.Errorf("%s: container %s probes undefined port %s", where, c.Name, probe.HTTPGet.Port.StrVal)
@@ -828,8 +828,15 @@ func checkDeployment(t *testing.T, l layout, d *appsv1.Deployment) {
 		for _, err := range checkSidecarContainer(*wd) {
 			t.Errorf("%s: %v", where, err)
 		}
-	} else if wd.ReadinessProbe == nil || wd.ReadinessProbe.HTTPGet == nil || wd.ReadinessProbe.HTTPGet.Path != "/-/ready" {
-		t.Errorf("%s: watchdog readiness probe must be GET /-/ready", where)
+	} else {
+		if wd.ReadinessProbe == nil || wd.ReadinessProbe.HTTPGet == nil || wd.ReadinessProbe.HTTPGet.Path != "/-/ready" {
+			t.Errorf("%s: watchdog readiness probe must be GET /-/ready", where)
+		}
+		// Liveness waits for the server to answer; the backfill from
+		// history comes after that.
+		if sp := wd.StartupProbe; sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != "/-/healthy" {
+			t.Errorf("%s: watchdog startup probe must be GET /-/healthy", where)
+		}
 	}
 	// A key missing from the Secret must not keep the pod in
 	// ContainerCreating: the watchdog starts with that integration off.

@@ -230,7 +230,11 @@ sidecar example. Call with (dict "root" $ "resources" ... "stateDir" ...).
   livenessProbe:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- /* A sidecar's readiness would gate the serving pod's. */}}
+  {{- /* A sidecar's startup and readiness would gate the serving pod's. */}}
+  {{- if and $v.startupProbe (ne $v.mode "sidecar") }}
+  startupProbe:
+    {{- toYaml $v.startupProbe | nindent 4 }}
+  {{- end }}
   {{- if and $v.readinessProbe (ne $v.mode "sidecar") }}
   readinessProbe:
     {{- toYaml $v.readinessProbe | nindent 4 }}
