@@ -153,7 +153,7 @@ func TestGPUPanelsJoinTheReplicasGPU(t *testing.T) {
 						want = append(want, expected(t, q, fams, i))
 					}
 				}
-				expr := strings.NewReplacer(`"$model"`, `".*"`, `"$instance"`, `".*"`).Replace(q.Expr)
+				expr := strings.NewReplacer(`"$model"`, `".*"`, `"$instance"`, `".*"`, `"$cluster"`, `".*"`).Replace(q.Expr)
 				tests = append(tests, fmt.Sprintf("      - expr: %s\n        eval_time: 2m\n        exp_samples:%s", yamlQuote(expr), samples(want)))
 			}
 			file := filepath.Join(t.TempDir(), "gpu-panels.test.yaml")
