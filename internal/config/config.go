@@ -28,6 +28,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/heartbeat"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/promsource"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/alertmanager"
@@ -136,7 +137,7 @@ type Target struct {
 	// URL is a base (http://host:30000, /metrics is appended) or the full
 	// metrics URL.
 	URL  string `yaml:"url"`
-	Kind string `yaml:"kind"` // engine (default) or gateway
+	Kind string `yaml:"kind"` // engine (default), gateway or gpu (a dcgm-exporter)
 	// Labels are copied onto the replica; "model" names the model when the
 	// exposition does not, and feeds sharding by model.
 	Labels map[string]string `yaml:"labels"`
@@ -532,10 +533,8 @@ func (c Config) Validate() error {
 		if _, err := MetricsURL(t.URL); err != nil {
 			add("%s.url: %v", path, err)
 		}
-		switch t.Kind {
-		case "", "engine", "gateway":
-		default:
-			add("%s.kind: %q is not engine or gateway", path, t.Kind)
+		if t.Kind != "" && !slices.Contains(scrape.Kinds(), t.Kind) {
+			add("%s.kind: %q is not one of %s", path, t.Kind, strings.Join(scrape.Kinds(), ", "))
 		}
 	}
 	if err := c.Detectors.Validate(); err != nil {

@@ -3,6 +3,7 @@ package discovery
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +103,7 @@ const (
 // Defaults.
 const (
 	DefaultPort            = 30000 // SGLang's default HTTP port
+	DefaultGPUPort         = 9400  // dcgm-exporter's default port (kind gpu)
 	DefaultScheme          = "http"
 	DefaultPath            = "/metrics"
 	DefaultRefreshInterval = 30 * time.Second
@@ -141,7 +143,7 @@ func (c Config) WithDefaults() Config {
 
 func (d DNSConfig) withDefaults() DNSConfig {
 	if d.Port == 0 {
-		d.Port = DefaultPort
+		d.Port = defaultPort(d.Kind)
 	}
 	d.Scheme, d.Path, d.Kind = defaultEndpoint(d.Scheme, d.Path, d.Kind)
 	if d.RefreshInterval == 0 {
@@ -152,7 +154,7 @@ func (d DNSConfig) withDefaults() DNSConfig {
 
 func (k KubernetesConfig) withDefaults() KubernetesConfig {
 	if k.Port == "" {
-		k.Port = strconv.Itoa(DefaultPort)
+		k.Port = strconv.Itoa(defaultPort(k.Kind))
 	}
 	k.Scheme, k.Path, k.Kind = defaultEndpoint(k.Scheme, k.Path, k.Kind)
 	if k.CopyLabels == nil {
@@ -170,6 +172,14 @@ func (k KubernetesConfig) withDefaults() KubernetesConfig {
 		k.WatchNodes = &yes
 	}
 	return k
+}
+
+// defaultPort is SGLang's port, or dcgm-exporter's for kind gpu.
+func defaultPort(kind string) int {
+	if kind == scrape.KindGPU {
+		return DefaultGPUPort
+	}
+	return DefaultPort
 }
 
 func defaultEndpoint(scheme, path, kind string) (string, string, string) {
@@ -301,10 +311,8 @@ func checkEndpoint(path, scheme, urlPath, kind string, add addFunc) {
 	if urlPath != "" && (!strings.HasPrefix(urlPath, "/") || strings.ContainsAny(urlPath, "?# \t\n")) {
 		add(path+".path", "%q must be an absolute path without query, e.g. /metrics", urlPath)
 	}
-	switch kind {
-	case "", scrape.KindEngine, scrape.KindGateway:
-	default:
-		add(path+".kind", "%q is neither %q nor %q", kind, scrape.KindEngine, scrape.KindGateway)
+	if kind != "" && !slices.Contains(scrape.Kinds(), kind) {
+		add(path+".kind", "%q is not one of %s", kind, strings.Join(scrape.Kinds(), ", "))
 	}
 }
 

@@ -180,3 +180,26 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+// A dcgm-exporter (kind gpu) is found on its own port: a DNS entry for its
+// headless Service needs no port.
+func TestConfigGPUKindTakesTheExportersPort(t *testing.T) {
+	cfg, err := decode(t, []byte("discovery:\n  dns:\n    - {names: [sglang.llm.svc]}\n    - {names: [dcgm-headless.gpu-operator.svc], kind: gpu, name_prefix: dcgm-}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate("discovery"); err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithDefaults()
+	if d := cfg.DNS[1]; d.Port != 9400 || d.Kind != "gpu" || cfg.DNS[0].Port != 30000 {
+		t.Errorf("dns entries %+v", cfg.DNS)
+	}
+	cfg, err = decode(t, []byte("discovery:\n  kubernetes: {kind: nvidia}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate("discovery"); err == nil || !strings.Contains(err.Error(), "discovery.kubernetes.kind") {
+		t.Errorf("an unknown kind: %v", err)
+	}
+}

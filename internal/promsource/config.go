@@ -8,6 +8,8 @@ import (
 	"time"
 
 	commoncfg "github.com/prometheus/common/config"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
 // Config is a Prometheus-compatible query API the watchdog reads (the
@@ -125,12 +127,14 @@ func (c Config) Validate(path string) error {
 
 // families matches the metric families the watchdog reads: SGLang engines
 // (both renderings of the prefix) and the model gateway, current and
-// legacy names, plus up.
-const families = `sglang[:_].+|smg_.+|sgl_router_.+|up`
+// legacy names, the dcgm-exporter families it knows, plus up.
+func families() string {
+	return `sglang[:_].+|smg_.+|sgl_router_.+|` + strings.Join(series.DCGMFamilies(), "|") + `|up`
+}
 
 // query is the fleet's selector.
 func (c Config) query() string {
-	sel := `__name__=~"` + families + `"`
+	sel := `__name__=~"` + families() + `"`
 	if s := strings.TrimSpace(c.Selector); s != "" {
 		sel += "," + s
 	}

@@ -295,6 +295,7 @@ func scrapesAt(fleet []fleetSeries, norm *scrape.Normalizer) []series.Scrape {
 		up      float64
 		hasUp   bool
 		gateway bool
+		gpu     bool // a dcgm-exporter's
 	}
 	// Families in name order, as the exposition parser hands them over.
 	slices.SortStableFunc(fleet, func(a, b fleetSeries) int { return strings.Compare(a.name, b.name) })
@@ -313,6 +314,7 @@ func scrapesAt(fleet []fleetSeries, norm *scrape.Normalizer) []series.Scrape {
 				continue
 			}
 			in.gateway = in.gateway || gatewayFamily(s.name)
+			in.gpu = in.gpu || strings.HasPrefix(s.name, "DCGM_FI_")
 			in.raw = append(in.raw, scrape.RawSample{Name: s.name, Labels: s.labels, Value: p.value})
 		}
 	}
@@ -331,8 +333,11 @@ func scrapesAt(fleet []fleetSeries, norm *scrape.Normalizer) []series.Scrape {
 		in := byKey[k]
 		at := time.UnixMilli(k.at)
 		t := scrape.Target{Name: k.replica, Kind: scrape.KindEngine}
-		if in.gateway {
+		switch {
+		case in.gateway:
 			t.Kind = scrape.KindGateway
+		case in.gpu:
+			t.Kind = scrape.KindGPU
 		}
 		switch {
 		case in.hasUp && in.up == 0:

@@ -81,6 +81,9 @@ func legacyAliases() map[string]string {
 		"sgl_router_cb_consecutive_successes":       "smg_worker_cb_consecutive_successes",
 		"sgl_router_running_requests":               "smg_worker_requests_active",
 		"sgl_router_worker_health":                  series.GatewayWorkerHealth,
+
+		// dcgm-exporter: the clock-event bitmask's older name.
+		series.DCGMClockThrottleReasons: series.DCGMClockEventReasons,
 	}
 }
 

@@ -31,7 +31,13 @@ func NewNormalizer(maxSeries int) *Normalizer {
 // The result does not alias raw.
 func (n *Normalizer) Scrape(t Target, at time.Time, raw []RawSample) series.Scrape {
 	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Address: t.address(), Pod: t.Pod, At: at}
-	groups, err := n.norm.normalize(raw, n.maxSeries)
+	normalize := n.norm.normalize
+	if t.Kind == KindGPU {
+		normalize = func(raw []RawSample, maxSeries int) ([]series.Group, error) {
+			return normalizeGPU(raw, maxSeries, n.norm.aliases)
+		}
+	}
+	groups, err := normalize(raw, n.maxSeries)
 	if err != nil {
 		sc.Reason, sc.Status, sc.Error = series.FailureTooManySeries, 0, fmt.Sprintf("more than %d series after normalization", n.maxSeries)
 		return sc

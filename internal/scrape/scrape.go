@@ -14,6 +14,8 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -23,13 +25,19 @@ import (
 const (
 	KindEngine  = "engine"
 	KindGateway = "gateway"
+	// KindGPU is an NVIDIA dcgm-exporter (one per GPU node): each GPU it
+	// exposes is a replica of kind "gpu" (normalizeGPU).
+	KindGPU = "gpu"
 )
+
+// Kinds lists every target kind.
+func Kinds() []string { return []string{KindEngine, KindGateway, KindGPU} }
 
 // Target is one endpoint to scrape.
 type Target struct {
 	Name string // unique; the replica name downstream
 	URL  string // full metrics URL (config has normalized it); may hold credentials
-	Kind string // KindEngine or KindGateway
+	Kind string // KindEngine, KindGateway or KindGPU
 	// Labels is metadata from discovery (pod labels such as model or role),
 	// copied onto every scrape of the target; read-only once handed over.
 	Labels map[string]string
@@ -186,8 +194,8 @@ func validateTargets(ts []Target) error {
 			errs = append(errs, fmt.Errorf("target %q: duplicate name", t.Name))
 		}
 		seen[t.Name] = true
-		if t.Kind != KindEngine && t.Kind != KindGateway {
-			errs = append(errs, fmt.Errorf("target %q: kind %q is neither %q nor %q", t.Name, t.Kind, KindEngine, KindGateway))
+		if !slices.Contains(Kinds(), t.Kind) {
+			errs = append(errs, fmt.Errorf("target %q: kind %q is not one of %s", t.Name, t.Kind, strings.Join(Kinds(), ", ")))
 		}
 		u, err := url.Parse(t.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -303,7 +311,12 @@ func (s *scraper) collect(ctx context.Context, t Target, sc *series.Scrape) *fet
 		// Parse errors quote a line number and a short token, not the URL.
 		return &fetchError{reason: series.FailureParse, status: http.StatusOK, msg: err.Error()}
 	}
-	groups, err := s.norm.normalizeParsed(raw, s.maxSeries, s.parser)
+	var groups []series.Group
+	if t.Kind == KindGPU {
+		groups, err = normalizeGPU(raw, s.maxSeries, s.norm.aliases)
+	} else {
+		groups, err = s.norm.normalizeParsed(raw, s.maxSeries, s.parser)
+	}
 	if err != nil {
 		return &fetchError{reason: series.FailureTooManySeries, status: http.StatusOK, msg: fmt.Sprintf("more than %d series after normalization", s.maxSeries)}
 	}

@@ -3,6 +3,7 @@ package window
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -232,9 +233,10 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	r.setPod(sc, opts.Retention)
 	r.info.Address = sc.Address
 	switch {
-	case g.Worker != "":
+	case g.Worker != "" && sc.Kind != detect.KindGPU:
 		// A worker behind a gateway's /engine_metrics is an engine, whatever
-		// the target's kind, and serves at its worker address.
+		// the target's kind, and serves at its worker address; a
+		// dcgm-exporter's groups are its GPUs.
 		r.info.Kind = "engine"
 		r.info.Address = g.Worker
 	case sc.Kind != "":
@@ -245,7 +247,13 @@ func (r *replica) appendGroup(sc series.Scrape, g *series.Group, opts *Options, 
 	} else if m := sc.Labels["model"]; m != "" && r.info.Model == "" {
 		r.info.Model = m // discovery knows the model when the exposition does not say
 	}
-	if sc.Labels != nil {
+	switch {
+	case g.Labels != nil:
+		// The replica's own (a GPU's identity and pod), not the exporter's.
+		if !maps.Equal(r.info.Labels, g.Labels) {
+			r.info.Labels = maps.Clone(g.Labels)
+		}
+	case sc.Labels != nil:
 		r.info.Labels = sc.Labels
 	}
 	if g.EngineType != "" {

@@ -65,17 +65,23 @@ const (
 	LayerTransfer  Layer = "kv_transfer" // PD disaggregation: KV hand-over between prefill and decode
 )
 
+// KindGPU is the Kind of a replica that is one GPU a dcgm-exporter target
+// exposes; its Labels hold the GPU's identity and the pod that holds it
+// (series.GPUNode...).
+const KindGPU = "gpu"
+
 // Replica describes the replica a window belongs to.
 type Replica struct {
-	Name       string // unique replica name (target name, or target/worker)
-	Target     string // configured target name
-	Kind       string // "engine" or "gateway"
+	Name   string // unique replica name (target name, or target/worker)
+	Target string // configured target name
+	Kind   string // "engine", "gateway" or KindGPU
 	// Address is where the replica serves, as a gateway names its workers
 	// (series.WorkerAddress): "10.0.0.1:30000". "" when unknown.
 	Address    string
 	Model      string // served model name, "" when not exposed
 	EngineType string // unified, prefill, decode, "" when not exposed
-	// Labels is target metadata from discovery (pod labels: model, role...).
+	// Labels is target metadata from discovery (pod labels: model, role...);
+	// for a GPU, its identity and pod (series.GPUNode...).
 	Labels map[string]string
 	// Pod is the Kubernetes status of the pod behind the replica (phase,
 	// readiness, restarts, last termination); nil for targets not

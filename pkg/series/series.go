@@ -135,19 +135,19 @@ const (
 // samples (grouped per replica the target exposes) or a failure reason. A
 // failed scrape is data: the window records it as up=0 with the reason.
 type Scrape struct {
-	Target   string            // configured target name
-	Kind     string            // "engine" or "gateway"
-	Labels   map[string]string // target metadata from discovery (e.g. pod labels: model, role); nil when none
+	Target string            // configured target name
+	Kind   string            // "engine", "gateway" or "gpu" (a dcgm-exporter)
+	Labels map[string]string // target metadata from discovery (e.g. pod labels: model, role); nil when none
 	// Address is where the target serves, as a gateway names its workers
 	// (WorkerAddress of the target URL's scheme and host): it joins a
 	// gateway's per-worker series to this target. "" when unknown.
-	Address string
-	At       time.Time         // when the scrape started
-	Duration time.Duration     // how long it took
-	Reason   ScrapeFailure     // "" on success; else why it failed
-	Status   int               // HTTP status of the answer; 0 when there was none
-	Error    string            // human text of the failure; never holds secrets
-	Groups   []Group           // one per replica behind the target; usually exactly one
+	Address  string
+	At       time.Time     // when the scrape started
+	Duration time.Duration // how long it took
+	Reason   ScrapeFailure // "" on success; else why it failed
+	Status   int           // HTTP status of the answer; 0 when there was none
+	Error    string        // human text of the failure; never holds secrets
+	Groups   []Group       // one per replica behind the target; usually exactly one
 	// Pod is what Kubernetes says about the pod behind the target at the
 	// time of the scrape; nil for targets not discovered from Kubernetes.
 	// Read-only once handed over.
@@ -325,12 +325,18 @@ type Termination struct {
 
 // Group is the samples of one replica behind a target. A target usually is
 // one replica (Worker ""); a gateway's /engine_metrics merges several
-// engines, told apart by their worker_addr label, each its own group.
+// engines, told apart by their worker_addr label, each its own group; a
+// dcgm-exporter exposes every GPU of its node, each its own group (Worker
+// "gpu<index>").
 type Group struct {
 	Worker     string // "" for the target itself, else the worker address
 	Model      string // served model name from model_name (or the legacy name) label
 	EngineType string // unified, prefill, decode; "" when not exposed
-	Samples    []Sample
+	// Labels describe the replica itself where the target's labels do not:
+	// a GPU's identity and the pod that holds it (GPUNode...). Nil for
+	// every other group. Read-only once handed over.
+	Labels  map[string]string
+	Samples []Sample
 }
 
 // ReplicaName is the replica a group belongs to: the target name, or
@@ -363,3 +369,53 @@ func WorkerAddress(addr string) string {
 	}
 	return host + strings.TrimRight(u.EscapedPath(), "/")
 }
+
+// NVIDIA dcgm-exporter families (one exporter per GPU node), by their DCGM
+// field names; ../shared/reference/gpu-telemetry.md describes them.
+const (
+	// DCGMXIDErrors is the code of the last Xid the GPU recorded, not a
+	// count: a new series or a changed value is the event.
+	DCGMXIDErrors = "DCGM_FI_DEV_XID_ERRORS"
+	// DCGMClockEventReasons is the bitmask of why the GPU's clocks are held
+	// down; older releases call it DCGM_FI_DEV_CLOCK_THROTTLE_REASONS
+	// (the scraper reads that name as this one).
+	DCGMClockEventReasons = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+	DCGMSMClock           = "DCGM_FI_DEV_SM_CLOCK"    // MHz
+	DCGMGPUTemp           = "DCGM_FI_DEV_GPU_TEMP"    // °C
+	DCGMGPUUtil           = "DCGM_FI_DEV_GPU_UTIL"    // % of time a kernel ran
+	DCGMPowerUsage        = "DCGM_FI_DEV_POWER_USAGE" // W
+	// DCGMECCDBEVolatile counts uncorrectable (double-bit) ECC errors since
+	// the last driver load.
+	DCGMECCDBEVolatile         = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+	DCGMRowRemapFailure        = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+	DCGMUncorrectableRemapRows = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+	// NVLink error counters, each summed over the GPU's links.
+	DCGMNVLinkCRCFlitErrors  = "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
+	DCGMNVLinkCRCDataErrors  = "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"
+	DCGMNVLinkReplayErrors   = "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"
+	DCGMNVLinkRecoveryErrors = "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
+	// DCGMClockThrottleReasons is DCGMClockEventReasons' older name.
+	DCGMClockThrottleReasons = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+)
+
+// DCGMFamilies are every dcgm-exporter family above, under each of its
+// names: what a reader of a Prometheus API asks for.
+func DCGMFamilies() []string {
+	return []string{DCGMXIDErrors, DCGMClockEventReasons, DCGMClockThrottleReasons, DCGMSMClock, DCGMGPUTemp,
+		DCGMGPUUtil, DCGMPowerUsage, DCGMECCDBEVolatile, DCGMRowRemapFailure, DCGMUncorrectableRemapRows,
+		DCGMNVLinkCRCFlitErrors, DCGMNVLinkCRCDataErrors, DCGMNVLinkReplayErrors, DCGMNVLinkRecoveryErrors}
+}
+
+// Labels of a GPU replica (Group.Labels of a dcgm-exporter target): the
+// GPU's identity and the pod that holds it. A GPU no pod holds has no
+// GPUNamespace, GPUPod or GPUContainer.
+const (
+	GPUNode      = "node"      // the exporter's Hostname (or node / nodename)
+	GPUIndex     = "gpu"       // the GPU's index on its node
+	GPUUUID      = "uuid"      // the GPU's UUID, its identity across exporters
+	GPUModel     = "gpu_model" // e.g. NVIDIA H100 80GB HBM3
+	GPUPCIBusID  = "pci_bus_id"
+	GPUNamespace = "namespace" // of the pod that holds the GPU
+	GPUPod       = "pod"
+	GPUContainer = "container"
+)
