@@ -68,6 +68,14 @@ func (r recordingWindow) CountAbove(sel detect.Selector, threshold float64, from
 	return 0, 0
 }
 
+func (r recordingWindow) CountWhere(sel detect.Selector, match func(float64) bool, from, to time.Time) (int, int) {
+	r.asked[sel.Name] = true
+	if sc, ok := r.Window.(detect.ScrapeCounter); ok {
+		return sc.CountWhere(sel, match, from, to)
+	}
+	return 0, 0
+}
+
 // declared reports whether a family asked for is covered by a declaration:
 // named itself, or a histogram part whose base family is named.
 func declared(reads map[string]bool, asked string) bool {

@@ -23,9 +23,18 @@ func NewKeepingDecoder(families []string) *Decoder {
 
 // Decode parses and normalizes body; maxSeries <= 0 means no limit.
 func (d *Decoder) Decode(body []byte, maxSeries int) ([]series.Group, error) {
+	return d.DecodeAs(KindEngine, body, maxSeries)
+}
+
+// DecodeAs is Decode of a target of the given kind: a gpu target's body
+// is one group per GPU (normalizeGPU).
+func (d *Decoder) DecodeAs(kind string, body []byte, maxSeries int) ([]series.Group, error) {
 	var err error
 	if d.raw, err = d.parser.Parse(d.raw[:0], body); err != nil {
 		return nil, err
+	}
+	if kind == KindGPU {
+		return normalizeGPU(d.raw, maxSeries, d.norm.aliases)
 	}
 	return d.norm.normalizeParsed(d.raw, maxSeries, d.parser)
 }

@@ -409,13 +409,17 @@ func (v oracleView) Present(sel detect.Selector, from, to time.Time) bool {
 }
 
 func (v oracleView) CountAbove(sel detect.Selector, threshold float64, from, to time.Time) (above, scrapes int) {
+	return v.CountWhere(sel, func(x float64) bool { return x > threshold }, from, to)
+}
+
+func (v oracleView) CountWhere(sel detect.Selector, match func(float64) bool, from, to time.Time) (matching, scrapes int) {
 	for _, x := range v.perScrape(sel, from, to) {
 		scrapes++
-		if x > threshold {
-			above++
+		if match(x) {
+			matching++
 		}
 	}
-	return above, scrapes
+	return matching, scrapes
 }
 
 func (v oracleView) Quantile(q float64, family string, match []detect.Match, from, to time.Time) (float64, bool) {

@@ -291,13 +291,18 @@ func (v view) Min(sel detect.Selector, from, to time.Time) (float64, bool) {
 
 // CountAbove implements detect.ScrapeCounter.
 func (v view) CountAbove(sel detect.Selector, threshold float64, from, to time.Time) (above, scrapes int) {
+	return v.CountWhere(sel, func(s float64) bool { return s > threshold }, from, to)
+}
+
+// CountWhere implements detect.ScrapeCounter.
+func (v view) CountWhere(sel detect.Selector, match func(float64) bool, from, to time.Time) (matching, scrapes int) {
 	v.eachScrape(sel, from, to, func(s float64) {
 		scrapes++
-		if s > threshold {
-			above++
+		if match(s) {
+			matching++
 		}
 	})
-	return above, scrapes
+	return matching, scrapes
 }
 
 func (v view) Restarts(from, to time.Time) int {

@@ -55,6 +55,9 @@ var schedulerFamilies = []string{series.NumRunningReqs, series.NumQueueReqs, ser
 
 // Detect implements Detector.
 func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
+	if w.Replica().Kind == KindGPU {
+		return nil // a GPU's exporter is no SGLang server: the GPU detectors read it
+	}
 	c := d.cfg
 	st := w.Scrape()
 	r := w.Replica()

@@ -34,6 +34,9 @@ var startupPhases = []string{"load_weight", "kv_cache_allocation", "scheduler_e2
 
 // Detect implements Detector.
 func (d *ColdStartDetector) Detect(w Window, now time.Time) []Finding {
+	if w.Replica().Kind == KindGPU {
+		return nil // a GPU's exporter is no SGLang server: the GPU detectors read it
+	}
 	c := d.cfg
 	st := w.Scrape()
 	if !st.Up {

@@ -63,6 +63,7 @@ const (
 	LayerTransport Layer = "scrape"      // the replica cannot be reached
 	LayerProcess   Layer = "process"     // the server process (crash, restart, hang, startup)
 	LayerTransfer  Layer = "kv_transfer" // PD disaggregation: KV hand-over between prefill and decode
+	LayerGPU       Layer = "gpu"         // the GPU under the replica (dcgm-exporter)
 )
 
 // KindGPU is the Kind of a replica that is one GPU a dcgm-exporter target
@@ -231,6 +232,10 @@ type Window interface {
 // it simply gives those fallbacks no verdict.
 type ScrapeCounter interface {
 	CountAbove(sel Selector, threshold float64, from, to time.Time) (above, scrapes int)
+	// CountWhere is CountAbove with a test of its own: how many scrapes
+	// had a finite combined value for which match is true (a bitmask with
+	// a bit set).
+	CountWhere(sel Selector, match func(float64) bool, from, to time.Time) (matching, scrapes int)
 }
 
 // PointFinder is an optional extension of Window. Present reports whether

@@ -36,6 +36,9 @@ const (
 
 // Detect implements Detector.
 func (d *ReplicaDownDetector) Detect(w Window, now time.Time) []Finding {
+	if w.Replica().Kind == KindGPU {
+		return nil // a GPU's exporter is no SGLang server: the GPU detectors read it
+	}
 	c := d.cfg
 	st := w.Scrape()
 	pod := w.Replica().Pod

@@ -10,6 +10,9 @@ type plainWindow struct{ Window }
 type countingWindow struct{ Window }
 
 func (countingWindow) CountAbove(Selector, float64, time.Time, time.Time) (int, int) { return 1, 2 }
+func (countingWindow) CountWhere(Selector, func(float64) bool, time.Time, time.Time) (int, int) {
+	return 1, 2
+}
 
 type findingWindow struct{ Window }
 
@@ -18,7 +21,10 @@ func (findingWindow) Present(Selector, time.Time, time.Time) bool { return true 
 type fullWindow struct{ Window }
 
 func (fullWindow) CountAbove(Selector, float64, time.Time, time.Time) (int, int) { return 3, 4 }
-func (fullWindow) Present(Selector, time.Time, time.Time) bool                   { return true }
+func (fullWindow) CountWhere(Selector, func(float64) bool, time.Time, time.Time) (int, int) {
+	return 3, 4
+}
+func (fullWindow) Present(Selector, time.Time, time.Time) bool { return true }
 
 // A window given references keeps exactly the optional extensions it had,
 // so a detector reads it as it reads the window alone, and gives each

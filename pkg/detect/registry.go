@@ -35,6 +35,8 @@ func Registry() Catalog {
 		detector[PDTransferFailureConfig](),
 		detector[ErrorRateConfig](),
 		detector[MetricsBlindConfig](),
+		detector[GPUFaultConfig](),
+		detector[GPUThrottledConfig](),
 	}
 }
 

@@ -26,6 +26,9 @@ func (d *ReplicaRestartedDetector) Class() Class { return ReplicaRestarted }
 
 // Detect implements Detector.
 func (d *ReplicaRestartedDetector) Detect(w Window, now time.Time) []Finding {
+	if w.Replica().Kind == KindGPU {
+		return nil // a GPU's exporter is no SGLang server: the GPU detectors read it
+	}
 	st := w.Scrape()
 	lr := w.LastRestart()
 	if !st.Up || lr.IsZero() || lr.After(now) || now.Sub(lr) > d.cfg.Lookback {

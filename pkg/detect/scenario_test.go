@@ -111,6 +111,9 @@ type scenario struct {
 	metrics             []metric
 	restarts            []time.Duration // every counter resets to 0 here
 	failures            []failure
+	// labels are the replica's own (a GPU's identity and pod); nil for an
+	// engine.
+	labels map[string]string
 	// pod is the Kubernetes status discovery reports at elapsed time el;
 	// nil (or a nil result) for a target not discovered from Kubernetes.
 	pod func(el time.Duration) *series.Pod
@@ -261,7 +264,7 @@ func (s *scenario) run(t testing.TB, cfg detect.Config) (*window.Store, time.Tim
 			engineType = "unified"
 		}
 		err := store.Append(series.Scrape{Target: s.target, Kind: s.kind, At: now, Pod: s.podAt(el),
-			Groups: []series.Group{{Model: s.model, EngineType: engineType, Samples: samples}}})
+			Groups: []series.Group{{Model: s.model, EngineType: engineType, Labels: s.labels, Samples: samples}}})
 		if err != nil {
 			t.Fatal(err)
 		}
