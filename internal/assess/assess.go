@@ -152,8 +152,23 @@ func (a *Assessor) Assess(ws Windows, now time.Time, refs map[string]detect.Refe
 		round.Replicas = append(round.Replicas, st)
 		all = append(all, st.Findings...)
 	}
-	round.Groups = correlate.Correlate(a.cfg.Correlation, all, reps)
+	round.Groups = correlate.CorrelateGPUs(a.cfg.Correlation, all, reps, gpuUtil(round.Replicas))
 	return round
+}
+
+// gpuUtil is each GPU replica's lowest utilization over the snapshot's
+// span, what the correlation reads of the GPUs.
+func gpuUtil(states []Replica) map[string]float64 {
+	var out map[string]float64
+	for _, st := range states {
+		if u := st.Snapshot.GPUUtilMin; u != nil {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[st.Replica.Name] = *u
+		}
+	}
+	return out
 }
 
 // AssessWindow evaluates one window at now: the replica's state and the

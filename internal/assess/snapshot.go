@@ -50,6 +50,10 @@ type Snapshot struct {
 	// (including ones not yet in the scheduler); on a gateway, in-flight
 	// requests to its workers.
 	HTTPInFlight *float64 `json:"http_in_flight,omitempty"`
+	// GPUUtilMin is, for a GPU replica (dcgm-exporter), its lowest
+	// utilization over the span in percent: a GPU under a hung engine that
+	// stays busy is the collective-hang fingerprint (correlate).
+	GPUUtilMin *float64 `json:"gpu_util_min_percent,omitempty"`
 }
 
 func ptr(v float64, ok bool) *float64 {
@@ -90,7 +94,7 @@ func snapshotReads() []string {
 		series.PrefillEffectiveTokens, series.RealtimeTokensTotal, series.CachedTokensTotal, series.PromptTokensTotal,
 		series.GenerationTokensTotal, series.GenThroughput, series.NumRequestsTotal, series.RetractedRequestsTotal,
 		series.NumAbortedRequestsTotal, series.TTFTSeconds, series.InterTokenLatency, series.QueueTimeSeconds,
-		series.E2ERequestLatency, GatewayInFlight, series.HTTPRequestsActive}
+		series.E2ERequestLatency, GatewayInFlight, series.HTTPRequestsActive, series.DCGMGPUUtil}
 }
 
 // ReadSnapshot reads w over (from, to]. arrivalEndpoints selects the
@@ -127,6 +131,9 @@ func ReadSnapshot(w detect.Window, from, to time.Time, arrivalEndpoints string) 
 	s.QueueTimeMean = histogramMean(w, series.QueueTimeSeconds, from, to)
 	s.E2EP99 = ptr(w.Quantile(0.99, series.E2ERequestLatency, nil, from, to))
 
+	if w.Replica().Kind == detect.KindGPU {
+		s.GPUUtilMin = ptr(w.Min(detect.Sel(series.DCGMGPUUtil), from, to))
+	}
 	if w.Has(GatewayInFlight) {
 		s.HTTPInFlight = ptr(w.Last(detect.Sel(GatewayInFlight)))
 	} else {

@@ -552,6 +552,14 @@ func (c Config) Validate() error {
 	if err := c.Correlation.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if !c.Discovery.Enabled() && !c.FromPrometheus() {
+		// Static targets only: a mapping must name one of the engines.
+		for i, m := range c.Correlation.GPUTargets {
+			if j, ok := seen[m.Target]; m.Target != "" && (!ok || (c.Targets[j].Kind != "" && c.Targets[j].Kind != scrape.KindEngine)) {
+				add("correlation.gpu_targets[%d].target: %q is no engine target of targets", i, m.Target)
+			}
+		}
+	}
 	if err := c.Alerts.Validate("alerts"); err != nil {
 		errs = append(errs, err)
 	}

@@ -33,6 +33,10 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 		{"bad-notify-queue.yaml", []string{"notify.max_pending", "notify.max_records", "notify.notice_retention", "notify.resolved_retention"}},
 		{"bad-window-bytes.yaml", []string{"scrape.max_window_bytes"}},
 		{"bad-incidents.yaml", []string{"incidents.retention", "incidents.max_incidents", "incidents.max_points_per_signal"}},
+		{"bad-gpu-targets.yaml", []string{"correlation.gpu_targets[1].target: \"llama-1\" is no engine target",
+			"correlation.gpu_targets[1].gpus[0]: GPU 1 of node \"node-a\" is mapped by gpu_targets[0]", "correlation.gpu_targets[1].gpus[1]",
+			"correlation.gpu_targets[2].target: \"dcgm-node-a\" is no engine target", "correlation.gpu_targets[2].node: required",
+			"correlation.gpu_targets[2].gpus: list at least one"}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {

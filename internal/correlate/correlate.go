@@ -49,6 +49,9 @@ type Config struct {
 	// the gateway sends to (a Service name, another port). Without an
 	// entry a worker is matched to the target serving at its address.
 	GatewayWorkers map[string]string `yaml:"gateway_workers"`
+	// GPUTargets map GPUs without pod labels to the targets that run on
+	// them (gpu.go).
+	GPUTargets []GPUTarget `yaml:"gpu_targets"`
 }
 
 // DefaultConfig holds production values.
@@ -73,6 +76,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("correlation.gateway_workers: %q: a worker URL and a target name are both required, got %q", url, c.GatewayWorkers[url]))
 		}
 	}
+	errs = append(errs, validateGPUTargets(c.GPUTargets)...)
 	return errors.Join(errs...)
 }
 
@@ -129,6 +133,17 @@ func (g Group) Classes() []detect.Class {
 // Correlate groups the findings of one round. replicas is every replica
 // being watched (the denominator of "most of the fleet").
 func Correlate(cfg Config, findings []detect.Finding, replicas []detect.Replica) []Group {
+	return CorrelateGPUs(cfg, findings, replicas, nil)
+}
+
+// CorrelateGPUs is Correlate with what the round knows of the GPUs beside
+// the findings: each GPU replica's lowest utilization (%) over the round's
+// span, by replica name (nil: unknown). GPU findings are first moved onto
+// the SGLang replicas that hold their GPU (attributeGPUs), so a replica's
+// slowdown, hang or outage folds under the GPU's fault.
+func CorrelateGPUs(cfg Config, findings []detect.Finding, replicas []detect.Replica, gpuUtil map[string]float64) []Group {
+	findings = attributeGPUs(cfg, findings, replicas, gpuUtil)
+	replicas = slices.DeleteFunc(slices.Clone(replicas), func(r detect.Replica) bool { return r.Kind == detect.KindGPU })
 	findings = strongest(findings)
 	var out []Group
 	if cfg.FoldConsequences {
@@ -345,6 +360,9 @@ func fleet(cfg Config, incidents []Group, replicas []detect.Replica) []Group {
 	}
 	groups := map[key][]int{}
 	for i, inc := range incidents {
+		if isGPUClass(inc.Finding.Class) {
+			continue // a fault of hardware, one GPU at a time, never a fleet change
+		}
 		k := key{inc.Finding.Model, inc.Finding.Class}
 		groups[k] = append(groups[k], i)
 	}
