@@ -13,6 +13,7 @@ import (
 
 	"github.com/sglang-watchdog/sglang-watchdog/configs"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/tick"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -33,7 +34,7 @@ var demoStory = map[string]string{
 // demoFleet is the simulated fleet of the demo, its scenario starting at
 // start.
 func demoFleet(start time.Time) sim.FleetConfig {
-	return sim.FleetConfig{Seed: 1, Start: start, Scenario: sim.DemoScenario(1), Warmup: time.Minute}
+	return sim.FleetConfig{Seed: 1, Start: start, Scenario: sim.DemoScenario(1), Warmup: time.Minute, GPU: sim.GPUConfig{NoPodLabels: true}}
 }
 
 // demo runs the real daemon against an embedded simulated fleet on
@@ -58,27 +59,19 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 			s.Close()
 		}
 	}()
-	for i, name := range fleet.Replicas() {
+	serve := func(h http.Handler) (string, error) {
 		ln, err := listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return fmt.Errorf("simulated replica %s: %w", name, err)
+			return "", err
 		}
-		srv := &http.Server{Handler: fleet.Handler(i), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, srv)
 		go srv.Serve(ln)
-		base.Targets = append(base.Targets, config.Target{Name: name, URL: "http://" + ln.Addr().String(), Kind: "engine"})
+		return "http://" + ln.Addr().String(), nil
 	}
-	// The model gateway in front of them, naming each worker by the URL
-	// it is served at.
-	workers := slices.Clone(base.Targets)
-	ln, err := listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("simulated gateway: %w", err)
+	if err := serveFleet(fleet, serve, &base); err != nil {
+		return err
 	}
-	gw := &http.Server{Handler: fleet.GatewayHandler(func(i int) string { return workers[i].URL }), ReadHeaderTimeout: 5 * time.Second}
-	servers = append(servers, gw)
-	go gw.Serve(ln)
-	base.Targets = append(base.Targets, config.Target{Name: "router", URL: "http://" + ln.Addr().String() + "/metrics", Kind: "gateway"})
 
 	load := func() (config.Config, error) { return config.LoadWithFlags(base, env, dio.flags) }
 	cfg, err := load()
@@ -87,7 +80,7 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 	}
 
 	out := &lockedWriter{w: stdout}
-	fmt.Fprintf(out, "sglang-watchdog demo: %d simulated SGLang replicas behind a model gateway on loopback; the scenario takes about 5½ minutes. Ctrl-C to stop.\n", len(servers)-1)
+	fmt.Fprintf(out, "sglang-watchdog demo: %d simulated SGLang replicas behind a model gateway, each on a GPU node with dcgm-exporter, on loopback; the scenario takes about 5½ minutes. Ctrl-C to stop.\n", len(fleet.Replicas()))
 	for _, t := range cfg.Targets {
 		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
 	}
@@ -118,6 +111,39 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 		return nil
 	}
 	return err
+}
+
+// serveFleet serves every part of the simulated fleet through serve and
+// adds them to cfg as targets: the replicas (engines), the model gateway
+// in front of them (gateway "router", naming each worker by the URL it is
+// served at) and each node's dcgm-exporter (kind gpu). The simulated
+// exporters carry no pod labels (the replicas are static targets, not
+// pods), so cfg's correlation.gpu_targets maps each node's GPU 0 to its
+// replica.
+func serveFleet(fleet *sim.Fleet, serve func(http.Handler) (string, error), cfg *config.Config) error {
+	first := len(cfg.Targets)
+	for i, name := range fleet.Replicas() {
+		url, err := serve(fleet.Handler(i))
+		if err != nil {
+			return fmt.Errorf("simulated replica %s: %w", name, err)
+		}
+		cfg.Targets = append(cfg.Targets, config.Target{Name: name, URL: url, Kind: "engine"})
+	}
+	workers := slices.Clone(cfg.Targets[first:])
+	url, err := serve(fleet.GatewayHandler(func(i int) string { return workers[i].URL }))
+	if err != nil {
+		return fmt.Errorf("simulated gateway: %w", err)
+	}
+	cfg.Targets = append(cfg.Targets, config.Target{Name: "router", URL: url + "/metrics", Kind: "gateway"})
+	for i, node := range fleet.Nodes() {
+		url, err := serve(fleet.GPUHandler(i))
+		if err != nil {
+			return fmt.Errorf("simulated dcgm-exporter on %s: %w", node, err)
+		}
+		cfg.Targets = append(cfg.Targets, config.Target{Name: node, URL: url + "/metrics", Kind: "gpu"})
+		cfg.Correlation.GPUTargets = append(cfg.Correlation.GPUTargets, correlate.GPUTarget{Target: workers[i].Name, Node: node, GPUs: []int{0}})
+	}
+	return nil
 }
 
 // demoConfig is the demo's configuration before its targets are added.

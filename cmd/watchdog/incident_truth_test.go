@@ -85,6 +85,7 @@ func startSimDaemon(t *testing.T, overrides string, fc sim.FleetConfig, slackSrv
 	}
 	routedAsDefault(t, cfg.Notify.Routes)
 	fc.Start = time.Now()
+	fc.GPU.NoPodLabels = true // as the demo's: static targets, no pods
 	fleet := sim.NewFleet(fc)
 	ctx, stopFleet := context.WithCancel(context.Background())
 	driven := make(chan struct{})
@@ -101,8 +102,8 @@ func startSimDaemon(t *testing.T, overrides string, fc sim.FleetConfig, slackSrv
 			return "http://" + ln.Addr().String()
 		}
 		*c = cfg
-		for i, name := range fleet.Replicas() {
-			c.Targets = append(c.Targets, config.Target{Name: name, URL: serve(fleet.Handler(i)), Kind: "engine"})
+		if err := serveFleet(fleet, func(h http.Handler) (string, error) { return serve(h), nil }, c); err != nil {
+			t.Fatal(err)
 		}
 		c.Notify.Slack.BotToken, c.Notify.Slack.Channel = secretToken, "#oncall"
 		c.Notify.Slack.APIURL = serve(slackSrv.Config.Handler) + "/api"

@@ -104,6 +104,7 @@ type scrapeRec struct {
 	Target   string               `json:"target"`
 	Kind     string               `json:"kind,omitempty"`
 	Labels   map[string]string    `json:"labels,omitempty"`
+	Address  string               `json:"address,omitempty"`
 	At       int64                `json:"at"`
 	Duration int64                `json:"dur,omitempty"`
 	Reason   series.ScrapeFailure `json:"reason,omitempty"`
@@ -115,9 +116,11 @@ type scrapeRec struct {
 }
 
 type groupRec struct {
-	Worker     string `json:"worker,omitempty"`
-	Model      string `json:"model,omitempty"`
-	EngineType string `json:"engine_type,omitempty"`
+	Worker     string            `json:"worker,omitempty"`
+	Model      string            `json:"model,omitempty"`
+	EngineType string            `json:"engine_type,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"` // a GPU's identity and pod
+
 	// Series is nil when the group's series are those of its previous
 	// scrape.
 	Series *[]uint64   `json:"series,omitempty"`
@@ -272,12 +275,12 @@ func (w *Writer) scrapeLocked(sc series.Scrape) {
 	if w.err != nil || w.closed {
 		return
 	}
-	rec := scrapeRec{Target: sc.Target, Kind: sc.Kind, Labels: sc.Labels, At: sc.At.UnixNano(), Duration: int64(sc.Duration),
+	rec := scrapeRec{Target: sc.Target, Kind: sc.Kind, Labels: sc.Labels, Address: sc.Address, At: sc.At.UnixNano(), Duration: int64(sc.Duration),
 		Reason: sc.Reason, Status: sc.Status, Error: sc.Error, Pod: sc.Pod, Empty: sc.Groups != nil && len(sc.Groups) == 0}
 	for _, g := range sc.Groups {
 		gk := groupKey{sc.Target, g.Worker}
 		ids := make([]uint64, len(g.Samples))
-		gr := groupRec{Worker: g.Worker, Model: g.Model, EngineType: g.EngineType}
+		gr := groupRec{Worker: g.Worker, Model: g.Model, EngineType: g.EngineType, Labels: g.Labels}
 		occurrences := make(map[string]int, len(g.Samples))
 		for i, s := range g.Samples {
 			key := s.Key()
@@ -498,7 +501,7 @@ func (r *Reader) Next() (Entry, error) {
 }
 
 func (r *Reader) scrape(rec *scrapeRec) (*series.Scrape, error) {
-	sc := &series.Scrape{Target: rec.Target, Kind: rec.Kind, Labels: rec.Labels, At: time.Unix(0, rec.At).UTC(), Duration: time.Duration(rec.Duration),
+	sc := &series.Scrape{Target: rec.Target, Kind: rec.Kind, Labels: rec.Labels, Address: rec.Address, At: time.Unix(0, rec.At).UTC(), Duration: time.Duration(rec.Duration),
 		Reason: rec.Reason, Status: rec.Status, Error: rec.Error, Pod: rec.Pod}
 	if rec.Empty {
 		sc.Groups = []series.Group{}
@@ -523,7 +526,7 @@ func (r *Reader) scrape(rec *scrapeRec) (*series.Scrape, error) {
 			}
 			r.last[d.ID] = old + d.Value
 		}
-		g := series.Group{Worker: gr.Worker, Model: gr.Model, EngineType: gr.EngineType, Samples: make([]series.Sample, len(ids))}
+		g := series.Group{Worker: gr.Worker, Model: gr.Model, EngineType: gr.EngineType, Labels: gr.Labels, Samples: make([]series.Sample, len(ids))}
 		for i, id := range ids {
 			def, ok := r.defs[id]
 			v, seen := r.last[id]
