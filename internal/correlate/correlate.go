@@ -226,9 +226,12 @@ func fold(findings []detect.Finding) []Group {
 		sort.SliceStable(idx, func(a, b int) bool { return findings[idx[a]].Class < findings[idx[b]].Class })
 		for _, e := range idx {
 			for _, c := range idx {
-				if c != e && detect.Explains(findings[c], findings[e]) && !explainedWithin(findings, idx, c) {
+				if c == e || !detect.Explains(findings[c], findings[e]) {
+					continue
+				}
+				if r := rootOf(findings, idx, c, e); r >= 0 {
 					absorbed[e] = true
-					consequences[c] = append(consequences[c], e)
+					consequences[r] = append(consequences[r], e)
 					break
 				}
 			}
@@ -249,6 +252,33 @@ func fold(findings []detect.Finding) []Group {
 		out = append(out, inc)
 	}
 	return out
+}
+
+// rootOf is the root cause c leads back to on its replica (c itself when
+// nothing explains it), for e, which c explains: only roots absorb
+// consequences, so a chain A -> B -> C folds into A even where A's
+// position names B but not C (a GPU throttle explains a decode slowdown,
+// which explains the failed requests). -1 when the chain's top is itself
+// explained (by e or within a cycle): no root to absorb e.
+func rootOf(findings []detect.Finding, idx []int, c, e int) int {
+	seen := map[int]bool{c: true, e: true}
+	for {
+		next := -1
+		for _, o := range idx {
+			if !seen[o] && detect.Explains(findings[o], findings[c]) {
+				next = o
+				break
+			}
+		}
+		if next < 0 {
+			break
+		}
+		seen[next], c = true, next
+	}
+	if explainedWithin(findings, idx, c) {
+		return -1
+	}
+	return c
 }
 
 // explainedWithin reports whether finding c is itself explained by another

@@ -268,7 +268,7 @@ func TestThrottleEdges(t *testing.T) {
 		"sync boost, app clocks, display": func(time.Duration) string { return "274" }, // 0x100|0x10|0x2
 		"idle":                            func(time.Duration) string { return "1" },
 		"NaN":                             func(el time.Duration) string { return after(el, 60*time.Minute, "NaN") },
-		"half the range":                  func(el time.Duration) string { return after(el, 67*time.Minute+30*time.Second, "72") },
+		"half the range":                  func(el time.Duration) string { return after(el, 69*time.Minute, "72") },
 	} {
 		t.Run(what, func(t *testing.T) {
 			got, _ := gpuRun(t, fixture.DCGMPods, 70*time.Minute, func(el time.Duration) []fixture.DCGMEdit {

@@ -172,13 +172,22 @@ func (d *GPUFaultDetector) xids(w Window, from, now time.Time) []fault {
 		return nil
 	}
 	watched := w.Scrape().FirstSeen
-	if watched.IsZero() || !watched.Before(from) {
-		return nil // a code already there when watching began is history
+	if watched.IsZero() {
+		return nil
 	}
+	// A code already there when watching began is history; a code seen
+	// since, that the GPU did not show before the range (or, watched for
+	// less than the range, at the first scrape), is the event.
 	before := map[float64]bool{0: true}
-	if lo, ok := w.Min(sel, from.Add(-d.cfg.Range), from); ok {
-		hi, _ := w.Max(sel, from.Add(-d.cfg.Range), from)
-		before[lo], before[hi] = true, true
+	if watched.Before(from) {
+		if lo, ok := w.Min(sel, from.Add(-d.cfg.Range), from); ok {
+			hi, _ := w.Max(sel, from.Add(-d.cfg.Range), from)
+			before[lo], before[hi] = true, true
+		}
+	} else if first, ok := w.Min(sel, watched.Add(-time.Nanosecond), watched); ok {
+		before[first] = true
+	} else {
+		return nil // no value at the first scrape: nothing to compare with
 	}
 	var codes []float64
 	for _, agg := range []func(Selector, time.Time, time.Time) (float64, bool){w.Max, w.Min} {

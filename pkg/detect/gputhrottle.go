@@ -152,7 +152,7 @@ type GPUThrottledConfig struct {
 }
 
 func (GPUThrottledConfig) defaults() GPUThrottledConfig {
-	return GPUThrottledConfig{Enabled: true, Range: 5 * time.Minute, MinShare: 0.8, MinScrapes: 6, Baseline: time.Hour}
+	return GPUThrottledConfig{Enabled: true, Range: 2 * time.Minute, MinShare: 0.8, MinScrapes: 6, Baseline: time.Hour}
 }
 
 // The methods below make GPUThrottledConfig a registry entry (settings, in
