@@ -136,7 +136,7 @@ func BenchmarkScrapeOverHTTP(b *testing.B) {
 			}
 			hc := &http.Client{Transport: &http.Transport{}}
 			defer hc.CloseIdleConnections()
-			s := newScraper(httpFetcher(hc, opts), opts)
+			s := newScraper(httpFetcher(oneClient(hc), opts), opts)
 			tg := Target{Name: "r", URL: srv.URL + "/metrics", Kind: KindEngine}
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))

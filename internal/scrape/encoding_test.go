@@ -164,7 +164,7 @@ func TestScraperReusesItsGzipReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newScraper(httpFetcher(client(t), opts), opts)
+	s := newScraper(httpFetcher(oneClient(client(t)), opts), opts)
 	tg := Target{Name: "r", URL: srv.URL + "/metrics", Kind: KindEngine}
 	var first *gzip.Reader
 	for i := range 3 {

@@ -77,14 +77,27 @@ type responseBody struct {
 	gz *gzip.Reader
 }
 
-// httpFetcher returns the real fetchFunc over client.
-func httpFetcher(client *http.Client, opts Options) fetchFunc {
+// clientFunc returns the client of a target's settings (nil: the
+// scrape-level ones).
+type clientFunc func(*HTTPClientConfig) (*http.Client, error)
+
+// oneClient is the clientFunc of a single client for every target.
+func oneClient(c *http.Client) clientFunc {
+	return func(*HTTPClientConfig) (*http.Client, error) { return c, nil }
+}
+
+// httpFetcher returns the real fetchFunc over the targets' clients.
+func httpFetcher(clients clientFunc, opts Options) fetchFunc {
 	timeoutHeader := strconv.FormatFloat(opts.Timeout.Seconds(), 'f', -1, 64)
 	encoding := encodingIdentity
 	if opts.AcceptGzip {
 		encoding = encodingGzip
 	}
 	return func(ctx context.Context, t Target, dst *responseBody) error {
+		client, err := clients(t.HTTPClient)
+		if err != nil {
+			return &fetchError{reason: series.FailureError, msg: err.Error()}
+		}
 		return fetch(ctx, client, t, opts, timeoutHeader, encoding, dst)
 	}
 }
@@ -111,8 +124,13 @@ func fetch(ctx context.Context, client *http.Client, t Target, opts Options, tim
 		// Drain a little so the connection can be reused.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-			// Only an unfollowable redirect (no Location) gets here.
-			return &fetchError{reason: series.FailureRedirect, status: resp.StatusCode, msg: statusMessage(resp.StatusCode) + " without a usable Location"}
+			// An unfollowable redirect (no Location), or any with
+			// follow_redirects off.
+			msg := statusMessage(resp.StatusCode) + " without a usable Location"
+			if resp.Header.Get("Location") != "" {
+				msg = statusMessage(resp.StatusCode) + ": a redirect, not followed (follow_redirects is false)"
+			}
+			return &fetchError{reason: series.FailureRedirect, status: resp.StatusCode, msg: msg}
 		}
 		return &fetchError{reason: series.FailureHTTPStatus, status: resp.StatusCode, msg: statusMessage(resp.StatusCode)}
 	}
@@ -275,8 +293,8 @@ func classify(ctx context.Context, err error, rawURL string) *fetchError {
 // 90 s, several scrape intervals, is closed. Redirects are followed only
 // to the same scheme and host. dial, when not nil, replaces the operating
 // system's network (a test's in-memory one).
-func NewClient(dial func(ctx context.Context, network, address string) (net.Conn, error)) *http.Client {
-	c := httpclient.New("scrape", 0, commoncfg.WithDialContextFunc(dial), commoncfg.WithIdleConnTimeout(90*time.Second))
+func NewClient(dial Dialer) *http.Client {
+	c := httpclient.New("scrape", 0, commoncfg.WithDialContextFunc(dial), commoncfg.WithIdleConnTimeout(scrapeIdleConnTimeout))
 	c.CheckRedirect = checkRedirect
 	return c
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,15 +18,15 @@ import (
 // Manager runs one scrape loop per target. Loops are independent: a slow or
 // dead target only ever delays itself.
 type Manager struct {
-	opts      Options
-	app       Appender
-	logger    *zap.Logger
-	metrics   *metrics
-	fetch     fetchFunc
-	ownClient *http.Client // built by New, so ours to close
+	opts    Options
+	app     Appender
+	logger  *zap.Logger
+	metrics *metrics
+	fetch   fetchFunc
+	// clients are the targets' clients, shared by scrapes and probes.
+	clients *clientSet
 	// probe is nil unless Options.HealthProbeInterval is set.
-	probe          probeFunc
-	ownProbeClient *http.Client
+	probe probeFunc
 	// probeSlots bounds the probes in flight across all targets.
 	probeSlots chan struct{}
 	// scrapers holds parse/normalize buffers. Pooled rather than one per
@@ -82,23 +81,22 @@ func New(targets []Target, opts Options, app Appender, reg prometheus.Registerer
 		loops:   make(map[string]*loop, len(targets)),
 	}
 	m.setEngines(targets)
-	client := opts.Client
-	if client == nil {
-		client = newDefaultClient(opts.Timeout)
-		m.ownClient = client
-	} else {
-		client = withRedirectPolicy(client)
+	if m.clients, err = newClientSet(opts); err != nil {
+		return nil, err
 	}
-	m.fetch = httpFetcher(client, opts)
+	if err := m.clients.check(targets); err != nil {
+		m.clients.close()
+		return nil, err
+	}
+	m.fetch = httpFetcher(m.clients.get, opts)
 	if opts.HealthProbeInterval > 0 {
-		// Not the scrape client: its own Timeout is the scrape timeout,
-		// far below the probe's.
-		pc := client
-		if opts.Client == nil {
-			pc = newDefaultClient(opts.HealthProbeTimeout)
-			m.ownProbeClient = pc
+		m.probe = func(ctx context.Context, t Target) HealthProbe {
+			client, err := m.clients.get(t.HTTPClient)
+			if err != nil {
+				return HealthProbe{At: time.Now(), Reason: series.FailureError, Error: err.Error()}
+			}
+			return probeHealth(ctx, client, t, opts.UserAgent)
 		}
-		m.probe = func(ctx context.Context, t Target) HealthProbe { return probeHealth(ctx, pc, t, opts.UserAgent) }
 		m.probeSlots = make(chan struct{}, opts.HealthProbeConcurrency)
 	}
 	m.scrapers.New = func() any { return newScraper(m.fetch, m.opts) }
@@ -125,12 +123,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.stopped = true // no SetTargets may start a loop from here on
 	m.mu.Unlock()
 	m.wg.Wait()
-	if m.ownClient != nil {
-		m.ownClient.CloseIdleConnections()
-	}
-	if m.ownProbeClient != nil {
-		m.ownProbeClient.CloseIdleConnections()
-	}
+	m.clients.close()
 	return nil
 }
 
@@ -181,6 +174,7 @@ func (m *Manager) SetTargets(targets []Target) error {
 		}
 		m.logger.Info("target removed", zap.String("target", l.target.Name))
 	}
+	m.clients.keep(targets)
 	for _, t := range targets {
 		if _, running := m.loops[t.Name]; !running {
 			m.start(t)

@@ -114,12 +114,22 @@ func HealthURL(metricsURL string) (string, error) {
 
 // ProbeHealth probes t's /health_generate once within timeout (zero:
 // DefaultHealthProbeTimeout), for a CLI or a smoke test. A nil client gets
-// a dedicated one.
+// a dedicated one, built from t.HTTPClient when the target has settings of
+// its own.
 func ProbeHealth(ctx context.Context, client *http.Client, t Target, timeout time.Duration) HealthProbe {
 	if timeout <= 0 {
 		timeout = DefaultHealthProbeTimeout
 	}
-	if client == nil {
+	switch {
+	case client != nil:
+	case t.HTTPClient != nil:
+		c, err := NewClientFromConfig(*t.HTTPClient, nil)
+		if err != nil {
+			return HealthProbe{At: time.Now(), Reason: series.FailureError, Error: "http client: " + err.Error()}
+		}
+		client = c
+		defer client.CloseIdleConnections()
+	default:
 		client = newDefaultClient(timeout)
 		defer client.CloseIdleConnections()
 	}

@@ -46,12 +46,17 @@ type Target struct {
 	// A change of it alone updates the running loop without restarting it.
 	// Read-only once handed over.
 	Pod *series.Pod
+	// HTTPClient are the target's own client settings (TLS, credentials,
+	// proxy), in place of the Manager's (Options.HTTPClient, the scrape
+	// level); nil takes the Manager's. Targets of one source share the
+	// pointer, and so one client. Read-only once handed over.
+	HTTPClient *HTTPClientConfig
 }
 
 // Equal reports whether two targets are the same (a changed target restarts
 // its loop). The pod status is not part of a target's identity.
 func (t Target) Equal(o Target) bool {
-	return t.Name == o.Name && t.URL == o.URL && t.Kind == o.Kind && maps.Equal(t.Labels, o.Labels)
+	return t.Name == o.Name && t.URL == o.URL && t.Kind == o.Kind && maps.Equal(t.Labels, o.Labels) && t.HTTPClient.Equal(o.HTTPClient)
 }
 
 // address is where the target serves, as a gateway names its workers:
@@ -87,9 +92,17 @@ type Options struct {
 	MaxBodyBytes int64         // exposition size limit, inflated if compressed; default 16 MiB
 	MaxSeries    int           // normalized series per scrape; default 100,000
 	UserAgent    string        // default "sglang-watchdog"
-	// Client performs the requests. Nil means a dedicated client built in
-	// New (never http.DefaultClient, which has no timeout and is shared).
+	// Client performs the requests of targets without client settings of
+	// their own; its redirect policy is replaced by the scraper's (same
+	// host only). Nil: a client New builds from HTTPClient (never
+	// http.DefaultClient, which has no timeout and is shared).
 	Client *http.Client
+	// HTTPClient are the client settings of targets without their own when
+	// Client is nil; nil takes DefaultHTTPClientConfig.
+	HTTPClient *HTTPClientConfig
+	// Dial, when not nil, replaces the operating system's network for the
+	// clients New builds (a test's in-memory one).
+	Dial Dialer
 	// HealthProbeInterval > 0 turns on the active probe of engine targets'
 	// /health_generate (hang detection), on its own schedule, never
 	// blocking a scrape; its result is added to the next scrape: to a
@@ -207,19 +220,27 @@ func validateTargets(ts []Target) error {
 
 // ScrapeOnce fetches and normalizes one target once, for a CLI or a smoke
 // test. Zero Options fields take the defaults; a nil client gets a
-// dedicated one. Invalid options come back as a failed scrape.
+// dedicated one, built from t.HTTPClient when the target has settings of
+// its own. Invalid options, or a client that cannot be built, come back as
+// a failed scrape.
 func ScrapeOnce(ctx context.Context, client *http.Client, t Target, opts Options) series.Scrape {
 	opts, err := opts.withDefaults()
+	switch {
+	case err != nil:
+	case client != nil:
+		client = withRedirectPolicy(client)
+	case t.HTTPClient != nil:
+		if client, err = NewClientFromConfig(*t.HTTPClient, opts.Dial); err == nil {
+			defer client.CloseIdleConnections()
+		}
+	default:
+		client = newDefaultClient(opts.Timeout)
+		defer client.CloseIdleConnections()
+	}
 	if err != nil {
 		return series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Address: t.address(), Pod: t.Pod, At: time.Now(), Reason: series.FailureError, Error: err.Error()}
 	}
-	if client == nil {
-		client = newDefaultClient(opts.Timeout)
-		defer client.CloseIdleConnections()
-	} else {
-		client = withRedirectPolicy(client)
-	}
-	return newScraper(httpFetcher(client, opts), opts).scrape(ctx, t)
+	return newScraper(httpFetcher(oneClient(client), opts), opts).scrape(ctx, t)
 }
 
 // scraper holds the buffers of one scrape, reused by the next (of any
