@@ -3,6 +3,8 @@ package discovery
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +26,8 @@ type Config struct {
 	DNS []DNSConfig `yaml:"dns"`
 	// Kubernetes, when present (even as `kubernetes: {}`), watches pods.
 	Kubernetes *KubernetesConfig `yaml:"kubernetes"`
+	// FileSD entries read target files in Prometheus' file_sd format.
+	FileSD []FileSDConfig `yaml:"file_sd"`
 	// Shard keeps a slice of the fleet; a zero total keeps all of it.
 	Shard ShardConfig `yaml:"shard"`
 }
@@ -46,6 +50,32 @@ type DNSConfig struct {
 	// exposition lacks model_name).
 	Labels          map[string]string `yaml:"labels"`
 	RefreshInterval time.Duration     `yaml:"refresh_interval"`
+	// HTTPClient replaces the scrape-level client settings for the
+	// entry's targets (nil: the scrape level's).
+	HTTPClient *scrape.HTTPClientConfig `yaml:"http_client"`
+}
+
+// FileSDConfig reads targets from files in Prometheus' file_sd format: a
+// JSON (.json) or YAML (.yml, .yaml) list of groups, each
+// {targets: [host:port, ...], labels: {name: value, ...}}.
+type FileSDConfig struct {
+	// Files are paths or globs (filepath.Match patterns in the last path
+	// element and any directory) ending in .json, .yml or .yaml.
+	Files []string `yaml:"files"`
+	// RefreshInterval is how often the files are listed and read again; a
+	// file whose content changed is parsed anew.
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
+	// NamePrefix is put before every target name of this entry
+	// (<prefix><host>:<port>).
+	NamePrefix string `yaml:"name_prefix"`
+	// Scheme, Path and Kind are the entry's; a group's __scheme__,
+	// __metrics_path__ and kind labels override them for its targets.
+	Scheme string `yaml:"scheme"`
+	Path   string `yaml:"path"`
+	Kind   string `yaml:"kind"`
+	// HTTPClient replaces the scrape-level client settings for the
+	// entry's targets (nil: the scrape level's).
+	HTTPClient *scrape.HTTPClientConfig `yaml:"http_client"`
 }
 
 // KubernetesConfig discovers SGLang pods through the Kubernetes API.
@@ -75,6 +105,9 @@ type KubernetesConfig struct {
 	// starts and crash loops are seen; default true. Pods without an IP
 	// and terminating pods are never targets.
 	IncludeNotReady *bool `yaml:"include_not_ready"`
+	// HTTPClient replaces the scrape-level client settings for the pods'
+	// targets (nil: the scrape level's).
+	HTTPClient *scrape.HTTPClientConfig `yaml:"http_client"`
 	// WatchNodes reads the nodes the watched pods run on (their
 	// conditions and cordon), so a page can name a node NotReady or under
 	// pressure; default true. It needs get/list/watch on nodes, a
@@ -121,7 +154,7 @@ const (
 func DefaultCopyLabels() []string { return []string{"app.kubernetes.io/name", "model", "role"} }
 
 // Enabled reports whether any dynamic source is configured.
-func (c Config) Enabled() bool { return len(c.DNS) > 0 || c.Kubernetes != nil }
+func (c Config) Enabled() bool { return len(c.DNS) > 0 || c.Kubernetes != nil || len(c.FileSD) > 0 }
 
 // WithDefaults returns c with every zero field set to its default. It does
 // not validate.
@@ -135,6 +168,11 @@ func (c Config) WithDefaults() Config {
 		k := c.Kubernetes.withDefaults()
 		c.Kubernetes = &k
 	}
+	files := make([]FileSDConfig, len(c.FileSD))
+	for i, f := range c.FileSD {
+		files[i] = f.withDefaults()
+	}
+	c.FileSD = files
 	if c.Shard.By == "" {
 		c.Shard.By = ShardByTarget
 	}
@@ -150,6 +188,14 @@ func (d DNSConfig) withDefaults() DNSConfig {
 		d.RefreshInterval = DefaultRefreshInterval
 	}
 	return d
+}
+
+func (f FileSDConfig) withDefaults() FileSDConfig {
+	f.Scheme, f.Path, f.Kind = defaultEndpoint(f.Scheme, f.Path, f.Kind)
+	if f.RefreshInterval == 0 {
+		f.RefreshInterval = DefaultRefreshInterval
+	}
+	return f
 }
 
 func (k KubernetesConfig) withDefaults() KubernetesConfig {
@@ -209,6 +255,9 @@ func (c Config) Validate(prefix string) error {
 	if c.Kubernetes != nil {
 		c.Kubernetes.validate("kubernetes", add)
 	}
+	for i, f := range c.FileSD {
+		f.validate(fmt.Sprintf("file_sd[%d]", i), add)
+	}
 	c.Shard.validate("shard", add)
 	return errors.Join(errs...)
 }
@@ -245,8 +294,44 @@ func (d DNSConfig) validate(path string, add addFunc) {
 			add(path+".labels", "empty label name")
 		}
 	}
-	if d.RefreshInterval < 0 || (d.RefreshInterval > 0 && d.RefreshInterval < time.Second) {
-		add(path+".refresh_interval", "must be at least 1s, got %s", d.RefreshInterval)
+	checkRefresh(path, d.RefreshInterval, add)
+	checkHTTPClient(path, d.HTTPClient, add)
+}
+
+func (f FileSDConfig) validate(path string, add addFunc) {
+	if len(f.Files) == 0 {
+		add(path+".files", "at least one file or glob is required")
+	}
+	for i, pattern := range f.Files {
+		p := fmt.Sprintf("%s.files[%d]", path, i)
+		if _, err := filepath.Match(pattern, ""); err != nil {
+			add(p, "%q is not a glob: %v", pattern, err)
+		} else if !fileSDFormat.MatchString(pattern) {
+			add(p, "%q must end in .json, .yml or .yaml", pattern)
+		}
+	}
+	checkName(path+".name_prefix", f.NamePrefix, add)
+	checkEndpoint(path, f.Scheme, f.Path, f.Kind, add)
+	checkRefresh(path, f.RefreshInterval, add)
+	checkHTTPClient(path, f.HTTPClient, add)
+}
+
+// fileSDFormat matches the names file_sd reads, as Prometheus does: the
+// extension tells JSON from YAML.
+var fileSDFormat = regexp.MustCompile(`^[^*]*(\*[^/]*)?\.(json|yml|yaml|JSON|YML|YAML)$`)
+
+func checkRefresh(path string, d time.Duration, add addFunc) {
+	if d < 0 || (d > 0 && d < time.Second) {
+		add(path+".refresh_interval", "must be at least 1s, got %s", d)
+	}
+}
+
+func checkHTTPClient(path string, c *scrape.HTTPClientConfig, add addFunc) {
+	if c == nil {
+		return
+	}
+	if err := c.Validate(); err != nil {
+		add(path+".http_client", "%v", err)
 	}
 }
 
@@ -284,6 +369,7 @@ func (k KubernetesConfig) validate(path string, add addFunc) {
 			add(path+".model_label", "%q is not a label key: %s", k.ModelLabel, strings.Join(msgs, "; "))
 		}
 	}
+	checkHTTPClient(path, k.HTTPClient, add)
 }
 
 func (s ShardConfig) validate(path string, add addFunc) {

@@ -45,6 +45,10 @@ func TestConfigExampleDecodesAndValidates(t *testing.T) {
 	if cfg.DNS[0].RefreshInterval != 30*time.Second || cfg.DNS[0].Labels["model"] != "llama-3-70b" {
 		t.Errorf("dns[0] = %+v", cfg.DNS[0])
 	}
+	if f := cfg.FileSD; len(f) != 1 || f[0].RefreshInterval != time.Minute || f[0].HTTPClient == nil || f[0].HTTPClient.BasicAuth == nil ||
+		!f[0].HTTPClient.FollowRedirects {
+		t.Errorf("file_sd = %+v: want the settings over the client defaults", f)
+	}
 	if cfg.Shard != (ShardConfig{Total: 3, Index: 1, By: ShardByModel}) {
 		t.Errorf("shard = %+v", cfg.Shard)
 	}
@@ -57,7 +61,7 @@ func TestConfigExampleMatchesPackageDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"name_prefix", "refresh_interval", "kubeconfig", "namespaces", "label_selector",
-		"copy_labels", "model_label", "include_not_ready", "watch_nodes", "total", "index", "by"} {
+		"copy_labels", "model_label", "include_not_ready", "watch_nodes", "http_client", "total", "index", "by"} {
 		if !bytes.Contains(src, []byte("//\t    "+key+":")) && !bytes.Contains(src, []byte("//\t      "+key+":")) {
 			t.Errorf("package doc lacks %s", key)
 		}
@@ -97,7 +101,7 @@ func TestConfigDefaults(t *testing.T) {
 	if (Config{}).Enabled() {
 		t.Error("zero config enabled")
 	}
-	cfg, err := decode(t, []byte("discovery:\n  dns: [{names: [sglang.llm.svc]}]\n  kubernetes: {}\n"))
+	cfg, err := decode(t, []byte("discovery:\n  dns: [{names: [sglang.llm.svc]}]\n  kubernetes: {}\n  file_sd: [{files: [/t/*.json]}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +114,9 @@ func TestConfigDefaults(t *testing.T) {
 	if k.Port != "30000" || k.Scheme != "http" || k.Path != "/metrics" || k.Kind != "engine" || k.ModelLabel != "model" ||
 		k.IncludeNotReady == nil || !*k.IncludeNotReady || k.WatchNodes == nil || !*k.WatchNodes || !slices.Equal(k.CopyLabels, DefaultCopyLabels()) {
 		t.Errorf("kubernetes defaults: %+v", k)
+	}
+	if f := cfg.FileSD[0]; f.Scheme != "http" || f.Path != "/metrics" || f.Kind != "engine" || f.RefreshInterval != 30*time.Second || f.HTTPClient != nil {
+		t.Errorf("file_sd defaults: %+v", f)
 	}
 	if cfg.Shard.By != ShardByTarget || cfg.Shard.Total != 0 {
 		t.Errorf("shard defaults: %+v", cfg.Shard)
@@ -151,6 +158,15 @@ func TestConfigValidateNamesThePath(t *testing.T) {
 		{"kubernetes: {copy_labels: [model, 'bad key!']}", "discovery.kubernetes.copy_labels[1]:"},
 		{"kubernetes: {model_label: 'a b'}", "discovery.kubernetes.model_label:"},
 		{"kubernetes: {kind: router}", "discovery.kubernetes.kind:"},
+		{"kubernetes: {http_client: {bearer_token: a, bearer_token_file: /t}}", "discovery.kubernetes.http_client:"},
+		{"dns: [{names: [a.svc], http_client: {basic_auth: {username: u}, authorization: {credentials: c}}}]", "discovery.dns[0].http_client:"},
+		{"file_sd: [{refresh_interval: 1m}]", "discovery.file_sd[0].files:"},
+		{"file_sd: [{files: [/t/*.json, /t/targets.txt]}]", "discovery.file_sd[0].files[1]:"},
+		{"file_sd: [{files: ['/t/[.json']}]", "discovery.file_sd[0].files[0]:"},
+		{"file_sd: [{files: [/t/a.json], refresh_interval: 10ms}]", "discovery.file_sd[0].refresh_interval:"},
+		{"file_sd: [{files: [/t/a.json], name_prefix: 'a b'}]", "discovery.file_sd[0].name_prefix:"},
+		{"file_sd: [{files: [/t/a.json], kind: router}]", "discovery.file_sd[0].kind:"},
+		{"file_sd: [{files: [/t/a.json], http_client: {basic_auth: {username: u, password: p, password_file: /p}}}]", "discovery.file_sd[0].http_client:"},
 		{"shard: {total: 2, index: 2}", "discovery.shard.index:"},
 		{"shard: {total: 2, index: -1}", "discovery.shard.index:"},
 		{"shard: {index: 1}", "discovery.shard.index:"},

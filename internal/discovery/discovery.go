@@ -1,6 +1,7 @@
 // Package discovery finds the targets to scrape beside the static list:
 // DNS names (A/AAAA or SRV records of a headless Service, re-resolved
-// periodically) and Kubernetes pods (watched through client-go informers).
+// periodically), Kubernetes pods (watched through client-go informers) and
+// files in Prometheus' file_sd format (re-read periodically).
 // A Discoverer merges them with the static targets, optionally keeps one
 // shard of the fleet, and hands the full sorted list to a callback
 // whenever it changes; the daemon passes it to the scraper, which stops the
@@ -35,6 +36,16 @@
 //	    model_label: model           # pod label copied as the target's "model"
 //	    include_not_ready: true      # keep pods that are not Ready (cold starts, crash loops)
 //	    watch_nodes: true            # read the pods' nodes (conditions, cordon); needs a ClusterRole
+//	    http_client: {}              # no default: the scrape section's client settings
+//	  file_sd:
+//	    - files: [/etc/watchdog/targets/*.json, /etc/watchdog/targets/*.yaml]  # globs (required)
+//	      refresh_interval: 30s      # files listed and read again; changed content parsed anew
+//	      name_prefix: ""            # targets are <prefix><host>:<port>
+//	      scheme: http               # a group's __scheme__ label overrides it
+//	      path: /metrics             # a group's __metrics_path__ label overrides it
+//	      kind: engine               # a group's kind label overrides it
+//	      http_client:               # no default: the scrape section's client settings
+//	        basic_auth: {username: watchdog, password_file: /run/secrets/sglang-password}
 //	  shard:
 //	    total: 0                     # 0 or 1: no sharding
 //	    index: 0                     # 0 <= index < total
@@ -42,10 +53,26 @@
 //
 // Target names: "<namespace>.<pod>" for pods (target names hold no '/',
 // which separates target and worker in replica names downstream), the
-// name prefix then "<ip>:<port>" for A/AAAA records, and the name prefix
-// then "<first label of the host>:<port>" for SRV records. When two
+// name prefix then "<ip>:<port>" for A/AAAA records, the name prefix then
+// "<first label of the host>:<port>" for SRV records, and the name prefix
+// then the "<host>:<port>" of the file for file_sd targets. When two
 // sources yield the same name, static wins over Kubernetes, which wins
-// over DNS.
+// over file_sd, which wins over DNS.
+//
+// Client settings: every source takes an http_client block (Prometheus'
+// HTTP client configuration: tls_config, basic_auth, authorization, ...)
+// that replaces the scrape section's settings, whole, for its targets.
+//
+// file_sd: each file is a JSON or YAML list of groups
+// {targets: [host:port, ...], labels: {...}}, as Prometheus reads them.
+// Labels are copied onto the group's targets ("model" and "role" mean what
+// they mean for the other sources), except kind (engine or gateway),
+// __scheme__ and __metrics_path__, which set the group's endpoint; other
+// labels starting with "__" are dropped. A file that cannot be read or
+// parsed, or holds a bad target or label, keeps its last good targets; it
+// is counted in watchdog_discovery_refresh_failures_total{source="file_sd"}
+// on every refresh and logged once per distinct error. A file the globs no
+// longer match (deleted, renamed) takes its targets with it.
 //
 // Pods: terminating pods (deletionTimestamp set) and pods that completed
 // are dropped, since a scale-down is not an outage; failed pods (evicted,
@@ -91,6 +118,7 @@ const (
 	SourceStatic     = "static"
 	SourceDNS        = "dns"
 	SourceKubernetes = "kubernetes"
+	SourceFileSD     = "file_sd"
 )
 
 // Timing of updates.
@@ -111,6 +139,7 @@ type Discoverer struct {
 	static  []scrape.Target
 	dns     []*dnsSource
 	kube    *kubeSource
+	files   []*fileSource
 	shard   ShardConfig
 	logger  *zap.Logger
 	metrics *metrics
@@ -180,6 +209,11 @@ func newDiscoverer(cfg Config, static []scrape.Target, kube kubernetes.Interface
 		d.dns = append(d.dns, newDNSSource(dc, resolver, d.metrics.failures.WithLabelValues(SourceDNS), d.signal,
 			logger.With(zap.String("source", SourceDNS))))
 	}
+	for _, fc := range cfg.FileSD {
+		d.files = append(d.files, newFileSource(fc, d.metrics.failures.WithLabelValues(SourceFileSD), d.signal,
+			logger.With(zap.String("source", SourceFileSD))))
+		sources++
+	}
 	if kc := cfg.Kubernetes; kc != nil {
 		namespaces := kc.Namespaces
 		if len(namespaces) == 0 {
@@ -228,6 +262,11 @@ func (d *Discoverer) Run(ctx context.Context, update func(targets []scrape.Targe
 	pending := map[string]bool{}
 	for i, s := range d.dns {
 		name := fmt.Sprintf("dns[%d]", i)
+		pending[name] = true
+		wg.Go(func() { s.run(ctx, func() { d.synced <- name }) })
+	}
+	for i, s := range d.files {
+		name := fmt.Sprintf("file_sd[%d]", i)
 		pending[name] = true
 		wg.Go(func() { s.run(ctx, func() { d.synced <- name }) })
 	}
@@ -301,27 +340,32 @@ func sameTarget(a, b scrape.Target) bool {
 	return a.Equal(b) && a.Pod.Equal(b.Pod)
 }
 
-// collect merges the sources (first name wins: static, Kubernetes, DNS),
-// applies the shard and sorts by name.
+// collect merges the sources (first name wins: static, Kubernetes, files,
+// DNS), applies the shard and sorts by name.
 func (d *Discoverer) collect() []scrape.Target {
 	var pods []scrape.Target
 	var skipped map[string]string
 	if d.kube != nil {
 		pods, skipped = d.kube.targets()
 	}
-	var byDNS []scrape.Target
+	var byFile, byDNS []scrape.Target
+	for _, s := range d.files {
+		byFile = append(byFile, s.targets()...)
+	}
 	for _, s := range d.dns {
 		byDNS = append(byDNS, s.targets()...)
 	}
 	d.metrics.targets.WithLabelValues(SourceStatic).Set(float64(len(d.static)))
 	d.metrics.targets.WithLabelValues(SourceKubernetes).Set(float64(len(pods)))
+	d.metrics.targets.WithLabelValues(SourceFileSD).Set(float64(len(byFile)))
 	d.metrics.targets.WithLabelValues(SourceDNS).Set(float64(len(byDNS)))
 	d.logSkipped(skipped)
 
-	seen := make(map[string]bool, len(d.static)+len(pods)+len(byDNS))
+	n := len(d.static) + len(pods) + len(byFile) + len(byDNS)
+	seen := make(map[string]bool, n)
 	dups := map[string]bool{}
-	merged := make([]scrape.Target, 0, len(d.static)+len(pods)+len(byDNS))
-	for _, list := range [][]scrape.Target{d.static, pods, byDNS} {
+	merged := make([]scrape.Target, 0, n)
+	for _, list := range [][]scrape.Target{d.static, pods, byFile, byDNS} {
 		for _, t := range list {
 			if seen[t.Name] {
 				dups[t.Name] = true
@@ -333,7 +377,7 @@ func (d *Discoverer) collect() []scrape.Target {
 	}
 	for name := range dups {
 		if !d.dups[name] {
-			d.logger.Warn("two sources yield the same target name; keeping the first (static, then kubernetes, then dns)",
+			d.logger.Warn("two sources yield the same target name; keeping the first (static, then kubernetes, then file_sd, then dns)",
 				zap.String("target", name))
 		}
 	}
@@ -393,14 +437,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		})),
 		failures: promreg.Reuse(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "watchdog_discovery_refresh_failures_total",
-			Help: "Failed DNS lookups and Kubernetes list/watch calls; the last known targets are kept.",
+			Help: "Failed DNS lookups, Kubernetes list/watch calls and file_sd reads of a bad or unreadable file; the last known targets are kept.",
 		}, []string{"source"})),
 		updates: promreg.Reuse(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "watchdog_discovery_updates_total",
 			Help: "Target lists handed to the scraper.",
 		})),
 	}
-	for _, s := range []string{SourceDNS, SourceKubernetes} {
+	for _, s := range []string{SourceDNS, SourceKubernetes, SourceFileSD} {
 		m.failures.WithLabelValues(s)
 	}
 	return m

@@ -50,7 +50,7 @@ func TestMergeStaticWins(t *testing.T) {
 
 		create(t, cs, newPod("llm", "sglang-b", "10.1.0.2", true, sglangLabels("m", "decode")))
 		wantNames(t, h.next(t).targets, "10.0.0.1:30000", "10.0.0.2:30000", "llm.sglang-a", "llm.sglang-b", "router")
-		if n := h.logs.FilterMessage("two sources yield the same target name; keeping the first (static, then kubernetes, then dns)").Len(); n != 1 {
+		if n := h.logs.FilterMessage("two sources yield the same target name; keeping the first (static, then kubernetes, then file_sd, then dns)").Len(); n != 1 {
 			t.Errorf("%d duplicate-name logs, want 1", n)
 		}
 	})
@@ -185,8 +185,8 @@ func TestNewTwiceOnOneRegistry(t *testing.T) {
 		t.Errorf("lint: %v %v", problems, err)
 	}
 	n, err := testutil.GatherAndCount(reg, "watchdog_discovery_refresh_failures_total")
-	if err != nil || n != 2 {
-		t.Errorf("refresh failure series = %d (%v), want dns and kubernetes at 0", n, err)
+	if err != nil || n != 3 {
+		t.Errorf("refresh failure series = %d (%v), want dns, kubernetes and file_sd at 0", n, err)
 	}
 }
 

@@ -140,6 +140,8 @@ func (s *dnsSource) target(name, hostPort string) scrape.Target {
 		URL:    s.cfg.Scheme + "://" + hostPort + s.cfg.Path,
 		Kind:   s.cfg.Kind,
 		Labels: s.cfg.Labels, // shared, read-only
+		// Shared by the entry's targets, so they share one client.
+		HTTPClient: s.cfg.HTTPClient,
 	}
 }
 

@@ -369,6 +369,8 @@ func (k *kubeSource) podTarget(p *corev1.Pod) podResult {
 		Kind:   k.cfg.Kind,
 		Labels: ls,
 		Pod:    k.podStatus(p),
+		// Shared by the pods' targets, so they share one client.
+		HTTPClient: k.cfg.HTTPClient,
 	}}
 }
 
