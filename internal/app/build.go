@@ -148,7 +148,9 @@ func (d *daemon) buildScraper(now time.Time) error {
 		MaxSeries:    d.cfg.Scrape.MaxSeries,
 		KeepFamilies: keptFamilies(d.cfg),
 		AcceptGzip:   d.cfg.Scrape.AcceptGzip,
-		Client:       scrape.NewClient(d.opts.Dial),
+		// The scrape section's client settings; a target's own replace them.
+		HTTPClient: &d.cfg.Scrape.HTTPClient,
+		Dial:       d.opts.Dial,
 		// /health_generate of engine targets, so a hang with nothing in
 		// flight is seen.
 		HealthProbeInterval:    probe.Interval,

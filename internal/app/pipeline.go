@@ -32,7 +32,7 @@ func scrapeTargets(ts []config.Target) ([]scrape.Target, error) {
 		if kind == "" {
 			kind = "engine"
 		}
-		out = append(out, scrape.Target{Name: t.Name, URL: u, Kind: kind, Labels: t.Labels})
+		out = append(out, scrape.Target{Name: t.Name, URL: u, Kind: kind, Labels: t.Labels, HTTPClient: t.HTTPClient})
 	}
 	return out, nil
 }
@@ -77,7 +77,7 @@ func (p *pipeline) apply(old, next config.Config) error {
 	}
 	if p.discovered {
 		// The discoverer owns the target list (static targets included).
-		if fmt.Sprint(old.Targets, old.Discovery) != fmt.Sprint(next.Targets, next.Discovery) {
+		if !reflect.DeepEqual(old.Targets, next.Targets) || !reflect.DeepEqual(old.Discovery, next.Discovery) {
 			p.logger.Warn("with discovery on, target and discovery changes take effect after a restart")
 		}
 	} else {
@@ -151,7 +151,7 @@ func restartOnly(old, next config.Config) []string {
 	check("state_dir", old.StateDir != next.StateDir)
 	check("log_level", old.LogLevel != next.LogLevel)
 	check("log_format", old.LogFormat != next.LogFormat)
-	check("scrape", old.Scrape != next.Scrape)
+	check("scrape", !reflect.DeepEqual(old.Scrape, next.Scrape))
 	check("evaluation", old.Evaluation != next.Evaluation)
 	check("ha", old.HA != next.HA)
 	check("heartbeat", old.Heartbeat != next.Heartbeat)

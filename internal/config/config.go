@@ -107,6 +107,11 @@ type Scrape struct {
 	// scrape, for the watchdog an inflate). Off: identity is asked for; a
 	// target that compresses anyway is still read.
 	AcceptGzip bool `yaml:"accept_gzip"`
+	// HTTPClient is Prometheus' HTTP client block, as in a scrape_config
+	// (tls_config, basic_auth, authorization, oauth2, bearer_token_file,
+	// proxy_url, follow_redirects, http_headers...), for the scrapes and
+	// health probes of every target without an http_client of its own.
+	HTTPClient scrape.HTTPClientConfig `yaml:",inline"`
 }
 
 // HealthProbe settings: the active /health_generate probe of engine
@@ -141,6 +146,9 @@ type Target struct {
 	// Labels are copied onto the replica; "model" names the model when the
 	// exposition does not, and feeds sharding by model.
 	Labels map[string]string `yaml:"labels"`
+	// HTTPClient replaces the scrape section's client settings, whole,
+	// for this target; nil takes them.
+	HTTPClient *scrape.HTTPClientConfig `yaml:"http_client"`
 }
 
 // Notify holds the paging settings.
@@ -226,6 +234,7 @@ func Default() Config {
 				Timeout:       25 * time.Second,
 				MaxConcurrent: 32,
 			},
+			HTTPClient: scrape.DefaultHTTPClientConfig(),
 		},
 		Evaluation:  Evaluation{Interval: DefaultEvaluationInterval},
 		Detectors:   detect.DefaultConfig(),
@@ -508,6 +517,9 @@ func (c Config) Validate() error {
 			add("scrape.health_probe.max_concurrent: must be positive, got %d", hp.MaxConcurrent)
 		}
 	}
+	if err := c.Scrape.HTTPClient.Validate(); err != nil {
+		add("scrape: %v", err)
+	}
 	if c.Evaluation.Interval <= 0 {
 		add("evaluation.interval: must be positive, got %s", c.Evaluation.Interval)
 	}
@@ -535,6 +547,11 @@ func (c Config) Validate() error {
 		}
 		if t.Kind != "" && !slices.Contains(scrape.Kinds(), t.Kind) {
 			add("%s.kind: %q is not one of %s", path, t.Kind, strings.Join(scrape.Kinds(), ", "))
+		}
+		if t.HTTPClient != nil {
+			if err := t.HTTPClient.Validate(); err != nil {
+				add("%s.http_client: %v", path, err)
+			}
 		}
 	}
 	if err := c.Detectors.Validate(); err != nil {

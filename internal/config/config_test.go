@@ -37,6 +37,8 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 			"correlation.gpu_targets[1].gpus[0]: GPU 1 of node \"node-a\" is mapped by gpu_targets[0]", "correlation.gpu_targets[1].gpus[1]",
 			"correlation.gpu_targets[2].target: \"dcgm-node-a\" is no engine target", "correlation.gpu_targets[2].node: required",
 			"correlation.gpu_targets[2].gpus: list at least one"}},
+		{"bad-http-client.yaml", []string{"scrape: at most one of bearer_token & bearer_token_file", "targets[0].http_client: at most one of basic_auth",
+			"targets[1].http_client: if proxy_connect_header is configured", "discovery.file_sd[0].files[0]:", "discovery.file_sd[0].http_client: at most one of basic_auth password"}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -49,7 +51,7 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 					t.Errorf("error does not name %q:\n%v", w, err)
 				}
 			}
-			if strings.Contains(err.Error(), "xoxb-not-printed") {
+			if strings.Contains(err.Error(), "xoxb-not-printed") || strings.Contains(err.Error(), "hunter2") {
 				t.Error("error prints a secret")
 			}
 		})
@@ -221,5 +223,42 @@ func TestNotifyMaxRetryAfterDefaultsAndParses(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("valid setting rejected: %v", err)
+	}
+}
+
+// Client settings at the scrape level, a target's own, and a discovery
+// source's: decoded over Prometheus' defaults, and never printed with
+// their secrets.
+func TestHTTPClientSettings(t *testing.T) {
+	cfg, err := Load(Default(), map[string]string{"WATCHDOG_CONFIG": "testdata/good-http-client.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := cfg.Scrape.HTTPClient
+	if sc.TLSConfig.CertFile != "/etc/sglang/client.pem" || sc.BasicAuth == nil || string(sc.BasicAuth.Password) != "hunter2-scrape" ||
+		!sc.FollowRedirects || !sc.EnableHTTP2 {
+		t.Errorf("scrape settings %s", sc)
+	}
+	if cfg.Targets[0].HTTPClient != nil {
+		t.Errorf("a target without http_client has settings of its own: %s", cfg.Targets[0].HTTPClient)
+	}
+	own := cfg.Targets[1].HTTPClient
+	if own == nil || own.Authorization == nil || string(own.Authorization.Credentials) != "hunter2-target" || own.FollowRedirects || !own.EnableHTTP2 {
+		t.Errorf("target settings %s", own)
+	}
+	if f := cfg.Discovery.FileSD; len(f) != 1 || f[0].HTTPClient == nil || f[0].HTTPClient.BearerTokenFile != "/run/secrets/sglang-token" {
+		t.Errorf("file_sd %+v", f)
+	}
+	y, _ := yaml.Marshal(cfg)
+	j, _ := json.Marshal(cfg)
+	for _, out := range []string{string(y), string(j), fmt.Sprintf("%v %+v %#v", cfg, cfg, cfg), fmt.Sprint(cfg.Targets), fmt.Sprintf("%#v", cfg.Targets)} {
+		if strings.Contains(out, "hunter2") {
+			t.Fatalf("a client secret printed in %.300s", out[strings.Index(out, "hunter2")-min(200, strings.Index(out, "hunter2")):])
+		}
+	}
+	// The default keeps what the scraper did before settings existed:
+	// redirects followed, HTTP/2, the environment's proxy.
+	if d := Default().Scrape.HTTPClient; !d.FollowRedirects || !d.EnableHTTP2 || !d.ProxyFromEnvironment {
+		t.Errorf("default scrape client %s", d)
 	}
 }
