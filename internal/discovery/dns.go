@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,25 +32,17 @@ const dnsLookupTimeout = 10 * time.Second
 type dnsSource struct {
 	cfg      DNSConfig // defaulted
 	resolver Resolver
-	logger   *zap.Logger
-	failures prometheus.Counter
 	kick     func()
-
-	mu     sync.Mutex
-	byName map[string][]scrape.Target // last known targets of each name
-
-	lastErr map[string]string // last failure of each name; Run's goroutine only
+	known    *lastKnown // by name
 }
 
 func newDNSSource(cfg DNSConfig, resolver Resolver, failures prometheus.Counter, kick func(), logger *zap.Logger) *dnsSource {
 	return &dnsSource{
 		cfg:      cfg,
 		resolver: resolver,
-		logger:   logger,
-		failures: failures,
 		kick:     kick,
-		byName:   make(map[string][]scrape.Target, len(cfg.Names)),
-		lastErr:  make(map[string]string),
+		known: newLastKnown(failures, logger, "name",
+			"DNS lookup failed; keeping the last known targets", "DNS lookup recovered"),
 	}
 }
 
@@ -70,27 +61,12 @@ func (s *dnsSource) refresh(ctx context.Context) {
 			return // shutting down: neither a failure nor news
 		}
 		if err != nil {
-			s.failures.Inc()
-			if msg := err.Error(); s.lastErr[name] != msg {
-				s.lastErr[name] = msg
-				s.mu.Lock()
-				kept := len(s.byName[name])
-				s.mu.Unlock()
-				s.logger.Warn("DNS lookup failed; keeping the last known targets",
-					zap.String("name", name), zap.Int("kept", kept), zap.Error(err))
-			}
+			s.known.failed(name, err)
 			continue
 		}
-		if _, failed := s.lastErr[name]; failed {
-			delete(s.lastErr, name)
-			s.logger.Info("DNS lookup recovered", zap.String("name", name), zap.Int("targets", len(found)))
-		}
-		s.mu.Lock()
-		if prev, ok := s.byName[name]; !ok || !slices.EqualFunc(prev, found, scrape.Target.Equal) {
-			s.byName[name] = found
+		if s.known.set(name, found) {
 			changed = true
 		}
-		s.mu.Unlock()
 	}
 	if changed {
 		s.kick()
@@ -147,11 +123,9 @@ func (s *dnsSource) target(name, hostPort string) scrape.Target {
 
 // targets returns the last known targets of every name, in config order.
 func (s *dnsSource) targets() []scrape.Target {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []scrape.Target
 	for _, name := range s.cfg.Names {
-		out = append(out, s.byName[name]...)
+		out = append(out, s.known.of(name)...)
 	}
 	return out
 }

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,17 +49,11 @@ type fileGroup struct {
 // distinct error; a file no longer matched by the globs, deleted or
 // renamed away, takes its targets with it.
 type fileSource struct {
-	cfg      FileSDConfig // defaulted
-	logger   *zap.Logger
-	failures prometheus.Counter
-	kick     func()
+	cfg   FileSDConfig // defaulted
+	kick  func()
+	known *lastKnown // by file
 
-	mu     sync.Mutex
-	byFile map[string][]scrape.Target // last good targets of each matched file
-
-	// Run's goroutine only.
-	parsed  map[string]fileRead // last content read of each file, and what it gave
-	lastErr map[string]string   // last failure logged of each file
+	parsed map[string]fileRead // last content read of each file, and what it gave; Run's goroutine only
 }
 
 // fileRead is a file's content and its targets or the error it gave.
@@ -72,13 +65,11 @@ type fileRead struct {
 
 func newFileSource(cfg FileSDConfig, failures prometheus.Counter, kick func(), logger *zap.Logger) *fileSource {
 	return &fileSource{
-		cfg:      cfg,
-		logger:   logger,
-		failures: failures,
-		kick:     kick,
-		byFile:   map[string][]scrape.Target{},
-		parsed:   map[string]fileRead{},
-		lastErr:  map[string]string{},
+		cfg:  cfg,
+		kick: kick,
+		known: newLastKnown(failures, logger, "file",
+			"target file unreadable or invalid; keeping its last good targets", "target file valid again"),
+		parsed: map[string]fileRead{},
 	}
 }
 
@@ -110,41 +101,21 @@ func (s *fileSource) refresh() {
 		}
 		matched[path] = true
 		if err != nil {
-			s.failures.Inc()
-			if msg := err.Error(); s.lastErr[path] != msg {
-				s.lastErr[path] = msg
-				s.mu.Lock()
-				kept := len(s.byFile[path])
-				s.mu.Unlock()
-				s.logger.Warn("target file unreadable or invalid; keeping its last good targets",
-					zap.String("file", path), zap.Int("kept", kept), zap.Error(err))
-			}
+			s.known.failed(path, err)
 			continue
 		}
-		if _, failed := s.lastErr[path]; failed {
-			delete(s.lastErr, path)
-			s.logger.Info("target file valid again", zap.String("file", path), zap.Int("targets", len(targets)))
-		}
-		s.mu.Lock()
-		if prev, ok := s.byFile[path]; !ok || !slices.EqualFunc(prev, targets, scrape.Target.Equal) {
-			s.byFile[path] = targets
+		if s.known.set(path, targets) {
 			changed = true
 		}
-		s.mu.Unlock()
 	}
-	s.mu.Lock()
-	for path, ts := range s.byFile {
-		if !matched[path] {
-			delete(s.byFile, path)
-			changed = true
-			s.logger.Info("target file gone; its targets are removed", zap.String("file", path), zap.Int("targets", len(ts)))
-		}
-	}
-	s.mu.Unlock()
 	for path := range s.parsed {
-		if !matched[path] {
-			delete(s.parsed, path)
-			delete(s.lastErr, path)
+		if matched[path] {
+			continue
+		}
+		delete(s.parsed, path)
+		if n, had := s.known.forget(path); had {
+			changed = true
+			s.known.logger.Info("target file gone; its targets are removed", zap.String("file", path), zap.Int("targets", n))
 		}
 	}
 	if changed {
@@ -266,11 +237,9 @@ func (s *fileSource) groupTargets(prefix string, g fileGroup) ([]scrape.Target, 
 // targets returns the last good targets of every matched file, in file
 // order.
 func (s *fileSource) targets() []scrape.Target {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []scrape.Target
-	for _, path := range slices.Sorted(maps.Keys(s.byFile)) {
-		out = append(out, s.byFile[path]...)
+	for _, path := range s.known.keys() {
+		out = append(out, s.known.of(path)...)
 	}
 	return out
 }
