@@ -56,6 +56,12 @@ func TestWatchdogYAMLStatesTheDefaults(t *testing.T) {
 		if len(c.Notify.Alertmanager.URLs) == 0 {
 			c.Notify.Alertmanager.URLs = nil
 		}
+		if len(c.Discovery.FileSD) == 0 {
+			c.Discovery.FileSD = nil
+		}
+		if len(c.Correlation.GPUTargets) == 0 {
+			c.Correlation.GPUTargets = nil
+		}
 	}
 	normalize(&got)
 	normalize(&want)
