@@ -29,7 +29,8 @@ type HandlerOptions struct {
 // maxBodyBytes bounds a request body: a silence is a few hundred bytes.
 const maxBodyBytes = 64 << 10
 
-// Handler serves the silences API (/api/v1/silences) and pages (/silences).
+// Handler serves the silences API (/api/v1/silences, and Alertmanager's
+// /api/v2/silences in v2.go) and pages (/silences).
 type Handler struct {
 	opts HandlerOptions
 	mux  *http.ServeMux
@@ -46,8 +47,9 @@ func NewHandler(opts HandlerOptions) *Handler {
 	csrf := http.NewCrossOriginProtection()
 	h.mux.HandleFunc("GET /api/v1/silences", h.list)
 	h.mux.HandleFunc("GET /api/v1/silences/{id}", h.get)
-	h.mux.Handle("POST /api/v1/silences", csrf.Handler(h.bearer(h.create)))
-	h.mux.Handle("DELETE /api/v1/silences/{id}", csrf.Handler(h.bearer(h.expire)))
+	h.mux.Handle("POST /api/v1/silences", csrf.Handler(h.bearer(h.create, writeError)))
+	h.mux.Handle("DELETE /api/v1/silences/{id}", csrf.Handler(h.bearer(h.expire, writeError)))
+	h.routeV2(csrf)
 	h.mux.HandleFunc("GET /silences", h.listPage)
 	h.mux.HandleFunc("GET /silences/new", h.newPage)
 	h.mux.Handle("POST /silences/new", csrf.Handler(http.HandlerFunc(h.createForm)))
@@ -60,7 +62,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 // Patterns are the paths the server must route to the handler.
 func Patterns() []string {
-	return []string{"/api/v1/silences", "/api/v1/silences/", "/silences", "/silences/"}
+	return append([]string{"/api/v1/silences", "/api/v1/silences/", "/silences", "/silences/"}, v2Patterns...)
 }
 
 // authorize checks a presented token; it returns the status and message
@@ -78,14 +80,16 @@ func (h *Handler) authorize(presented string) (int, string) {
 	return 0, ""
 }
 
-func (h *Handler) bearer(next http.HandlerFunc) http.Handler {
+// bearer lets a request through to next when it carries the token;
+// otherwise it answers with writeErr, in the shape of the API called.
+func (h *Handler) bearer(next http.HandlerFunc, writeErr func(http.ResponseWriter, int, string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if code, msg := h.authorize(token); code != 0 {
 			if code == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sglang-watchdog"`)
 			}
-			writeError(w, code, msg)
+			writeErr(w, code, msg)
 			return
 		}
 		next(w, r)
@@ -124,7 +128,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := h.opts.Store.Add(Silence{Matchers: req.Matchers, StartsAt: req.StartsAt, EndsAt: req.EndsAt, CreatedBy: req.CreatedBy, Comment: req.Comment}, h.opts.Now())
 	if err != nil {
-		h.fail(w, err)
+		h.fail(w, err, writeError)
 		return
 	}
 	h.opts.Logger.Info("silence created", zap.String("id", st.ID), zap.Strings("matchers", st.Matchers),
@@ -135,7 +139,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) expire(w http.ResponseWriter, r *http.Request) {
 	st, err := h.opts.Store.Expire(r.PathValue("id"), h.opts.Now())
 	if err != nil {
-		h.fail(w, err)
+		h.fail(w, err, writeError)
 		return
 	}
 	h.opts.Logger.Info("silence expired", zap.String("id", st.ID))
@@ -157,12 +161,14 @@ func status(err error) int {
 	}
 }
 
-func (h *Handler) fail(w http.ResponseWriter, err error) {
+// fail answers a store error with writeErr, in the shape of the API
+// called.
+func (h *Handler) fail(w http.ResponseWriter, err error, writeErr func(http.ResponseWriter, int, string)) {
 	code := status(err)
 	if code == http.StatusInternalServerError {
 		h.opts.Logger.Error("changing silences failed", zap.Error(err))
 	}
-	writeError(w, code, err.Error())
+	writeErr(w, code, err.Error())
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -187,6 +187,12 @@ func (s *Store) Load(now time.Time) error {
 // Add validates in and stores it as a new silence; StartsAt zero means
 // now. It returns the stored silence with its ID.
 func (s *Store) Add(in Silence, now time.Time) (Status, error) {
+	return s.add(in, now, "")
+}
+
+// add stores in as a new silence and, when replaced is not "", ends that
+// silence in the same save.
+func (s *Store) add(in Silence, now time.Time, replaced string) (Status, error) {
 	if in.StartsAt.IsZero() {
 		in.StartsAt = now
 	}
@@ -207,11 +213,27 @@ func (s *Store) Add(in Silence, now time.Time) (Status, error) {
 		return Status{}, &InvalidError{Problems: []string{fmt.Sprintf("the store holds its maximum of %d silences; expire some or wait for expired ones to be dropped", s.opts.MaxSilences)}}
 	}
 	next := maps.Clone(s.silences)
+	if replaced != "" {
+		e, ok := next[replaced]
+		if !ok {
+			return Status{}, ErrNotFound
+		}
+		if e.StateAt(now) != StateExpired {
+			next[replaced] = ended(e, now)
+		}
+	}
 	next[in.ID] = entry{Silence: in, matchers: ms}
 	if err := s.commitLocked(next, now); err != nil {
 		return Status{}, err
 	}
 	return Status{Silence: in, State: in.StateAt(now)}, nil
+}
+
+// Replace is how Alertmanager's API updates a silence: old ends now (when
+// it has not ended already) and in is stored as a new silence, both in
+// one save. It returns the new silence.
+func (s *Store) Replace(old string, in Silence, now time.Time) (Status, error) {
+	return s.add(in, now, old)
 }
 
 // Expire ends a pending or active silence now.
@@ -225,16 +247,21 @@ func (s *Store) Expire(id string, now time.Time) (Status, error) {
 	if e.StateAt(now) == StateExpired {
 		return Status{}, ErrAlreadyExpired
 	}
+	next := maps.Clone(s.silences)
+	next[id] = ended(e, now)
+	if err := s.commitLocked(next, now); err != nil {
+		return Status{}, err
+	}
+	return Status{Silence: next[id].Silence, State: StateExpired}, nil
+}
+
+// ended is e ended at now: its end, and a future start, become now.
+func ended(e entry, now time.Time) entry {
 	if now.Before(e.StartsAt) {
 		e.StartsAt = now
 	}
 	e.EndsAt, e.UpdatedAt = now, now
-	next := maps.Clone(s.silences)
-	next[id] = e
-	if err := s.commitLocked(next, now); err != nil {
-		return Status{}, err
-	}
-	return Status{Silence: e.Silence, State: StateExpired}, nil
+	return e
 }
 
 // commitLocked saves next and makes it current; a failed save changes
