@@ -39,8 +39,8 @@ Manage the silences of a running daemon through its API (flags before arguments)
   watchdog silence ls [--output json]
   watchdog silence expire ID
 
-Matchers use Alertmanager's syntax over the labels replica, model, class, severity and the
-target's labels. add and expire send the bearer token read from --token-file.
+Matchers use Alertmanager's syntax over the labels replica, model, class (also alertname),
+severity, incident and the target's labels. add and expire send the bearer token read from --token-file.
 
 Exit status: 0 done, 1 the daemon refused or could not be reached, 2 usage error.
 

@@ -52,8 +52,9 @@ type muting struct {
 
 // AlertLabels are the labels silences match an alert on: its target labels
 // (namespace, team, ...) and replica, model, class (the incident's cause),
-// severity and incident (its ID), which win over target labels of those
-// names. The incident ID is the one label that stays fixed while the
+// alertname (the class again, the label amtool and Alertmanager users
+// silence by), severity and incident (its ID), which win over target
+// labels of those names. The incident ID is the one label that stays fixed while the
 // incident escalates or is renamed after a newly identified cause, and
 // that the next incident of the same replica and class does not share:
 // silencing "this incident" from its page matches on it.
@@ -66,6 +67,7 @@ func AlertLabels(a alert.Incident) map[string]string {
 	out["replica"] = a.Replica
 	out["model"] = a.Model
 	out["class"] = string(a.Class)
+	out["alertname"] = string(a.Class)
 	out["severity"] = a.Severity.String()
 	return out
 }

@@ -41,7 +41,8 @@ const (
 // Silence mutes the alerts whose labels match every matcher between
 // StartsAt and EndsAt. Matchers are Alertmanager matchers
 // (`replica="sim-0"`, `class=~"preempt.*"`, `severity!="info"`) over the
-// alert's labels: replica, model, class, severity and its target labels.
+// alert's labels: replica, model, class (also as alertname), severity,
+// incident and its target labels.
 type Silence struct {
 	ID        string    `json:"id"`
 	Matchers  []string  `json:"matchers"`
