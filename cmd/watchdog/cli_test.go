@@ -373,7 +373,7 @@ func TestConfigFileChangeReloads(t *testing.T) {
 			return resp.StatusCode, string(b)
 		}
 		targets := func() []string {
-			_, body := request("GET", "/api/v1/targets")
+			_, body := request("GET", "/api/v1/watchdog/targets")
 			var v struct{ Targets []struct{ Replica string } }
 			if err := json.Unmarshal([]byte(body), &v); err != nil {
 				t.Fatalf("targets: %v: %s", err, body)

@@ -296,12 +296,12 @@ func (r *daemonRun) findings(t *testing.T) map[string][]string {
 type apiFinding struct{ Class, Severity string }
 
 // apiFindings returns, per replica, the findings of the daemon's last
-// evaluation round from GET /api/v1/targets.
+// evaluation round from GET /api/v1/watchdog/targets.
 func (r *daemonRun) apiFindings(t *testing.T) map[string][]apiFinding {
 	t.Helper()
-	resp, err := r.api.Get("http://" + r.addr + "/api/v1/targets")
+	resp, err := r.api.Get("http://" + r.addr + "/api/v1/watchdog/targets")
 	if err != nil {
-		t.Fatalf("GET /api/v1/targets: %v", err)
+		t.Fatalf("GET /api/v1/watchdog/targets: %v", err)
 	}
 	defer resp.Body.Close()
 	var body struct {
@@ -311,7 +311,7 @@ func (r *daemonRun) apiFindings(t *testing.T) map[string][]apiFinding {
 		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("GET /api/v1/targets: %v", err)
+		t.Fatalf("GET /api/v1/watchdog/targets: %v", err)
 	}
 	out := map[string][]apiFinding{}
 	for _, tg := range body.Targets {

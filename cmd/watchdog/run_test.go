@@ -340,9 +340,11 @@ func TestEndToEnd(t *testing.T) {
 
 	// Nothing leaks a secret: not the output, the logs, the API or /metrics.
 	surfaces := map[string]string{
-		"alerts":  getJSON(t, base+"/api/v1/alerts", nil),
-		"targets": getJSON(t, base+"/api/v1/targets", nil),
-		"metrics": getJSON(t, base+"/metrics", nil),
+		"alerts":              getJSON(t, base+"/api/v1/alerts", nil),
+		"targets":             getJSON(t, base+"/api/v1/targets", nil),
+		"watchdog targets":    getJSON(t, base+"/api/v1/watchdog/targets", nil),
+		"alertmanager alerts": getJSON(t, base+"/api/v2/alerts", nil),
+		"metrics":             getJSON(t, base+"/metrics", nil),
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -120,7 +120,7 @@ func TestInvalidConfigAtStartKeepsServingUntilFixed(t *testing.T) {
 		if code, body := get(base, "/-/ready"); code != 200 {
 			t.Errorf("/-/ready after the fix: %d %s", code, body)
 		}
-		_, body := get(base, "/api/v1/targets")
+		_, body := get(base, "/api/v1/watchdog/targets")
 		var targets struct {
 			EvaluatedAt time.Time `json:"evaluated_at"`
 			Targets     []struct {

@@ -206,7 +206,7 @@ func TestUnusableConfigAtStartWaitsThenRuns(t *testing.T) {
 				}
 				time.Sleep(3 * time.Second) // rounds every second
 				r.expect(base, "/-/ready", 200)
-				r.expect(base, "/api/v1/targets", 200, `"replica": "r0"`, `"up": true`)
+				r.expect(base, "/api/v1/watchdog/targets", 200, `"replica": "r0"`, `"up": true`)
 				metrics = r.expect(base, "/metrics", 200, "watchdog_config_last_reload_successful 1",
 					`watchdog_config_reloads_total{result="success"} 1`, "watchdog_evaluations_total")
 				if strings.Contains(metrics, "watchdog_config_last_error_info{") {

@@ -92,7 +92,7 @@ func TestDiagnoseAPIAndDaemonAgreeOnOneWindow(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(ctx) }()
 	defer func() { stop(); <-served }()
-	resp, err := http.Get("http://" + srv.Addr() + "/api/v1/targets")
+	resp, err := http.Get("http://" + srv.Addr() + "/api/v1/watchdog/targets")
 	if err != nil {
 		t.Fatal(err)
 	}

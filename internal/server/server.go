@@ -1,8 +1,9 @@
 // Package server is the daemon's own HTTP surface: /metrics, the probes
 // (/-/healthy and /-/ready as in Prometheus, /healthz and /readyz as
 // aliases), the lifecycle endpoint /-/reload, the JSON API
-// (/api/v1/alerts in Prometheus' shape, /api/v1/watchdog/alerts,
-// /api/v1/targets) and the runbooks. Apart from /-/reload it only reads:
+// (/api/v1/alerts and /api/v1/targets in Prometheus' shape, /api/v2/alerts
+// in Alertmanager's, the watchdog's own under /api/v1/watchdog/) and the
+// runbooks. Apart from /-/reload it only reads:
 // alert state and windows are owned by the evaluation loop and the window
 // store.
 package server
@@ -146,7 +147,9 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /api/v1/alerts", s.prometheusAlerts)
 	mux.HandleFunc("GET /api/v1/watchdog/alerts", s.alerts)
-	mux.HandleFunc("GET /api/v1/targets", s.targets)
+	mux.HandleFunc("GET /api/v1/targets", s.prometheusTargets)
+	mux.HandleFunc("GET /api/v1/watchdog/targets", s.targets)
+	mux.HandleFunc("GET /api/v2/alerts", s.alertmanagerAlerts)
 	// A browser on another site must not be able to make an operator's
 	// browser reload the daemon: cross-origin requests (Sec-Fetch-Site,
 	// Origin against Host) are refused with 403.
@@ -171,7 +174,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("sglang-watchdog\n\n/api/v1/alerts\n/api/v1/watchdog/alerts\n/api/v1/targets\n/metrics\n/-/healthy\n/-/ready\n/runbooks/\n"))
+		w.Write([]byte("sglang-watchdog\n\n/api/v1/alerts\n/api/v1/watchdog/alerts\n/api/v1/targets\n/api/v1/watchdog/targets\n/api/v2/alerts\n/metrics\n/-/healthy\n/-/ready\n/runbooks/\n"))
 	})
 	return mux
 }
@@ -370,8 +373,9 @@ func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, out)
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
+func writeJSON(w http.ResponseWriter, v any) { writeStatusJSON(w, http.StatusOK, v) }
+
+func writeJSONBody(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
@@ -405,10 +409,7 @@ func (s *Server) prometheusAlerts(w http.ResponseWriter, _ *http.Request) {
 		if f.Layer != "" {
 			labels["layer"] = string(f.Layer)
 		}
-		annotations := map[string]string{"summary": f.Summary, "description": f.Diagnosis}
-		if f.Runbook != "" {
-			annotations["runbook_url"] = f.Runbook
-		}
+		annotations := alertAnnotations(a)
 		// The value is the first evidence number, the one the headline leads
 		// with, formatted as Prometheus formats sample values.
 		value := ""

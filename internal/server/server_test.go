@@ -107,7 +107,7 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("alerts: %s", body)
 	}
 
-	_, body = get(t, base+"/api/v1/targets")
+	_, body = get(t, base+"/api/v1/watchdog/targets")
 	var targets struct{ Targets []apiTarget }
 	json.Unmarshal([]byte(body), &targets)
 	if len(targets.Targets) != 2 {
