@@ -42,6 +42,9 @@ type Config struct {
 	// ExternalURL is how people reach the daemon; it makes links in pages
 	// absolute. Empty derives one from this daemon's address (PageLinkBase).
 	ExternalURL string `yaml:"external_url"`
+	// RoutePrefix is the path the server mounts every endpoint under;
+	// empty takes external_url's path (Prefixes).
+	RoutePrefix string `yaml:"route_prefix"`
 	LogLevel    string `yaml:"log_level"`
 	LogFormat   string `yaml:"log_format"` // LogFormats
 	// StateDir keeps incidents and delivery state across restarts; empty
@@ -272,6 +275,7 @@ type envVars struct {
 	LogFormat      *string        `env:"WATCHDOG_LOG_FORMAT"`
 	StateDir       *string        `env:"WATCHDOG_STATE_DIR"`
 	ExternalURL    *string        `env:"WATCHDOG_EXTERNAL_URL"`
+	RoutePrefix    *string        `env:"WATCHDOG_ROUTE_PREFIX"`
 	PodIP          *string        `env:"POD_IP"`
 
 	SlackBotToken      *string `env:"SLACK_BOT_TOKEN"`
@@ -321,6 +325,7 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 	set(&cfg.LogFormat, ev.LogFormat)
 	set(&cfg.StateDir, ev.StateDir)
 	set(&cfg.ExternalURL, ev.ExternalURL)
+	set(&cfg.RoutePrefix, ev.RoutePrefix)
 	set(&cfg.PodIP, ev.PodIP)
 	if ev.ScrapeInterval != nil {
 		cfg.Scrape.Interval = *ev.ScrapeInterval
@@ -486,10 +491,11 @@ func (c Config) Validate() error {
 	if !slices.Contains(LogFormats, c.LogFormat) {
 		add("log_format: %q is not one of %s", c.LogFormat, strings.Join(LogFormats, ", "))
 	}
-	if c.ExternalURL != "" {
-		if u, err := url.Parse(c.ExternalURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			add("external_url: %q is not an absolute http(s) URL", c.ExternalURL)
-		}
+	if !validExternalURL(c.ExternalURL) {
+		add("external_url: %q is not an absolute http(s) URL", c.ExternalURL)
+	}
+	if !validPrefix(c.RoutePrefix) {
+		add("route_prefix: %q is not a URL path", c.RoutePrefix)
 	}
 	if c.Scrape.Interval <= 0 {
 		add("scrape.interval: must be positive, got %s", c.Scrape.Interval)

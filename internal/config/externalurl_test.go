@@ -41,7 +41,7 @@ func TestPageLinkBase(t *testing.T) {
 			if w := got.Warning(); (w == "") != (tc.want.Source == LinkConfigured) || (w != "" && !strings.Contains(w, "external_url")) {
 				t.Errorf("warning %q for source %s", w, got.Source)
 			}
-			if got.Derived() && got.URL != "" && !strings.Contains(got.Warning(), got.URL) {
+			if got.Derived() && got.Source != LinkNone && !strings.Contains(got.Warning(), got.URL) {
 				t.Errorf("warning %q does not name the derived base %s", got.Warning(), got.URL)
 			}
 		})
@@ -55,5 +55,57 @@ func TestPodIPFromEnvironment(t *testing.T) {
 	}
 	if got := cfg.PageLinkBase("[::]:9402", nil); got.URL != "http://10.1.2.3:9402" {
 		t.Errorf("base %+v, want the pod IP", got)
+	}
+}
+
+func TestPrefixes(t *testing.T) {
+	for _, tc := range []struct {
+		name, external, route string
+		want                  Prefixes
+	}{
+		{"nothing set", "", "", Prefixes{"", ""}},
+		{"external URL at the root", "https://watchdog.example.com/", "", Prefixes{"", ""}},
+		{"external URL's path is the default route prefix", "https://ops.example.com/watchdog/", "", Prefixes{"/watchdog", "/watchdog"}},
+		{"a deeper path", "https://ops.example.com/a/b", "", Prefixes{"/a/b", "/a/b"}},
+		{"a proxy that strips the prefix", "https://ops.example.com/watchdog/", "/", Prefixes{"", "/watchdog"}},
+		{"route prefix alone", "", "watchdog/", Prefixes{"/watchdog", "/watchdog"}},
+		{"both differ", "https://ops.example.com/public/wd", "/internal", Prefixes{"/internal", "/public/wd"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.ExternalURL, c.RoutePrefix = tc.external, tc.route
+			if got := c.Prefixes(); got != tc.want {
+				t.Errorf("Prefixes() = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPageLinkBaseUnderARoutePrefix: a derived base is where the daemon
+// answers, so it carries the route prefix.
+func TestPageLinkBaseUnderARoutePrefix(t *testing.T) {
+	c := Default()
+	c.RoutePrefix = "/watchdog/"
+	if got := c.PageLinkBase("127.0.0.1:9402", nil); got != (LinkBase{"http://127.0.0.1:9402/watchdog", LinkListenHost}) {
+		t.Errorf("derived base %+v", got)
+	}
+	if got := c.PageLinkBase(":0", nil); got != (LinkBase{"/watchdog", LinkNone}) {
+		t.Errorf("no address known: %+v, want the prefix alone", got)
+	}
+	c.ExternalURL = "https://ops.example.com/wd/"
+	if got := c.PageLinkBase("127.0.0.1:9402", nil); got != (LinkBase{"https://ops.example.com/wd", LinkConfigured}) {
+		t.Errorf("configured base %+v: external_url is taken as given", got)
+	}
+}
+
+func TestRoutePrefixValidated(t *testing.T) {
+	for _, p := range []string{"http://x/y", "/a?b", "/a#b", "//host/a"} {
+		c := Default()
+		c.Targets = []Target{{Name: "a", URL: "http://a:1"}}
+		c.RoutePrefix = p
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "route_prefix: ") {
+			t.Errorf("route_prefix %q: %v, want rejected", p, err)
+		}
 	}
 }

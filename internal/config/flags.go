@@ -23,6 +23,8 @@ type Flags struct {
 	ListenAddress *string // --web.listen-address, over WATCHDOG_LISTEN_ADDRESS
 	LogLevel      *string // --log.level, over WATCHDOG_LOG_LEVEL
 	LogFormat     *string // --log.format, over WATCHDOG_LOG_FORMAT
+	ExternalURL   *string // --web.external-url, over WATCHDOG_EXTERNAL_URL
+	RoutePrefix   *string // --web.route-prefix, over WATCHDOG_ROUTE_PREFIX
 }
 
 // File is the configuration file the daemon reads (and watches):
@@ -53,6 +55,8 @@ func (f Flags) apply(cfg *Config) {
 		{&cfg.ListenAddress, f.ListenAddress},
 		{&cfg.LogLevel, f.LogLevel},
 		{&cfg.LogFormat, f.LogFormat},
+		{&cfg.ExternalURL, f.ExternalURL},
+		{&cfg.RoutePrefix, f.RoutePrefix},
 	} {
 		if o.v != nil {
 			*o.dst = *o.v

@@ -51,7 +51,8 @@ func failed(step Reason, err error) error {
 	return &LoadError{Step: step, Err: err}
 }
 
-// Fallback returns base with the listen address and the log settings the
+// Fallback returns base with the listen address, the log settings and the
+// web paths (external_url, route_prefix) the
 // daemon would use, for a daemon whose configuration does not load and
 // that must still serve its probes and say why. Each comes from its flag,
 // else its environment variable, else the file, as LoadWithFlags takes
@@ -64,12 +65,14 @@ func Fallback(base Config, environ map[string]string, flags Flags) Config {
 		ListenAddress *string `yaml:"listen_address"`
 		LogLevel      *string `yaml:"log_level"`
 		LogFormat     *string `yaml:"log_format"`
+		ExternalURL   *string `yaml:"external_url"`
+		RoutePrefix   *string `yaml:"route_prefix"`
 	}
 	if path := flags.File(environ); path != "" {
 		if data, err := os.ReadFile(path); err == nil {
 			// Not strict: an unknown key elsewhere must not hide these.
 			if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&file); err != nil {
-				file.ListenAddress, file.LogLevel, file.LogFormat = nil, nil, nil
+				file.ListenAddress, file.LogLevel, file.LogFormat, file.ExternalURL, file.RoutePrefix = nil, nil, nil, nil, nil
 			}
 		}
 	}
@@ -93,5 +96,9 @@ func Fallback(base Config, environ map[string]string, flags Flags) Config {
 	}, &out.ListenAddress)
 	pick(flags.LogLevel, "WATCHDOG_LOG_LEVEL", file.LogLevel, func(v string) bool { return slices.Contains(logLevels, v) }, &out.LogLevel)
 	pick(flags.LogFormat, "WATCHDOG_LOG_FORMAT", file.LogFormat, func(v string) bool { return slices.Contains(LogFormats, v) }, &out.LogFormat)
+	// The waiting server answers under the same prefix as the daemon, so
+	// probes configured for it reach it.
+	pick(flags.ExternalURL, "WATCHDOG_EXTERNAL_URL", file.ExternalURL, validExternalURL, &out.ExternalURL)
+	pick(flags.RoutePrefix, "WATCHDOG_ROUTE_PREFIX", file.RoutePrefix, validPrefix, &out.RoutePrefix)
 	return out
 }

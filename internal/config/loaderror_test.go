@@ -102,3 +102,26 @@ func TestFallbackReadsWhatItCan(t *testing.T) {
 		t.Errorf("a missing file: listen %s", got.ListenAddress)
 	}
 }
+
+// TestFallbackKeepsTheWebPaths: the server waiting for a usable
+// configuration answers under the prefix the daemon would, so probes and
+// the Ingress reach it.
+func TestFallbackKeepsTheWebPaths(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "watchdog.yaml")
+	if err := os.WriteFile(path, []byte("external_url: https://ops.example.com/watchdog/\nscrape: {intervall: 1s}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	str := func(s string) *string { return &s }
+	got := Fallback(Default(), map[string]string{"WATCHDOG_CONFIG": path}, Flags{})
+	if p := got.Prefixes(); p.Routes != "/watchdog" {
+		t.Errorf("from the file: routes %q, want /watchdog", p.Routes)
+	}
+	got = Fallback(Default(), map[string]string{"WATCHDOG_CONFIG": path, "WATCHDOG_ROUTE_PREFIX": "/env"}, Flags{RoutePrefix: str("/flag")})
+	if p := got.Prefixes(); p != (Prefixes{Routes: "/flag", Links: "/watchdog"}) {
+		t.Errorf("flag over environment over file: %+v", p)
+	}
+	got = Fallback(Default(), map[string]string{"WATCHDOG_EXTERNAL_URL": "not a url", "WATCHDOG_ROUTE_PREFIX": "/a?b"}, Flags{})
+	if got.ExternalURL != "" || got.RoutePrefix != "" {
+		t.Errorf("invalid values kept: %q %q", got.ExternalURL, got.RoutePrefix)
+	}
+}
