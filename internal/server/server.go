@@ -6,6 +6,11 @@
 // runbooks. Apart from /-/reload it only reads:
 // alert state and windows are owned by the evaluation loop and the window
 // store.
+//
+// Every endpoint is mounted under the route prefix (--web.route-prefix),
+// and the listener speaks TLS and asks for basic auth as the web
+// configuration file (--web.config.file) says, in the format of
+// Prometheus' exporter-toolkit, which serves it (web.go).
 package server
 
 import (
@@ -77,6 +82,8 @@ type Options struct {
 	// execution trace costs the daemon while it runs and anyone who
 	// reaches the port could ask for one.
 	Pprof bool
+	// Web is the route prefix and the web configuration file.
+	Web Web
 }
 
 // Server is the HTTP server.
@@ -99,8 +106,12 @@ func bind(listen func(network, address string) (net.Listener, error), addr strin
 	return listen("tcp", addr)
 }
 
-// New binds the listener (so ":0" gets a port and Addr works before Run).
+// New checks the web configuration file and binds the listener (so ":0"
+// gets a port and Addr works before Run).
 func New(addr string, opts Options) (*Server, error) {
+	if err := opts.Web.check(); err != nil {
+		return nil, err
+	}
 	ln, err := bind(opts.Listen, addr)
 	if err != nil {
 		return nil, err
@@ -135,8 +146,12 @@ func newHTTPServer(h http.Handler) *http.Server {
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Handler routes every endpoint.
+// Handler routes every endpoint, under the route prefix.
 func (s *Server) Handler() http.Handler {
+	return s.opts.Web.mount(s.routes())
+}
+
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	for _, path := range []string{"/-/healthy", "/healthz"} {
@@ -207,7 +222,7 @@ func (s *Server) reload(w http.ResponseWriter, _ *http.Request) {
 // Run serves until ctx is done, then shuts down gracefully.
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.ln) }()
+	go func() { errc <- s.opts.Web.serve(s.ln, s.srv, s.opts.Logger) }()
 	select {
 	case err := <-errc:
 		return err

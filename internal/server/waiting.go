@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
 )
 
 // WaitingOptions are those of the server of a daemon whose configuration
@@ -21,6 +22,11 @@ type WaitingOptions struct {
 	Reload func() error
 	// Listen binds the address; nil: net.Listen.
 	Listen func(network, address string) (net.Listener, error)
+	// Web is the daemon's route prefix and web configuration file: the
+	// probes answer where they will once it starts, behind the same TLS
+	// and basic auth.
+	Web    Web
+	Logger *zap.Logger
 }
 
 // NewWaiting binds addr for a daemon that has no usable configuration and
@@ -30,12 +36,15 @@ type WaitingOptions struct {
 // /-/ready answers 503 with the problem, as does every page and API path;
 // /metrics serves the gatherer.
 func NewWaiting(addr string, opts WaitingOptions) (*Server, error) {
+	if err := opts.Web.check(); err != nil {
+		return nil, err
+	}
 	ln, err := bind(opts.Listen, addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, stopping: make(chan struct{})}
-	s.srv = newHTTPServer(waitingHandler(opts))
+	s := &Server{opts: Options{Web: opts.Web, Logger: opts.Logger}, ln: ln, stopping: make(chan struct{})}
+	s.srv = newHTTPServer(opts.Web.mount(waitingHandler(opts)))
 	return s, nil
 }
 
