@@ -24,6 +24,11 @@ type HandlerOptions struct {
 	// Now reads the clock for states and new silences; main passes time.Now.
 	Now    func() time.Time
 	Logger *zap.Logger
+	// PathPrefix starts the pages' links, form actions and redirects: the
+	// path a browser sees the daemon under ("/watchdog" behind an Ingress
+	// path, "" at the root). The routes are unprefixed: the server strips
+	// its route prefix first.
+	PathPrefix string
 }
 
 // maxBodyBytes bounds a request body: a silence is a few hundred bytes.

@@ -239,3 +239,52 @@ func TestFormCreatesPrefilledSilenceAndExpiresIt(t *testing.T) {
 	}
 	w.noTokenInLogs(t)
 }
+
+// TestPagesUnderAPathPrefix: behind an Ingress path the pages' links,
+// form actions and redirects carry the prefix the browser sees.
+func TestPagesUnderAPathPrefix(t *testing.T) {
+	store, _ := newStore(t, nil)
+	h := NewHandler(HandlerOptions{Store: store, Token: testToken, Now: func() time.Time { return t0 }, PathPrefix: "/watchdog"})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+	resp, err := client.Get(srv.URL + "/silences/new?replica=sim-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`<a href="/watchdog/">`, `<a href="/watchdog/silences">`, `<a href="/watchdog/silences/new">`, `action="/watchdog/silences/new"`} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("form page lacks %s", want)
+		}
+	}
+	resp, err = client.PostForm(srv.URL+"/silences/new", url.Values{"replica": {"sim-0"}, "duration": {"1h"}, "created_by": {"ana"}, "token": {testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/watchdog/silences" {
+		t.Fatalf("create: %s to %q, want 303 to /watchdog/silences", resp.Status, resp.Header.Get("Location"))
+	}
+	id := store.List(t0)[0].ID
+	resp, err = client.Get(srv.URL + "/silences")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `action="/watchdog/silences/`+id+`/expire"`) {
+		t.Errorf("list page's expire form is not under the prefix:\n%s", page)
+	}
+	resp, err = client.PostForm(srv.URL+"/silences/"+id+"/expire", url.Values{"token": {testToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/watchdog/silences" {
+		t.Errorf("expire: %s to %q, want 303 to /watchdog/silences", resp.Status, resp.Header.Get("Location"))
+	}
+}

@@ -32,7 +32,7 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem;bo
 .error{border:2px solid #c00;padding:.5rem}
 code{overflow-wrap:anywhere}
 </style></head><body>
-<nav><a href="/">watchdog</a> · <a href="/silences">silences</a> · <a href="/silences/new">new silence</a></nav>
+<nav><a href="{{.Prefix}}/">watchdog</a> · <a href="{{.Prefix}}/silences">silences</a> · <a href="{{.Prefix}}/silences/new">new silence</a></nav>
 <main>
 `
 
@@ -40,7 +40,7 @@ var newTemplate = template.Must(template.New("new").Parse(pageHead + `<h1>New si
 <p>While a silence is active, alerts whose labels match every matcher are tracked and shown as
 silenced, and nothing is sent for them. If one still fires when the silence ends, it pages then.</p>
 {{with .Error}}<div class="error" role="alert"><p><strong>The silence was not created:</strong></p><p>{{.}}</p></div>{{end}}
-<form method="post" action="/silences/new">
+<form method="post" action="{{.Prefix}}/silences/new">
 <fieldset><legend>Matchers (label equals value; empty ones are ignored)</legend>
 {{range .Labels}}<label for="m-{{.Name}}">{{.Name}}</label>
 <input id="m-{{.Name}}" name="{{.Name}}" value="{{.Value}}" autocomplete="off">
@@ -68,7 +68,7 @@ var listTemplate = template.Must(template.New("list").Parse(pageHead + `<h1>Sile
 <td><time datetime="{{.StartsAt.Format "2006-01-02T15:04:05Z07:00"}}">{{.StartsAt.Format "2006-01-02 15:04 MST"}}</time></td>
 <td><time datetime="{{.EndsAt.Format "2006-01-02T15:04:05Z07:00"}}">{{.EndsAt.Format "2006-01-02 15:04 MST"}}</time></td>
 <td>{{.CreatedBy}}</td><td>{{.Comment}}</td>
-<td>{{if ne .State "expired"}}<form method="post" action="/silences/{{.ID}}/expire">
+<td>{{if ne .State "expired"}}<form method="post" action="{{$.Prefix}}/silences/{{.ID}}/expire">
 <label for="token-{{.ID}}">API token</label><input id="token-{{.ID}}" name="token" type="password" required autocomplete="current-password">
 <button type="submit">Expire</button></form>{{end}}</td></tr>
 {{end}}</tbody></table>{{end}}
@@ -78,6 +78,7 @@ var listTemplate = template.Must(template.New("list").Parse(pageHead + `<h1>Sile
 type labelField struct{ Name, Value string }
 
 type newPageData struct {
+	Prefix                                         string
 	Title, Error, Extra, Duration, Author, Comment string
 	Labels                                         []labelField
 	Durations                                      []string
@@ -94,8 +95,8 @@ func (h *Handler) render(w http.ResponseWriter, code int, t *template.Template, 
 	}
 }
 
-func formData(get func(string) string) newPageData {
-	d := newPageData{Title: "New silence", Durations: formDurations, Duration: get("duration"),
+func (h *Handler) formData(get func(string) string) newPageData {
+	d := newPageData{Prefix: h.opts.PathPrefix, Title: "New silence", Durations: formDurations, Duration: get("duration"),
 		Extra: get("matchers"), Author: get("created_by"), Comment: get("comment")}
 	if !slices.Contains(formDurations, d.Duration) {
 		d.Duration = "2h"
@@ -107,7 +108,7 @@ func formData(get func(string) string) newPageData {
 }
 
 func (h *Handler) newPage(w http.ResponseWriter, r *http.Request) {
-	h.render(w, http.StatusOK, newTemplate, formData(r.URL.Query().Get))
+	h.render(w, http.StatusOK, newTemplate, h.formData(r.URL.Query().Get))
 }
 
 // createForm creates a silence from the form and answers 303 to the list;
@@ -118,7 +119,7 @@ func (h *Handler) createForm(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "form: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	data := formData(r.PostForm.Get)
+	data := h.formData(r.PostForm.Get)
 	if code, msg := h.authorize(r.PostForm.Get("token")); code != 0 {
 		data.Error = msg
 		h.render(w, code, newTemplate, data)
@@ -155,11 +156,11 @@ func (h *Handler) createForm(w http.ResponseWriter, r *http.Request) {
 	}
 	h.opts.Logger.Info("silence created", zap.String("id", st.ID), zap.Strings("matchers", st.Matchers),
 		zap.Time("ends_at", st.EndsAt), zap.String("created_by", st.CreatedBy))
-	http.Redirect(w, r, "/silences", http.StatusSeeOther)
+	http.Redirect(w, r, h.opts.PathPrefix+"/silences", http.StatusSeeOther)
 }
 
 func (h *Handler) listPage(w http.ResponseWriter, _ *http.Request) {
-	h.render(w, http.StatusOK, listTemplate, map[string]any{"Title": "Silences", "Silences": h.opts.Store.List(h.opts.Now())})
+	h.render(w, http.StatusOK, listTemplate, map[string]any{"Prefix": h.opts.PathPrefix, "Title": "Silences", "Silences": h.opts.Store.List(h.opts.Now())})
 }
 
 // expireForm expires a silence from the list page and answers 303 to it.
@@ -171,7 +172,7 @@ func (h *Handler) expireForm(w http.ResponseWriter, r *http.Request) {
 	}
 	now := h.opts.Now()
 	fail := func(code int, msg string) {
-		h.render(w, code, listTemplate, map[string]any{"Title": "Silences", "Error": msg, "Silences": h.opts.Store.List(now)})
+		h.render(w, code, listTemplate, map[string]any{"Prefix": h.opts.PathPrefix, "Title": "Silences", "Error": msg, "Silences": h.opts.Store.List(now)})
 	}
 	if code, msg := h.authorize(r.PostForm.Get("token")); code != 0 {
 		fail(code, msg)
@@ -186,5 +187,5 @@ func (h *Handler) expireForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.opts.Logger.Info("silence expired", zap.String("id", st.ID))
-	http.Redirect(w, r, "/silences", http.StatusSeeOther)
+	http.Redirect(w, r, h.opts.PathPrefix+"/silences", http.StatusSeeOther)
 }

@@ -80,6 +80,12 @@ type Options struct {
 	// PageSize is how many replicas the fleet page lists per page
 	// (default 100): a page's cost is bounded by it, not by the fleet.
 	PageSize int
+	// PathPrefix starts every link, form action and stylesheet URL the
+	// pages hold: the path a browser sees the daemon under
+	// (config.Prefixes.Links, "/watchdog" behind an Ingress path; "" at
+	// the root). The routes themselves are unprefixed: the server strips
+	// its route prefix before the workspace sees a request.
+	PathPrefix string
 }
 
 // steps is the number of points of a plot.
@@ -115,7 +121,7 @@ func New(opts Options) (*Handler, error) {
 	}
 	h := &Handler{opts: opts, pages: map[string]*template.Template{}}
 	funcs := template.FuncMap{"value": formatValue, "opt": optValue, "time": formatTime, "severityClass": severityClass,
-		"clock": formatClock, "facts": newFactList}
+		"clock": formatClock, "facts": newFactList, "path": h.path}
 	for _, page := range []string{"fleet", "incident", "replica", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/plot.html", "templates/"+page+".html")
 		if err != nil {
@@ -174,16 +180,20 @@ func (h *Handler) span(w detect.Window, end time.Time) (time.Duration, time.Dura
 	return (span / step) * step, step
 }
 
+// path is the link to a daemon path ("/incidents/x") as a browser
+// reaches it, under the path prefix.
+func (h *Handler) path(p string) string { return h.opts.PathPrefix + p }
+
 // incidentLink is where an alert's incident page is.
-func incidentLink(a alert.Incident) string {
+func (h *Handler) incidentLink(a alert.Incident) string {
 	id := a.ID
 	if id == "" {
 		id = alert.IncidentID(a.Fingerprint, a.ActiveAt)
 	}
-	return alert.IncidentPath(id)
+	return h.path(alert.IncidentPath(id))
 }
 
-func replicaLink(name string) string { return "/replicas/" + url.PathEscape(name) }
+func (h *Handler) replicaLink(name string) string { return h.path("/replicas/" + url.PathEscape(name)) }
 
 // incidentRow is one open incident on the fleet page.
 type incidentRow struct {
@@ -256,7 +266,7 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 		if a.AbsorbedBy != "" {
 			continue
 		}
-		p.Incidents = append(p.Incidents, incidentRow{Link: incidentLink(a), State: string(a.State), Severity: a.Severity.String(),
+		p.Incidents = append(p.Incidents, incidentRow{Link: h.incidentLink(a), State: string(a.State), Severity: a.Severity.String(),
 			Class: string(a.Class), Headline: a.Finding.Summary, Replica: a.Replica, Model: a.Model, Fleet: a.Fleet,
 			Replicas: alertReplicas(a), SilencedBy: a.SilencedBy, Since: a.ActiveAt})
 	}
@@ -299,7 +309,7 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 			q.Set("model", model)
 		}
 		q.Set("page", strconv.Itoa(n))
-		return "/?" + q.Encode()
+		return h.path("/?" + q.Encode())
 	}
 	if p.Page > 1 {
 		p.PrevURL = pageURL(p.Page - 1)
@@ -310,7 +320,7 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 
 	for _, rep := range reps {
 		name := rep.Replica.Name
-		p.Replicas = append(p.Replicas, replicaRow{Name: name, Link: replicaLink(name), Model: rep.Replica.Model,
+		p.Replicas = append(p.Replicas, replicaRow{Name: name, Link: h.replicaLink(name), Model: rep.Replica.Model,
 			Verdict: rep.Triage.Label(), Layer: string(rep.Triage.Layer), State: replicaState[name], Snapshot: rep.Snapshot,
 			Up: rep.Scrape.Up, Spark: h.sparkline(round.At, name)})
 	}
@@ -398,12 +408,12 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 	if rec.Model != "" {
 		q.Set("model", rec.Model)
 	}
-	p.SilenceURL = "/silences/new?" + q.Encode()
+	p.SilenceURL = h.path("/silences/new?" + q.Encode())
 	if !rec.Open() {
-		p.PostmortemURL = alert.PostmortemPath(rec.ID)
+		p.PostmortemURL = h.path(alert.PostmortemPath(rec.ID))
 	}
 	for _, name := range rec.Replicas {
-		p.ReplicaLinks = append(p.ReplicaLinks, link{Name: name, URL: replicaLink(name)})
+		p.ReplicaLinks = append(p.ReplicaLinks, link{Name: name, URL: h.replicaLink(name)})
 	}
 	for _, d := range rec.Deliveries {
 		if d.OK {
@@ -444,7 +454,7 @@ func (h *Handler) replica(w http.ResponseWriter, r *http.Request) {
 	})
 	for _, a := range h.opts.Alerts.Alerts() {
 		if (a.State == alert.StateFiring || a.State == alert.StatePending) && slices.Contains(alertReplicas(a), name) {
-			p.Alerts = append(p.Alerts, incidentRow{Link: incidentLink(a), State: string(a.State), Severity: a.Severity.String(),
+			p.Alerts = append(p.Alerts, incidentRow{Link: h.incidentLink(a), State: string(a.State), Severity: a.Severity.String(),
 				Class: string(a.Class), Headline: a.Finding.Summary, SilencedBy: a.SilencedBy, Since: a.ActiveAt})
 		}
 	}

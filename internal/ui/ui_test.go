@@ -709,3 +709,80 @@ func TestFleetIncidentGroupsItsReplicas(t *testing.T) {
 		t.Errorf("rows %v: the fleet incident's replicas come first", names)
 	}
 }
+
+// TestEveryURLUnderThePathPrefix: behind an Ingress path the workspace is
+// reached at /watchdog/ with the prefix stripped, as the server strips it.
+// Every link, form action and stylesheet on every page starts with the
+// prefix, and those the workspace serves load.
+func TestEveryURLUnderThePathPrefix(t *testing.T) {
+	run := simulatedFleet(t)
+	j := journalFor(run)
+	// The journal's runbook links are the pages' (config.PageLinkBase):
+	// without an address known, the daemon-relative path under the route
+	// prefix.
+	for i := range j.records {
+		if strings.HasPrefix(j.records[i].Runbook, "/") {
+			j.records[i].Runbook = "/watchdog" + j.records[i].Runbook
+		}
+	}
+	h, err := New(Options{Alerts: silencing{loop: run.loop, replica: "sim-0"}, Windows: run.store, Incidents: j,
+		Span: time.Hour, MinStep: 10 * time.Second, PageSize: 2, PathPrefix: "/watchdog"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/watchdog/", http.StripPrefix("/watchdog", h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	seen := map[string]bool{}
+	queue := []string{"/watchdog/"}
+	pages := 0
+	for len(queue) > 0 {
+		page := queue[0]
+		queue = queue[1:]
+		if seen[page] {
+			continue
+		}
+		seen[page] = true
+		pages++
+		doc := get(t, srv, page, http.StatusOK)
+		var walk func(n *html.Node)
+		walk = func(n *html.Node) {
+			for _, key := range []string{"href", "src", "action"} {
+				u := attr(n, key)
+				if u == "" || strings.HasPrefix(u, "#") || strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://") {
+					continue
+				}
+				if !strings.HasPrefix(u, "/watchdog/") {
+					t.Errorf("%s: <%s %s=%q> is outside /watchdog/", page, n.Data, key, u)
+					continue
+				}
+				rest := strings.TrimPrefix(u, "/watchdog")
+				switch {
+				case strings.HasPrefix(rest, "/ui/"):
+					resp, err := http.Get(srv.URL + u)
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						t.Errorf("%s: %s answers %d", page, u, resp.StatusCode)
+					}
+				case rest == "/" || strings.HasPrefix(rest, "/?") || strings.HasPrefix(rest, "/incidents/") || strings.HasPrefix(rest, "/replicas/"):
+					if !strings.HasSuffix(rest, "/postmortem") && n.Data != "form" {
+						queue = append(queue, u)
+					}
+				}
+			}
+			for c := n.FirstChild; c != nil; c = c.NextSibling {
+				walk(c)
+			}
+		}
+		walk(doc)
+	}
+	// The fleet's pages, the incidents and the five replicas at least.
+	if pages < 10 {
+		t.Errorf("followed %d pages under the prefix: %v", pages, seen)
+	}
+}
