@@ -12,6 +12,7 @@ import (
 	promversion "github.com/prometheus/common/version"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/server"
 )
 
 // command is one subcommand. Each parses its own flags (so -h works on
@@ -132,6 +133,7 @@ var errHelp = errors.New("help printed")
 // daemonFlags are the flags of run and demo.
 type daemonFlags struct {
 	configFile, listenAddress, logLevel, logFormat string
+	externalURL, routePrefix, webConfigFile        string
 	enableLifecycle, enablePprof                   bool
 	watchInterval                                  time.Duration
 	fs                                             *flag.FlagSet
@@ -149,6 +151,9 @@ func addDaemonFlags(fs *flag.FlagSet, base config.Config) *daemonFlags {
 	fs.StringVar(&f.listenAddress, "web.listen-address", base.ListenAddress, "address of the HTTP server (env WATCHDOG_LISTEN_ADDRESS, YAML listen_address)")
 	fs.StringVar(&f.logLevel, "log.level", base.LogLevel, "debug, info, warn or error (env WATCHDOG_LOG_LEVEL, YAML log_level)")
 	fs.StringVar(&f.logFormat, "log.format", base.LogFormat, "json, logfmt or console (env WATCHDOG_LOG_FORMAT, YAML log_format)")
+	fs.StringVar(&f.externalURL, "web.external-url", base.ExternalURL, "the URL under which the watchdog is reached from outside, e.g. behind an Ingress; links in pages and the UI start with it, and its path is the default route prefix (env WATCHDOG_EXTERNAL_URL, YAML external_url)")
+	fs.StringVar(&f.routePrefix, "web.route-prefix", base.RoutePrefix, "prefix of every HTTP endpoint, probes and /metrics included; defaults to the path of --web.external-url (env WATCHDOG_ROUTE_PREFIX, YAML route_prefix)")
+	fs.StringVar(&f.webConfigFile, "web.config.file", "", "web configuration file in Prometheus exporter-toolkit's format: TLS, client certificates and basic auth of every endpoint, probes included; read again on every request")
 	fs.BoolVar(&f.enableLifecycle, "web.enable-lifecycle", false, "enable POST /-/reload (same-origin requests only)")
 	fs.BoolVar(&f.enablePprof, "web.enable-pprof", false, "serve Go's runtime profiles under /debug/pprof/ (CPU, heap, goroutines, traces)")
 	fs.DurationVar(&f.watchInterval, "config.watch-interval", defaultConfigWatchInterval, "how often the configuration file is checked for changes, which reload it; 0 turns watching off (env WATCHDOG_CONFIG_WATCH_INTERVAL)")
@@ -170,7 +175,14 @@ func (f *daemonFlags) settings(env map[string]string, dio *daemonIO) (config.Fla
 	out := config.Flags{
 		ConfigFile: pick("config.file", &f.configFile), ListenAddress: pick("web.listen-address", &f.listenAddress),
 		LogLevel: pick("log.level", &f.logLevel), LogFormat: pick("log.format", &f.logFormat),
+		ExternalURL: pick("web.external-url", &f.externalURL), RoutePrefix: pick("web.route-prefix", &f.routePrefix),
 	}
+	// Checked before anything starts: a mistake in it would otherwise
+	// surface only when the server binds.
+	if err := (server.Web{ConfigFile: f.webConfigFile}).Check(); err != nil {
+		return out, err
+	}
+	dio.webConfigFile = f.webConfigFile
 	dio.lifecycle = f.enableLifecycle
 	dio.pprof = f.enablePprof
 	dio.watchInterval = f.watchInterval

@@ -55,6 +55,9 @@ type daemonIO struct {
 	lifecycle bool
 	// pprof serves /debug/pprof/ (--web.enable-pprof).
 	pprof bool
+	// webConfigFile is --web.config.file: TLS and basic auth of the
+	// listener (internal/server); "" for none.
+	webConfigFile string
 	// configFile is watched for changes every watchInterval (0: not
 	// watched); a change reloads as SIGHUP does. "" for none.
 	configFile    string
@@ -116,6 +119,6 @@ func (dio daemonIO) options() app.Options {
 		Log: dio.stderr, AlertsOut: dio.alertsOut, Lifecycle: dio.lifecycle, Pprof: dio.pprof,
 		Load: dio.load, Reload: dio.reload, ConfigFile: dio.configFile, WatchInterval: dio.watchInterval,
 		Started: dio.started, ExtraIntegrations: dio.extraIntegrations, Dial: dio.dial, Listen: dio.listen,
-		Recorder: dio.recorder(),
+		Recorder: dio.recorder(), WebConfigFile: dio.webConfigFile,
 	}
 }

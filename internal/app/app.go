@@ -49,6 +49,9 @@ type Options struct {
 	// Lifecycle enables POST /-/reload (--web.enable-lifecycle); Pprof
 	// serves /debug/pprof/ (--web.enable-pprof).
 	Lifecycle, Pprof bool
+	// WebConfigFile is --web.config.file: TLS and basic auth of the
+	// listener (server.Web); "" for none.
+	WebConfigFile string
 	// Load reads the configuration again for a reload; nil: the daemon
 	// does not reload. LoadAndRun also loads the first one with it.
 	Load func() (config.Config, error)

@@ -268,7 +268,9 @@ func (d *daemon) buildReload(now time.Time) error {
 
 // buildServer makes the HTTP surface: /metrics, the APIs, the workspace.
 func (d *daemon) buildServer(time.Time) error {
-	workspace, err := ui.New(ui.Options{Alerts: d.loop, Windows: d.windows, Incidents: d.journal, MinStep: 3 * d.cfg.Scrape.Interval})
+	prefixes := d.cfg.Prefixes()
+	workspace, err := ui.New(ui.Options{Alerts: d.loop, Windows: d.windows, Incidents: d.journal, MinStep: 3 * d.cfg.Scrape.Interval,
+		PathPrefix: prefixes.Links})
 	if err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
@@ -282,13 +284,20 @@ func (d *daemon) buildServer(time.Time) error {
 		Notices: d.pipeline.notices, StaleAfter: loopStaleAfter(d.cfg.Evaluation.Interval), StartGrace: d.history.startupBudget(), Listen: d.opts.Listen,
 		Incidents: incident.Handler(d.journal, book.Markdown), Workspace: workspace,
 		Silences: silence.NewHandler(silence.HandlerOptions{Store: d.silences, Token: string(d.cfg.API.Token), Standby: d.standby,
-			Now: time.Now, Logger: d.logger.Named("silences")}),
-		Pprof: d.opts.Pprof,
+			Now: time.Now, Logger: d.logger.Named("silences"), PathPrefix: prefixes.Links}),
+		Pprof: d.opts.Pprof, Web: webOptions(d.cfg, d.opts),
 	}); err != nil {
 		return fmt.Errorf("listen %s: %w", d.cfg.ListenAddress, err)
 	}
 	d.pipeline.listen = d.server.Addr()
 	return nil
+}
+
+// webOptions are where and how the server answers: under the route prefix,
+// with the TLS and basic auth of --web.config.file. The daemon and the
+// server waiting for a usable configuration take the same.
+func webOptions(cfg config.Config, opts Options) server.Web {
+	return server.Web{RoutePrefix: cfg.Prefixes().Routes, ConfigFile: opts.WebConfigFile}
 }
 
 // buildHeartbeat makes the dead man's switch: it pings only while

@@ -148,6 +148,7 @@ func restartOnly(old, next config.Config) []string {
 		}
 	}
 	check("listen_address", old.ListenAddress != next.ListenAddress)
+	check("route_prefix", old.Prefixes() != next.Prefixes())
 	check("state_dir", old.StateDir != next.StateDir)
 	check("log_level", old.LogLevel != next.LogLevel)
 	check("log_format", old.LogFormat != next.LogFormat)

@@ -89,6 +89,7 @@ func waitForConfig(ctx context.Context, fallback config.Config, opts Options, fi
 	}
 	srv, err := server.NewWaiting(fallback.ListenAddress, server.WaitingOptions{
 		Gatherer: opts.Registry, Problem: w.page, Reload: lifecycle, Listen: opts.Listen,
+		Web: webOptions(fallback, opts), Logger: logger.Named("http"),
 	})
 	if err != nil {
 		logger.Error("cannot listen while waiting for a usable configuration", zap.String("listen", fallback.ListenAddress), zap.Error(err))
