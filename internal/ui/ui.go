@@ -38,6 +38,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,6 +192,17 @@ func (h *Handler) incidentLink(a alert.Incident) string {
 		id = alert.IncidentID(a.Fingerprint, a.ActiveAt)
 	}
 	return h.path(alert.IncidentPath(id))
+}
+
+// runbookLink is an incident's runbook link as a browser follows it. Until
+// its first notification a record holds the finding's daemon path
+// ("/runbooks/<class>"), which gets the path prefix; after it, the
+// notification's link, absolute or already under the route prefix, kept.
+func (h *Handler) runbookLink(u string) string {
+	if strings.HasPrefix(u, "/runbooks/") {
+		return h.path(u)
+	}
+	return u
 }
 
 func (h *Handler) replicaLink(name string) string { return h.path("/replicas/" + url.PathEscape(name)) }
@@ -365,6 +377,7 @@ type incidentPage struct {
 	ImpactView     evidence
 	SilenceURL     string
 	PostmortemURL  string
+	RunbookURL     string
 	ReplicaLinks   []link
 	DeliveriesOK   int
 	DeliveriesFail int
@@ -412,6 +425,7 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 	if !rec.Open() {
 		p.PostmortemURL = h.path(alert.PostmortemPath(rec.ID))
 	}
+	p.RunbookURL = h.runbookLink(rec.Runbook)
 	for _, name := range rec.Replicas {
 		p.ReplicaLinks = append(p.ReplicaLinks, link{Name: name, URL: h.replicaLink(name)})
 	}

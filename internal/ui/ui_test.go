@@ -716,16 +716,7 @@ func TestFleetIncidentGroupsItsReplicas(t *testing.T) {
 // prefix, and those the workspace serves load.
 func TestEveryURLUnderThePathPrefix(t *testing.T) {
 	run := simulatedFleet(t)
-	j := journalFor(run)
-	// The journal's runbook links are the pages' (config.PageLinkBase):
-	// without an address known, the daemon-relative path under the route
-	// prefix.
-	for i := range j.records {
-		if strings.HasPrefix(j.records[i].Runbook, "/") {
-			j.records[i].Runbook = "/watchdog" + j.records[i].Runbook
-		}
-	}
-	h, err := New(Options{Alerts: silencing{loop: run.loop, replica: "sim-0"}, Windows: run.store, Incidents: j,
+	h, err := New(Options{Alerts: silencing{loop: run.loop, replica: "sim-0"}, Windows: run.store, Incidents: journalFor(run),
 		Span: time.Hour, MinStep: 10 * time.Second, PageSize: 2, PathPrefix: "/watchdog"})
 	if err != nil {
 		t.Fatal(err)
