@@ -109,7 +109,7 @@ func bind(listen func(network, address string) (net.Listener, error), addr strin
 // New checks the web configuration file and binds the listener (so ":0"
 // gets a port and Addr works before Run).
 func New(addr string, opts Options) (*Server, error) {
-	if err := opts.Web.check(); err != nil {
+	if err := opts.Web.Check(); err != nil {
 		return nil, err
 	}
 	ln, err := bind(opts.Listen, addr)

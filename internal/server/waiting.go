@@ -36,7 +36,7 @@ type WaitingOptions struct {
 // /-/ready answers 503 with the problem, as does every page and API path;
 // /metrics serves the gatherer.
 func NewWaiting(addr string, opts WaitingOptions) (*Server, error) {
-	if err := opts.Web.check(); err != nil {
+	if err := opts.Web.Check(); err != nil {
 		return nil, err
 	}
 	ln, err := bind(opts.Listen, addr)

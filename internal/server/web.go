@@ -30,10 +30,10 @@ type Web struct {
 	ConfigFile string
 }
 
-// check loads the web configuration file, its certificates and its
+// Check loads the web configuration file, its certificates and its
 // password hashes, so a mistake stops the start with the file's name
 // instead of failing every request.
-func (w Web) check() error {
+func (w Web) Check() error {
 	if err := web.Validate(w.ConfigFile); err != nil {
 		return fmt.Errorf("--web.config.file %s: %w", w.ConfigFile, err)
 	}
