@@ -3,9 +3,9 @@
 # chromedp loads the fleet, incident and replica pages of a daemon watching
 # a simulated fleet with a live incident, and silences a pending incident
 # from its page, then expires the silence (go test -tags browser). The
-# silence test runs behind an Ingress-like proxy at /watchdog/ with
-# --web.external-url there: every link, stylesheet, form and redirect must
-# stay under the prefix (no extra run, so no extra CI time).
+# silence test runs behind an Ingress-like proxy that forwards only
+# /watchdog/..., with --web.external-url there: every link, stylesheet, form
+# and redirect must stay under the prefix (the same run, no extra CI time).
 #
 #   bash .ci/browser.sh ARTIFACTS_DIR
 #

@@ -5,10 +5,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,22 +302,43 @@ func TestWorkspaceInARealBrowser(t *testing.T) {
 // planned work: when the incident fires nothing is sent, and when the
 // silence is expired from the silences page while it still fires, the
 // page goes out.
+//
+// It runs behind an Ingress-like proxy that forwards only /watchdog/...
+// (keeping the Host), with --web.external-url at that path: every link,
+// stylesheet, form and redirect must stay under the prefix, or the
+// proxy's 404 breaks the flow and the browser logs the failed load.
 func TestSilenceFromTheWorkspaceInARealBrowser(t *testing.T) {
 	b := newBrowser(t)
 	shots := screenshotDir(t)
 	const token = "workspace-test-token"
+	const prefix = "/watchdog"
+	ingress := newIngress(t, prefix)
 	d := startLiveDaemon(t, stormAfter(20*time.Second), func(cfg *config.Config) {
 		// Pending long enough for a browser to fill a form.
 		cfg.Alerts.For = 45 * time.Second
 		cfg.API.TokenFile = filepath.Join(t.TempDir(), "api-token")
 		cfg.API.Token = token
+		cfg.ExternalURL = ingress.URL + prefix + "/"
 	})
+	ingress.forwardTo(t, d.URL)
+	d.URL = ingress.URL + prefix
 	rec := d.waitIncident(t, "pending", detect.PreemptStorm, "sim-0", 2*time.Minute)
 
+	// The fleet page: its stylesheet loads under the prefix (the header
+	// is laid out by it), and every URL on it stays under the prefix.
+	b.run(t, "load the fleet page", chromedp.Navigate(d.URL+"/"), chromedp.WaitVisible(chromedp.CSS("table.fleet")))
+	if pos := value(t, b, "header layout", chromedp.Evaluate[string](`getComputedStyle(document.querySelector("header nav")).display`)); pos == "inline" {
+		t.Errorf("the header nav is laid out %q: the stylesheet did not load under %s", pos, prefix)
+	}
+	b.checkURLsUnder(t, "fleet page", prefix+"/")
+	b.checkClean(t, "fleet page under "+prefix)
+
 	b.run(t, "open the pending incident", chromedp.Navigate(d.URL+"/incidents/"+rec.ID),
-		chromedp.WaitVisible(chromedp.CSS(`a[href^="/silences/new?"]`)))
-	b.run(t, "open the silence form", chromedp.Click(chromedp.CSS(`a[href^="/silences/new?"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`a[href^="`+prefix+`/silences/new?"]`)))
+	b.checkURLsUnder(t, "incident page", prefix+"/")
+	b.run(t, "open the silence form", chromedp.Click(chromedp.CSS(`a[href^="`+prefix+`/silences/new?"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.checkURLsUnder(t, "silence form", prefix+"/")
 	for field, want := range map[string]string{"#m-incident": rec.ID, "#m-replica": "sim-0", "#m-class": "", "#m-severity": ""} {
 		if got := value(t, b, "field "+field, chromedp.Value(chromedp.CSS(field))); got != want {
 			t.Errorf("silence form %s = %q, want %q (prefilled from the incident)", field, got, want)
@@ -324,9 +350,10 @@ func TestSilenceFromTheWorkspaceInARealBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#token"), token),
 		chromedp.Click(chromedp.CSS(`button[type="submit"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[id^="silence-"]`)))
-	if loc := value(t, b, "location", chromedp.Location()); !strings.HasSuffix(loc, "/silences") {
-		t.Errorf("creating the silence went to %s, want /silences", loc)
+	if loc := value(t, b, "location", chromedp.Location()); loc != d.URL+"/silences" {
+		t.Errorf("creating the silence went to %s, want %s/silences", loc, d.URL)
 	}
+	b.checkURLsUnder(t, "silences page", prefix+"/")
 	if state := value(t, b, "silence state", chromedp.Text(chromedp.CSS(`tr[id^="silence-"] td`))); state != "active" {
 		t.Errorf("the new silence is %q, want active", state)
 	}
@@ -367,4 +394,60 @@ func TestSilenceFromTheWorkspaceInARealBrowser(t *testing.T) {
 	if first := d.sentFor(fired.Fingerprint)[0]; first.ev.Kind != notify.KindTrigger {
 		t.Errorf("first notification after the silence is a %s, want a trigger", first.ev.Kind)
 	}
+}
+
+// checkURLsUnder fails for every link, stylesheet, image or form action on
+// the page that leads to this site outside prefix (same-page anchors and
+// other sites aside).
+func (b *browser) checkURLsUnder(t *testing.T, page, prefix string) {
+	t.Helper()
+	outside := value(t, b, "URLs on "+page, chromedp.Evaluate[[]string](fmt.Sprintf(`(() => {
+		const out = [];
+		for (const el of document.querySelectorAll("[href], [src], form[action]")) {
+			const raw = el.getAttribute("href") ?? el.getAttribute("src") ?? el.getAttribute("action");
+			if (raw.startsWith("#")) continue;
+			const u = new URL(raw, location.href);
+			if (u.origin === location.origin && !u.pathname.startsWith(%q)) out.push(el.tagName + " " + raw);
+		}
+		return out;
+	})()`, prefix)))
+	for _, u := range outside {
+		t.Errorf("%s: %s is outside %s", page, u, prefix)
+	}
+}
+
+// ingress forwards what is under its prefix to the daemon as an Ingress
+// with a path rule does (the Host kept, the path unchanged), and answers
+// 404 to everything else.
+type ingress struct {
+	URL    string
+	target atomic.Pointer[url.URL]
+}
+
+func newIngress(t *testing.T, prefix string) *ingress {
+	t.Helper()
+	in := &ingress{}
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(in.target.Load())
+		r.Out.Host = r.In.Host
+	}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if in.target.Load() == nil || !strings.HasPrefix(r.URL.Path, prefix+"/") {
+			http.NotFound(w, r)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	in.URL = srv.URL
+	return in
+}
+
+func (in *ingress) forwardTo(t *testing.T, daemon string) {
+	t.Helper()
+	u, err := url.Parse(daemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.target.Store(u)
 }
