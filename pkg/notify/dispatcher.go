@@ -141,14 +141,12 @@ func NewDispatcher(cfg DispatcherConfig, now time.Time) (*Dispatcher, error) {
 		d.sm.active.Set(1)
 	}
 	d.loadNotices()
-	for i, r := range cfg.Routes.Routes {
-		for _, n := range r.Integrations {
-			if d.byName[n] == nil {
-				logger.Warn("route names an integration that is not configured; it is skipped",
-					zap.Int("route", i), zap.String("integration", n))
-			}
+	cfg.Routes.walk(func(path, name string) {
+		if d.byName[name] == nil {
+			logger.Warn("route names a receiver that is not configured; it is skipped",
+				zap.String("route", path), zap.String("integration", name))
 		}
-	}
+	})
 	return d, nil
 }
 
