@@ -197,3 +197,22 @@ func ReasonForStatus(code int) Reason {
 	}
 	return ReasonUnknown
 }
+
+// ForStatus classifies err, the failure of a request its server answered
+// with status code and header h, for the queue: 429 is a rate limit
+// (ThrottledBy), 408 and 5xx are retried, any other 4xx is permanent (the
+// same request would fail again), and any other answer that is not 2xx
+// (1xx, a 3xx not followed: a proxy in front may be reconfigured) is
+// retried. The reason is ReasonForStatus(code).
+func ForStatus(err error, code int, h http.Header) error {
+	err = WithReason(err, ReasonForStatus(code))
+	switch {
+	case code == http.StatusTooManyRequests:
+		return ThrottledBy(err, h)
+	case code == http.StatusRequestTimeout || code >= 500:
+		return err
+	case code >= 400:
+		return Permanent(err)
+	}
+	return err
+}

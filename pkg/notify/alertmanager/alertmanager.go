@@ -428,15 +428,5 @@ func (n *Notifier) postOne(ctx context.Context, endpoint string, body []byte) er
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		return nil
 	}
-	reason := notify.ReasonForStatus(resp.StatusCode)
-	err = notify.WithReason(fmt.Errorf("alertmanager %s: HTTP %d: %s", endpoint, resp.StatusCode, strings.TrimSpace(string(msg))), reason)
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
-		return notify.ThrottledBy(err, resp.Header)
-	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode >= 500:
-		return err
-	case resp.StatusCode >= 400:
-		return notify.Permanent(err)
-	}
-	return err // 1xx, 3xx not followed: retry, the proxy in front may be reconfigured
+	return notify.ForStatus(fmt.Errorf("alertmanager %s: HTTP %d: %s", endpoint, resp.StatusCode, strings.TrimSpace(string(msg))), resp.StatusCode, resp.Header)
 }
