@@ -17,6 +17,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/alertmanager"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/pagerduty"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/slack"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/webhook"
 )
 
 // Dialer replaces the operating system's network (Options.Dial).
@@ -80,6 +81,37 @@ func buildIntegrations(cfg config.Config, dial Dialer, logger *zap.Logger) ([]no
 		} else {
 			out = append(out, notify.Integration{Name: alertmanager.Name, Notifier: n})
 		}
+	}
+	named, err := buildReceivers(cfg.Notify.Receivers, dial, logger)
+	return append(out, named...), errors.Join(append(errs, err)...)
+}
+
+// buildReceivers constructs the named receivers of notify.receivers (loaded
+// and validated, their secrets read), each with its own HTTP client.
+func buildReceivers(receivers []config.Receiver, dial Dialer, logger *zap.Logger) ([]notify.Integration, error) {
+	var out []notify.Integration
+	var errs []error
+	for i, r := range receivers {
+		log := logger.Named(r.Name)
+		var n notify.Notifier
+		var err error
+		switch {
+		case r.Slack != nil:
+			n, err = slack.New(r.Slack.SlackConfig(), httpClient(dial, r.Name, 30*time.Second), log)
+		case r.PagerDuty != nil:
+			n, err = pagerduty.New(r.PagerDuty.PagerDutyConfig(), httpClient(dial, r.Name, 30*time.Second), log)
+		case r.Alertmanager != nil:
+			n, err = alertmanager.New(alertmanager.Config(*r.Alertmanager), log, commoncfg.WithDialContextFunc(dial))
+		case r.Webhook != nil:
+			n, err = webhook.New(r.Webhook.WebhookConfig(), httpClient(dial, r.Name, 30*time.Second), log)
+		default:
+			err = errors.New("no destination")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("notify.receivers[%d] (%s): %w", i, r.Name, err))
+			continue
+		}
+		out = append(out, notify.Integration{Name: r.Name, Notifier: n})
 	}
 	return out, errors.Join(errs...)
 }

@@ -166,5 +166,6 @@ func restartOnly(old, next config.Config) []string {
 
 func notifyEqual(a, b config.Notify) bool {
 	return a.Slack == b.Slack && a.PagerDuty == b.PagerDuty && reflect.DeepEqual(a.Alertmanager, b.Alertmanager) &&
+		reflect.DeepEqual(a.Receivers, b.Receivers) &&
 		a.QueueOptions() == b.QueueOptions() // routes reload live
 }

@@ -156,10 +156,15 @@ type Target struct {
 
 // Notify holds the paging settings.
 type Notify struct {
-	// Routes pick integrations by severity and class; the first match wins.
-	Routes    []notify.Route `yaml:"routes"`
-	Slack     Slack          `yaml:"slack"`
-	PagerDuty PagerDuty      `yaml:"pagerduty"`
+	// Routes pick receivers by severity, class and labels: a tree, the
+	// first match wins unless it continues (notify.Route).
+	Routes []notify.Route `yaml:"routes"`
+	// Receivers are named destinations for routes beside the default
+	// ones, slack, pagerduty and alertmanager, that the sections below
+	// configure (receivers.go).
+	Receivers []Receiver `yaml:"receivers"`
+	Slack     Slack      `yaml:"slack"`
+	PagerDuty PagerDuty  `yaml:"pagerduty"`
 	// Alertmanager posts incidents to Prometheus Alertmanager (alertmanager.go).
 	Alertmanager Alertmanager `yaml:"alertmanager"`
 	// MaxRetryAfter caps the wait a provider's Retry-After imposes on
@@ -378,6 +383,9 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 	readSecret("notify.slack.bot_token_file", cfg.Notify.Slack.BotTokenFile, &cfg.Notify.Slack.BotToken)
 	readSecret("notify.slack.webhook_url_file", cfg.Notify.Slack.WebhookURLFile, &cfg.Notify.Slack.WebhookURL)
 	readSecret("notify.pagerduty.routing_key_file", cfg.Notify.PagerDuty.RoutingKeyFile, &cfg.Notify.PagerDuty.RoutingKey)
+	if err := cfg.Notify.readReceiverSecrets(); err != nil {
+		errs = append(errs, failed(ReasonRead, err))
+	}
 	if err := cfg.resolveAPI(environ); err != nil {
 		errs = append(errs, failed(ReasonRead, err))
 	}
@@ -591,6 +599,9 @@ func (c Config) Validate() error {
 	}
 	if err := (notify.RouteConfig{Routes: c.Notify.Routes}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("notify.%w", err))
+	}
+	if err := c.Notify.validateReceivers(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := validateAlertmanager(c.Notify.Alertmanager); err != nil {
 		errs = append(errs, err)
