@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/redact"
 )
@@ -50,8 +51,8 @@ const DefaultResendInterval = time.Minute
 // lost refreshes do not resolve an alert that is still firing.
 const endsAtResends = 4
 
-// refLabels is the key under which the incident record keeps the label set
-// last sent, the alert's identity in Alertmanager.
+// refLabels is the key under which records written before alertState kept
+// the one label set last sent.
 const refLabels = "alertmanager_labels"
 
 const (
@@ -208,64 +209,145 @@ func (n *Notifier) Notify(ctx context.Context, ev notify.Event) error {
 	return n.NotifyIncident(ctx, ev, nil)
 }
 
-// NotifyIncident implements notify.IncidentNotifier. Alertmanager knows an
-// alert by its label set; when the incident's labels change (re-titled to
-// its cause, severity changed, target labels changed) the label set sent
-// before is resolved in the same request, so that no stale alert lingers
-// until its endsAt. A resolve closes the label set last sent.
+// NotifyIncident implements notify.IncidentNotifier.
+//
+// Alertmanager knows an alert by its label set, and groups, silences and
+// inhibits by it, so the label set of an incident's alert never changes
+// while the incident is open. Its labels are the incident's as it first
+// reached Alertmanager (class, replica, model, fleet, target labels),
+// kept in the incident record; what changes (the class a symptom is
+// re-titled to, the severity, the headline, the consequences, the
+// evidence) is in the annotations. The severity label is the one
+// deliberate exception: an incident that escalates gets a second alert,
+// the same labels with the higher severity, beside the first, as a
+// Prometheus rule with a warning and a critical alert does; an inhibit
+// rule (docs/configuration.md) mutes the lower one. Nothing is resolved
+// until the incident resolves, which ends every alert it has. Alerts of
+// an earlier incident of the fingerprint still open here (its resolve was
+// lost) are ended in the same request.
 func (n *Notifier) NotifyIncident(ctx context.Context, ev notify.Event, inc *notify.Incident) error {
 	now := n.now()
-	labels := n.labels(ev)
-	var previous map[string]string
-	if inc != nil {
-		if raw := inc.Ref[refLabels]; raw != "" {
-			if err := json.Unmarshal([]byte(raw), &previous); err != nil {
-				n.log.Warn("stored Alertmanager label set unreadable; not resolving it", zap.String("fingerprint", ev.Fingerprint), zap.Error(err))
-				previous = nil
-			}
-		}
+	st := n.loadState(ev, inc)
+	if !slices.Contains(st.Severities, ev.Severity) {
+		st.Severities = append(st.Severities, ev.Severity)
+		slices.Sort(st.Severities)
 	}
-	alert := postableAlert{
-		Labels:       labels,
-		Annotations:  Annotations(ev),
-		StartsAt:     ev.StartsAt,
-		GeneratorURL: ev.AlertURL,
-	}
+	annotations := Annotations(ev)
+	annotations["current_severity"] = ev.Severity.String()
+	annotations["current_class"] = ev.Class
 	resolved := notify.Resolved(ev)
+	startsAt, endsAt := ev.StartsAt, now.Add(endsAtResends*n.resend)
 	if resolved {
-		alert.EndsAt = ev.EndsAt
-		if alert.EndsAt.IsZero() {
-			alert.EndsAt = now
+		endsAt = ev.EndsAt
+		if endsAt.IsZero() {
+			endsAt = now
 		}
-	} else {
-		alert.EndsAt = now.Add(endsAtResends * n.resend)
 	}
-	if alert.StartsAt.IsZero() || alert.StartsAt.After(alert.EndsAt) {
-		alert.StartsAt = ev.At
+	if startsAt.IsZero() || startsAt.After(endsAt) {
+		startsAt = ev.At
 	}
-	batch := []postableAlert{alert}
-	if previous != nil && !maps.Equal(previous, labels) {
-		old := alert
-		old.Labels = previous
-		old.EndsAt = now
-		if resolved {
-			old.EndsAt = alert.EndsAt
+	var batch []postableAlert
+	var current []map[string]string
+	for _, sev := range st.Severities {
+		labels := n.labels(st.Identity.event(sev))
+		current = append(current, labels)
+		batch = append(batch, postableAlert{Labels: labels, Annotations: annotations, StartsAt: startsAt, EndsAt: endsAt, GeneratorURL: ev.AlertURL})
+	}
+	for _, old := range st.stale {
+		if !slices.ContainsFunc(current, func(l map[string]string) bool { return maps.Equal(l, old) }) {
+			stale := postableAlert{Labels: old, Annotations: annotations, StartsAt: startsAt, EndsAt: now, GeneratorURL: ev.AlertURL}
+			if resolved {
+				stale.EndsAt = endsAt
+			}
+			batch = append(batch, stale)
 		}
-		batch = append(batch, old)
 	}
 	if err := n.post(ctx, batch); err != nil {
 		return err
 	}
 	if inc != nil {
-		b, err := json.Marshal(labels)
-		if err == nil {
+		st.Incident, st.Alerts = ev.Incident, current
+		if b, err := json.Marshal(st); err == nil {
 			if inc.Ref == nil {
 				inc.Ref = map[string]string{}
 			}
-			inc.Ref[refLabels] = string(b)
+			inc.Ref[refState] = string(b)
+			delete(inc.Ref, refLabels)
 		}
 	}
 	return nil
+}
+
+// refState is the key under which the incident record keeps what
+// Alertmanager was sent (alertState).
+const refState = "alertmanager"
+
+// alertState is what the incident record keeps: the incident the alerts
+// belong to, its identity as it first reached Alertmanager, the
+// severities it has alerts for, and their label sets.
+type alertState struct {
+	Incident   string              `json:"incident,omitempty"`
+	Identity   identity            `json:"identity"`
+	Severities []detect.Severity   `json:"severities"`
+	Alerts     []map[string]string `json:"alerts"`
+	// stale are label sets sent before that are not this incident's
+	// alerts (an earlier incident's, or the format before this one): ended
+	// unless they are among the current ones.
+	stale []map[string]string
+}
+
+// identity is what an incident's labels are made of, fixed when it first
+// reaches Alertmanager.
+type identity struct {
+	Class       string            `json:"class"`
+	Replica     string            `json:"replica"`
+	Model       string            `json:"model,omitempty"`
+	Fleet       bool              `json:"fleet,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Integration string            `json:"integration,omitempty"`
+}
+
+func identityOf(ev notify.Event) identity {
+	return identity{Class: ev.Class, Replica: ev.Replica, Model: ev.Model, Fleet: ev.Fleet, Labels: ev.Labels, Integration: ev.Integration}
+}
+
+// event is an event with the identity's label-forming fields and sev.
+func (id identity) event(sev detect.Severity) notify.Event {
+	return notify.Event{Class: id.Class, Replica: id.Replica, Model: id.Model, Fleet: id.Fleet, Labels: id.Labels, Integration: id.Integration, Severity: sev}
+}
+
+// loadState is the alert state ev continues: the stored one when it is
+// ev's incident's (the same incident ID; without IDs, an open record),
+// else a new one from ev, with any alerts still open from before as stale.
+func (n *Notifier) loadState(ev notify.Event, inc *notify.Incident) alertState {
+	fresh := alertState{Identity: identityOf(ev)}
+	if inc == nil {
+		return fresh
+	}
+	if raw := inc.Ref[refLabels]; raw != "" && inc.Open {
+		var old map[string]string
+		if err := json.Unmarshal([]byte(raw), &old); err == nil {
+			fresh.stale = append(fresh.stale, old)
+		}
+	}
+	raw := inc.Ref[refState]
+	if raw == "" {
+		return fresh
+	}
+	var st alertState
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		n.log.Warn("stored Alertmanager alert state unreadable; starting the incident's alerts afresh", zap.String("fingerprint", ev.Fingerprint), zap.Error(err))
+		return fresh
+	}
+	same := (ev.Incident != "" && st.Incident == ev.Incident) || (ev.Incident == "" && inc.Open)
+	if same {
+		st.stale = append(fresh.stale, st.Alerts...)
+		return st
+	}
+	if inc.Open {
+		fresh.stale = append(fresh.stale, st.Alerts...)
+	}
+	return fresh
 }
 
 // postableAlert is Alertmanager's API v2 PostableAlert. The generated

@@ -169,38 +169,46 @@ func TestResolveEndsTheAlertAtTheResolveTime(t *testing.T) {
 	}
 }
 
-// A severity change or a re-title is a different label set in
-// Alertmanager: the old one is resolved in the same request.
-func TestChangedLabelSetResolvesThePreviousOne(t *testing.T) {
+// Alerts still open from an earlier incident of the fingerprint (its
+// resolve was lost), or kept in the record's older format with other
+// labels, are ended in the request that opens the new incident's alert.
+func TestAlertsLeftFromBeforeAreEnded(t *testing.T) {
 	am := newFakeAM(t)
 	now := t0.Add(5 * time.Minute)
 	n := newNotifier(t, configFor(am.URL), now)
 	inc := &notify.Incident{Ref: map[string]string{}}
-	ev := teamEvent()
-	ev.Severity = detect.Warning
-	if err := n.NotifyIncident(t.Context(), ev, inc); err != nil {
+	first := teamEvent()
+	if err := n.NotifyIncident(t.Context(), first, inc); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.NotifyIncident(t.Context(), notifytest.Update(ev, now, detect.Critical), inc); err != nil {
+	inc.Open = true // its resolve never arrived
+	next := teamEvent()
+	next.Incident, next.Severity = next.Fingerprint+"-later", detect.Warning
+	if err := n.NotifyIncident(t.Context(), next, inc); err != nil {
 		t.Fatal(err)
 	}
 	posts := am.Posts()
 	if len(posts) != 2 || len(posts[1]) != 2 {
-		t.Fatalf("want the update and the old label set's resolve in one post, got %+v", posts)
+		t.Fatalf("want the new alert and the old one's end in one post, got %+v", posts)
 	}
 	cur, old := posts[1][0], posts[1][1]
-	if cur.Labels["severity"] != "critical" || !cur.EndsAt.After(now) {
-		t.Errorf("current alert %v ends %s, want critical and firing", cur.Labels, cur.EndsAt)
+	if cur.Labels["severity"] != "warning" || !cur.EndsAt.After(now) {
+		t.Errorf("new incident's alert %v ends %s, want warning and firing", cur.Labels, cur.EndsAt)
 	}
-	if old.Labels["severity"] != "warning" || !old.EndsAt.Equal(now) {
-		t.Errorf("previous alert %v ends %s, want the warning label set resolved at %s", old.Labels, old.EndsAt, now)
+	if old.Labels["severity"] != "critical" || !old.EndsAt.Equal(now) {
+		t.Errorf("earlier incident's alert %v ends %s, want it ended at %s", old.Labels, old.EndsAt, now)
 	}
-	// The same labels again: a plain refresh, nothing else resolved.
-	if err := n.NotifyIncident(t.Context(), notifytest.Update(ev, now, detect.Critical), inc); err != nil {
+
+	legacy := &notify.Incident{Open: true, Ref: map[string]string{"alertmanager_labels": `{"alertname":"preempt_storm","severity":"warning","replica":"llama-70b-0"}`}}
+	if err := n.NotifyIncident(t.Context(), notifytest.Update(teamEvent(), now, detect.Critical), legacy); err != nil {
 		t.Fatal(err)
 	}
-	if posts := am.Posts(); len(posts[2]) != 1 {
-		t.Errorf("an unchanged label set resolved something: %+v", posts[2])
+	posts = am.Posts()
+	if len(posts[2]) != 2 || posts[2][1].Labels["severity"] != "warning" || !posts[2][1].EndsAt.Equal(now) {
+		t.Errorf("the older record's label set was not ended: %+v", posts[2])
+	}
+	if _, kept := legacy.Ref["alertmanager_labels"]; kept {
+		t.Error("the older record format is kept beside the new one")
 	}
 }
 

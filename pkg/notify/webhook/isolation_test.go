@@ -104,6 +104,16 @@ func TestAFailingReceiverDoesNotDelayTheOthers(t *testing.T) {
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { _ = d.Run(ctx); close(done) }()
+		defer func() {
+			close(release)
+			stop()
+			<-done
+			transport.CloseIdleConnections()
+			for _, e := range []*bubbleEndpoint{ok, down, hang} {
+				e.srv.Close()
+			}
+			network.Close()
+		}()
 
 		sent := map[string]time.Time{}
 		for i, fp := range []string{"aaaa0001", "aaaa0002", "aaaa0003", "aaaa0004", "aaaa0005"} {
@@ -138,14 +148,5 @@ func TestAFailingReceiverDoesNotDelayTheOthers(t *testing.T) {
 		if q := d.Queue("team-b"); q.Len() != 0 {
 			t.Errorf("team-b still holds %d events", q.Len())
 		}
-
-		close(release)
-		stop()
-		<-done
-		transport.CloseIdleConnections()
-		for _, e := range []*bubbleEndpoint{ok, down, hang} {
-			e.srv.Close()
-		}
-		network.Close()
 	})
 }
