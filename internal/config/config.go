@@ -394,6 +394,9 @@ func LoadWithFlags(base Config, environ map[string]string, flags Flags) (Config,
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, failed(ReasonValidate, err))
 	}
+	if err := cfg.Notify.checkRouteReceivers(); err != nil {
+		errs = append(errs, failed(ReasonValidate, err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}

@@ -175,9 +175,8 @@ func (n *Notify) readReceiverSecrets() error {
 	return errors.Join(errs...)
 }
 
-// validateReceivers reports every problem of notify.receivers and every
-// route that names a receiver nobody configured, each with its YAML path.
-// It never prints a secret.
+// validateReceivers reports every problem of notify.receivers, each with
+// its YAML path. It never prints a secret.
 func (n Notify) validateReceivers() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -245,12 +244,24 @@ func (n Notify) validateReceivers() error {
 			}
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// checkRouteReceivers reports every receiver name the routes use that
+// neither notify.receivers nor the default sections configure, with its
+// YAML path. Load checks it; Validate does not, since a program that
+// builds its configuration may add integrations of its own to the
+// dispatcher (the demo's dry runs, a test's recorder).
+func (n Notify) checkRouteReceivers() error {
 	known := func(name string) bool {
-		_, named := seen[name]
-		return named || slices.Contains(defaultReceivers, name)
+		return slices.Contains(defaultReceivers, name) || slices.ContainsFunc(n.Receivers, func(r Receiver) bool { return r.Name == name })
 	}
-	if err := (notify.RouteConfig{Routes: n.Routes}).CheckReceivers(known); err != nil {
-		prefixed("notify", err)
+	err := (notify.RouteConfig{Routes: n.Routes}).CheckReceivers(known)
+	var errs []error
+	for _, e := range unwrapAll(err) {
+		if e != nil {
+			errs = append(errs, fmt.Errorf("notify.%w", e))
+		}
 	}
 	return errors.Join(errs...)
 }
