@@ -43,29 +43,41 @@ func TestWatchdogYAMLStatesTheDefaults(t *testing.T) {
 		t.Fatalf("the example lists live targets: %+v", got.Targets)
 	}
 	got.Targets, want.Targets = nil, nil
-	normalize := func(c *config.Config) {
-		if len(c.Runbooks) == 0 {
-			c.Runbooks = nil
-		}
-		if len(c.Alerts.Classes) == 0 {
-			c.Alerts.Classes = nil
-		}
-		if len(c.Discovery.DNS) == 0 {
-			c.Discovery.DNS = nil
-		}
-		if len(c.Notify.Alertmanager.URLs) == 0 {
-			c.Notify.Alertmanager.URLs = nil
-		}
-		if len(c.Discovery.FileSD) == 0 {
-			c.Discovery.FileSD = nil
-		}
-		if len(c.Correlation.GPUTargets) == 0 {
-			c.Correlation.GPUTargets = nil
-		}
-	}
+	// An empty list or map in the file decodes as empty, the default's is
+	// nil: the same setting.
+	normalize := func(c *config.Config) { emptyToNil(reflect.ValueOf(c).Elem()) }
 	normalize(&got)
 	normalize(&want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("configs/watchdog.yaml differs from config.Default():\n got  %+v\n want %+v", got, want)
+	}
+}
+
+// emptyToNil sets every empty slice and map reachable from v (exported
+// fields, elements, pointers) to nil.
+func emptyToNil(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			emptyToNil(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				emptyToNil(v.Field(i))
+			}
+		}
+	case reflect.Slice:
+		if v.Len() == 0 && !v.IsNil() && v.CanSet() {
+			v.Set(reflect.Zero(v.Type()))
+			return
+		}
+		for i := range v.Len() {
+			emptyToNil(v.Index(i))
+		}
+	case reflect.Map:
+		if v.Len() == 0 && !v.IsNil() && v.CanSet() {
+			v.Set(reflect.Zero(v.Type()))
+		}
 	}
 }
