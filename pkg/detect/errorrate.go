@@ -153,6 +153,20 @@ func countFailures(t clientTraffic, read func(Selector, time.Time, time.Time) (f
 	return f, true
 }
 
+// AnsweredRequests are the inference requests a replica answered over
+// (from, to] and how many of them failed (5xx, shed with 429/503, aborted),
+// counted exactly as the error rate detector counts them, on an engine or
+// a gateway. read is how a counter's increase over a range is taken
+// (Window.Increase, or a caller's own partition of time); ok is false when
+// the replica exposes no answered requests there.
+func AnsweredRequests(w Window, endpoints string, read func(Selector, time.Time, time.Time) (float64, bool), from, to time.Time) (answered, failed float64, ok bool) {
+	f, ok := countFailures(trafficOf(w, endpoints), read, from, to)
+	if !ok {
+		return 0, 0, false
+	}
+	return f.answered, min(f.failed(), f.answered), true
+}
+
 // Detect implements Detector.
 func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	c := d.cfg

@@ -1,0 +1,219 @@
+package slo
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+)
+
+// The burn-rate and budget arithmetic, against values worked out by hand.
+func TestBurnRateAndBudgetByHand(t *testing.T) {
+	cases := []struct {
+		name       string
+		ev         Events
+		target     float64
+		burn, left float64
+		ok         bool
+	}{
+		// 10 bad in 1000 is 1%: exactly a 99% objective's budget share.
+		{"at the objective", Events{Good: 990, Total: 1000}, 0.99, 1, 0, true},
+		// 144 bad in 1000 = 14.4%, over 1% allowed: 14.4x.
+		{"workbook page rate", Events{Good: 856, Total: 1000}, 0.99, 14.4, -13.4, true},
+		// 1 bad in 200 = 0.5% of a 1% budget: half of it spent.
+		{"half the budget", Events{Good: 199, Total: 200}, 0.99, 0.5, 0.5, true},
+		// 100 bad in 1000 = 10% against 0.5% allowed: 20x, budget 1-20.
+		{"99.5% at 20x", Events{Good: 900, Total: 1000}, 0.995, 20, -19, true},
+		{"all good", Events{Good: 500, Total: 500}, 0.999, 0, 1, true},
+		{"no events", Events{}, 0.99, 0, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			burn, ok := BurnRate(c.ev, c.target)
+			if ok != c.ok || math.Abs(burn-c.burn) > 1e-9 {
+				t.Errorf("BurnRate = %v, %v; want %v, %v", burn, ok, c.burn, c.ok)
+			}
+			left, ok := BudgetLeft(c.ev, c.target)
+			if ok != c.ok || math.Abs(left-c.left) > 1e-9 {
+				t.Errorf("BudgetLeft = %v, %v; want %v, %v", left, ok, c.left, c.ok)
+			}
+		})
+	}
+}
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// testPolicy is the workbook's page rules scaled down by 12 (1h -> 5m),
+// so a window test spans minutes.
+func testPolicy() Policy {
+	return Policy{
+		Page:      []Window{{Long: 60 * time.Minute, Short: 5 * time.Minute, BurnRate: 14.4}},
+		Warning:   []Window{{Long: 120 * time.Minute, Short: 10 * time.Minute, BurnRate: 3}},
+		MinEvents: 20,
+	}
+}
+
+func ttftObjective() Objective {
+	return Objective{Name: "chat-ttft", Model: "m", Kind: TTFT, Threshold: time.Second, Target: 0.99, Period: 24 * time.Hour}
+}
+
+// record adds, for each minute k = 1..n after from, perMinute(k).
+func record(b *Book, from time.Time, n int, perMinute func(k int) Events) {
+	for k := 1; k <= n; k++ {
+		b.Record(from.Add(time.Duration(k)*time.Minute), []Sample{{Objective: "chat-ttft", Model: "m", Events: perMinute(k), Boundary: 1}})
+	}
+}
+
+// The windows of the policy over the book's per-minute memory, by hand:
+// 120 minutes of 100 events a minute, all good but the last 10 minutes,
+// with 40 bad a minute.
+//
+//	5m:   500 events, 200 bad: 40% / 1% = 40x
+//	60m:  6000 events, 400 bad: 6.67% / 1% = 6.67x  (< 14.4: no page)
+//	10m:  1000 events, 400 bad: 40x;  120m: 12000, 400 bad: 3.33x > 3: warning
+//	budget over the 2h held: 1 - 400 / (1% x 12000) = -2.33
+func TestBookWindowsByHand(t *testing.T) {
+	b := NewBook(Config{Policy: testPolicy(), Objectives: []Objective{ttftObjective()}})
+	record(b, t0, 120, func(k int) Events {
+		if k > 110 {
+			return Events{Good: 60, Total: 100}
+		}
+		return Events{Good: 100, Total: 100}
+	})
+	sts := b.Status(t0.Add(120*time.Minute), nil)
+	if len(sts) != 1 {
+		t.Fatalf("statuses: %+v", sts)
+	}
+	st := sts[0]
+	page, warn := st.Rules[0], st.Rules[1]
+	near := func(name string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-6 {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	near("page short (5m)", page.Short.Rate, 40)
+	near("page long (60m)", page.Long.Rate, 400.0/6000/0.01)
+	near("warning short (10m)", warn.Short.Rate, 40)
+	near("warning long (120m)", warn.Long.Rate, 400.0/12000/0.01)
+	near("budget left", st.Budget, 1-400/(0.01*12000))
+	near("SLI over 5m", st.SLI, 0.6)
+	if page.Firing || !warn.Firing || st.Severity != detect.Warning {
+		t.Errorf("page firing %v, warning firing %v, severity %v; want a warning only", page.Firing, warn.Firing, st.Severity)
+	}
+	if st.Held != 119*time.Minute || st.BudgetSpan != 119*time.Minute {
+		t.Errorf("held %s, budget span %s", st.Held, st.BudgetSpan)
+	}
+
+	// Ten more bad minutes: 60m holds 20 bad minutes, 800 of 6000 bad:
+	// 13.3x, still under 14.4; at 40 bad minutes... one more step of
+	// 15 minutes: 60m holds 25 bad minutes = 1000/6000 = 16.7x: a page.
+	record(b, t0.Add(120*time.Minute), 15, func(int) Events { return Events{Good: 60, Total: 100} })
+	st = b.Status(t0.Add(135*time.Minute), nil)[0]
+	near("page long after 25 bad minutes", st.Rules[0].Long.Rate, 1000.0/6000/0.01)
+	if !st.Rules[0].Firing || st.Severity != detect.Critical {
+		t.Errorf("page rule %+v; severity %v", st.Rules[0], st.Severity)
+	}
+	f, ok := st.Finding("slo_burn", "fleet/m")
+	if !ok || f.Severity != detect.Critical || f.Model != "m" {
+		t.Fatalf("finding %+v, %v", f, ok)
+	}
+	for _, want := range []string{`TTFT ≤ 1s for 99% SLO "chat-ttft" burning at 16.7x over 1h and 40x over 5m`, "of the budget left over the 2h 14m held of the 1d period"} {
+		if !strings.Contains(f.Summary, want) {
+			t.Errorf("summary %q lacks %q", f.Summary, want)
+		}
+	}
+}
+
+// A book that holds less than a rule's long window does not judge the
+// rule, however bad the few minutes it holds; a quiet model (fewer
+// events than min_events in the short window, or none) is not judged.
+func TestBookDoesNotJudgeWithoutHistoryOrTraffic(t *testing.T) {
+	b := NewBook(Config{Policy: testPolicy(), Objectives: []Objective{ttftObjective()}})
+	record(b, t0, 30, func(int) Events { return Events{Good: 0, Total: 100} })
+	if st := b.Status(t0.Add(30*time.Minute), nil)[0]; st.Burning() || st.Rules[0].Judged {
+		t.Errorf("30 minutes held judged a 60m rule: %+v", st.Rules[0])
+	}
+
+	quiet := NewBook(Config{Policy: testPolicy(), Objectives: []Objective{ttftObjective()}})
+	record(quiet, t0, 180, func(int) Events { return Events{Good: 0, Total: 1} }) // 5 in 5m, 10 in 10m: < 20
+	if st := quiet.Status(t0.Add(180*time.Minute), nil)[0]; st.Burning() {
+		t.Errorf("a model with 1 event a minute paged: %+v", st.Rules)
+	}
+	idle := NewBook(Config{Policy: testPolicy(), Objectives: []Objective{ttftObjective()}})
+	record(idle, t0, 180, func(int) Events { return Events{} })
+	if st := idle.Status(t0.Add(180*time.Minute), nil)[0]; st.Burning() || st.HasSLI || st.HasBudget {
+		t.Errorf("a model without events has a verdict: %+v", st)
+	}
+}
+
+// NaN, Inf and impossible counts are not recorded.
+func TestBookIgnoresInvalidEvents(t *testing.T) {
+	b := NewBook(Config{Policy: testPolicy(), Objectives: []Objective{ttftObjective()}})
+	record(b, t0, 120, func(k int) Events {
+		switch k % 4 {
+		case 0:
+			return Events{Good: math.NaN(), Total: 100}
+		case 1:
+			return Events{Good: 0, Total: math.Inf(1)}
+		case 2:
+			return Events{Good: 200, Total: 100}
+		}
+		return Events{Good: 100, Total: 100}
+	})
+	st := b.Status(t0.Add(120*time.Minute), []Sample{{Objective: "chat-ttft", Model: "m", Events: Events{Good: -5, Total: 10}}})[0]
+	if st.Burning() || st.Budget != 1 || st.Rules[1].Long.Events.Total != 3000 {
+		t.Errorf("invalid events counted: %+v", st)
+	}
+}
+
+// A pending sample (the round not yet recorded) counts in every window,
+// and a reload keeps the memory of an objective counted the same way.
+func TestBookPendingAndReload(t *testing.T) {
+	cfg := Config{Policy: testPolicy(), Objectives: []Objective{ttftObjective()}}
+	b := NewBook(cfg)
+	record(b, t0, 120, func(int) Events { return Events{Good: 100, Total: 100} })
+	st := b.Status(t0.Add(121*time.Minute), []Sample{{Objective: "chat-ttft", Model: "m", Events: Events{Good: 0, Total: 100}}})[0]
+	if st.Rules[0].Short.Events.Total != 500 || st.Rules[0].Short.Events.Bad() != 100 {
+		t.Errorf("pending sample not in the 5m window: %+v", st.Rules[0].Short)
+	}
+	renamed := cfg
+	renamed.Objectives = []Objective{ttftObjective()}
+	renamed.Objectives[0].Target = 0.999
+	b.Configure(renamed)
+	if st := b.Status(t0.Add(120*time.Minute), nil)[0]; st.Rules[1].Long.Events.Total != 12000 {
+		t.Errorf("reload with a new target lost the memory: %+v", st.Rules[1].Long)
+	}
+	moved := renamed
+	moved.Objectives = []Objective{ttftObjective()}
+	moved.Objectives[0].Threshold = 2 * time.Second
+	b.Configure(moved)
+	if sts := b.Status(t0.Add(120*time.Minute), nil); len(sts) != 0 {
+		t.Errorf("a new threshold kept the old events: %+v", sts)
+	}
+}
+
+func TestValidateNamesEveryPath(t *testing.T) {
+	cfg := Config{Policy: Policy{Page: []Window{{Long: time.Minute, Short: 5 * time.Minute, BurnRate: 0}}, MinEvents: -1},
+		Objectives: []Objective{
+			{Name: "a", Kind: "ttfb", Target: 1, Period: 90 * time.Minute},
+			{Name: "a", Kind: TTFT, Target: 0.99, Period: 24 * time.Hour},
+			{Name: "b", Kind: Availability, Threshold: time.Second, Target: 0.99, Period: 24 * time.Hour},
+		}}
+	err := cfg.Validate("slos")
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"slos.policy.page[0].long", "slos.policy.page[0].burn_rate", "slos.policy.min_events",
+		"slos.objectives[0].kind", "slos.objectives[0].objective", "slos.objectives[0].period",
+		"slos.objectives[1].name", "slos.objectives[1].threshold", "slos.objectives[2].threshold"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s:\n%v", want, err)
+		}
+	}
+	if err := (Config{Policy: DefaultPolicy(), Objectives: []Objective{ttftObjective()}}).Validate("slos"); err != nil {
+		t.Errorf("a good objective rejected: %v", err)
+	}
+}
