@@ -251,7 +251,8 @@ func (t *Tracker) match(g correlate.Group) *Incident {
 			ok = a.Model == g.Finding.Model && (a.Class == g.Cause() || slices.Contains(a.Members, g.Cause()))
 		default:
 			ok = a.Replica == g.Finding.Replica && (overlaps(a.Members, classes) || a.Class == g.Cause() ||
-				detect.Explains(a.Finding, g.Finding) || detect.Explains(g.Finding, a.Finding))
+				detect.Explains(a.Finding, g.Finding) || detect.Explains(g.Finding, a.Finding)) ||
+				burnContinues(a, g)
 		}
 		if !ok {
 			continue
@@ -332,7 +333,7 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 	// incident keeps its cause's name: the backlog draining is this
 	// incident, not a new one. Its finding is then what remains, under the
 	// cause's name (drained), so the page says what users feel now.
-	a.Draining = a.State == StateFiring && g.Cause() != a.Class && detect.Explains(a.Finding, g.Finding)
+	a.Draining = a.State == StateFiring && g.Cause() != a.Class && (detect.Explains(a.Finding, g.Finding) || g.Cause() == correlate.SLOBurn)
 	switch {
 	case !a.Draining:
 		a.Finding, a.Class, a.Cleared = g.Finding, g.Cause(), nil
@@ -527,6 +528,26 @@ func LowerIsWorse(e detect.Evidence) bool {
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// burnContinues reports whether group g and open incident a are one
+// incident through an SLO burn of their model (correlate.FileBurns): a
+// burn standing alone continues its own incident or a firing incident
+// of its model (the one it was filed under, or one correlation would file
+// it under) (the cause has cleared, the burn remains: the incident drains);
+// and a cause found on the model takes over the incident its burn paged
+// alone (renamed after it).
+func burnContinues(a *Incident, g correlate.Group) bool {
+	if a.Model != g.Finding.Model {
+		return false
+	}
+	switch {
+	case g.Cause() == correlate.SLOBurn:
+		return a.Replica == g.Finding.Replica || (a.Class != correlate.SLOBurn && a.State == StateFiring)
+	case a.Class == correlate.SLOBurn:
+		return slices.ContainsFunc(g.Members, func(m detect.Finding) bool { return m.Class == correlate.SLOBurn })
+	}
+	return false
+}
 
 func overlaps(a, b []detect.Class) bool {
 	for _, c := range a {

@@ -31,6 +31,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/server"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/silence"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/state"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -116,6 +117,9 @@ type daemon struct {
 
 	windows *window.Store
 	history *history
+	// slos is the memory of the objectives' events per model: it lives
+	// as long as the daemon, across reloads.
+	slos *slo.Book
 	// rounds observes the evaluation rounds (a recording's).
 	rounds    eval.RoundObserver
 	targets   []scrape.Target

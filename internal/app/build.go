@@ -28,6 +28,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/server"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/silence"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/state"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/ui"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
@@ -234,9 +235,10 @@ func (d *daemon) buildEvaluation(now time.Time) error {
 		d.logger.Error("silences unreadable; starting without them", zap.Error(err))
 	}
 	d.standby = func() bool { return d.elector != nil && !d.elector.IsLeader() }
+	d.slos = slo.NewBook(d.cfg.SLOs)
 	d.loop = eval.New(eval.Options{
 		Interval:  d.cfg.Evaluation.Interval,
-		Assessor:  assess.New(detectors, assess.Config{Triage: d.cfg.Detectors.Triage, Correlation: d.cfg.Correlation}),
+		Assessor:  assess.New(detectors, assess.Config{Triage: d.cfg.Detectors.Triage, Correlation: d.cfg.Correlation, SLOs: d.slos}),
 		Tracker:   tracker,
 		Windows:   d.windows,
 		Sender:    d.notify,
@@ -256,7 +258,7 @@ func (d *daemon) buildReload(now time.Time) error {
 	if err != nil {
 		return err
 	}
-	d.pipeline = &pipeline{scraper: d.scraper, loop: d.loop, dispatcher: d.notify, book: book, logger: d.logger.Named("reload"), discovered: d.disc != nil}
+	d.pipeline = &pipeline{scraper: d.scraper, loop: d.loop, dispatcher: d.notify, book: book, slos: d.slos, logger: d.logger.Named("reload"), discovered: d.disc != nil}
 	d.pipeline.pages = slices.ContainsFunc(d.notify.Integrations(), func(n string) bool {
 		return n == notify.IntegrationSlack || n == notify.IntegrationPagerDuty
 	})

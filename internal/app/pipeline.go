@@ -17,6 +17,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/runbook"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -44,6 +45,7 @@ type pipeline struct {
 	scraper    *scrape.Manager
 	loop       *eval.Loop
 	book       *runbook.Book
+	slos       *slo.Book
 	logger     *zap.Logger
 
 	listen string // the bound listen address, a source of page links
@@ -88,7 +90,10 @@ func (p *pipeline) apply(old, next config.Config) error {
 		prev, _ := scrapeTargets(old.Targets)
 		p.retire(discovery.Removed(prev, targets), time.Now())
 	}
-	p.loop.Reconfigure(assess.New(detectors, assess.Config{Triage: next.Detectors.Triage, Correlation: next.Correlation}), next.Alerts, p.links(next, p.logger))
+	if p.slos != nil {
+		p.slos.Configure(next.SLOs)
+	}
+	p.loop.Reconfigure(assess.New(detectors, assess.Config{Triage: next.Detectors.Triage, Correlation: next.Correlation, SLOs: p.slos}), next.Alerts, p.links(next, p.logger))
 	p.book.Publish(runbooks)
 	p.dispatcher.SetRoutes(routes) // validated above
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
@@ -42,6 +43,11 @@ type Config struct {
 	// ArrivalEndpoints selects inference traffic among the HTTP in-flight
 	// series ("|"-separated endpoint values); "" takes the default.
 	ArrivalEndpoints string
+	// SLOs is the memory of the service level objectives' events per
+	// model (internal/slo), which the evaluation loop records each
+	// round's events into; nil: no objectives. The assessment only reads
+	// it.
+	SLOs *slo.Book
 	// Workers is how many replicas are assessed at once (0: GOMAXPROCS).
 	// A replica's assessment reads only its own window, so a round over
 	// many replicas spreads over the cores; the result does not depend
@@ -101,6 +107,12 @@ type Round struct {
 	Replicas []Replica `json:"replicas"`
 	// Groups are the correlated findings: what may page.
 	Groups []correlate.Group `json:"-"`
+	// SLI are the objectives' events of this round per model, since the
+	// span the SLO memory ends at: what the loop records into it.
+	SLI []slo.Sample `json:"-"`
+	// SLOs are the objectives per model with this round's events: SLI,
+	// burn rates and budget left (slo.go).
+	SLOs []slo.Status `json:"slos,omitempty"`
 }
 
 // Findings are every replica's findings, in replica order.
@@ -132,9 +144,12 @@ func (a *Assessor) Assess(ws Windows, now time.Time, refs map[string]detect.Refe
 	states := make([]Replica, len(reps))
 	held := make([]bool, len(reps))
 	unready := make([][]detect.Class, len(reps))
+	sli := make([][]slo.Sample, len(reps))
+	since := a.sliSince()
 	a.parallel(len(reps), func(i int) {
 		held[i] = ws.View(reps[i].Name, func(w detect.Window) {
 			states[i] = a.replica(detect.WithReferences(w, refs[reps[i].Name]), now)
+			sli[i] = a.readSLI(w, since, now)
 			if _, ok := peersOf(reps[i]); ok {
 				unready[i] = a.unready(w, now, refs[reps[i].Name])
 			}
@@ -153,6 +168,7 @@ func (a *Assessor) Assess(ws Windows, now time.Time, refs map[string]detect.Refe
 		all = append(all, st.Findings...)
 	}
 	round.Groups = correlate.CorrelateGPUs(a.cfg.Correlation, all, reps, gpuUtil(round.Replicas))
+	a.assessSLOs(&round, sli, held)
 	return round
 }
 

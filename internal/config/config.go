@@ -29,6 +29,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/promsource"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify/alertmanager"
@@ -79,6 +80,9 @@ type Config struct {
 	Incidents Incidents `yaml:"incidents"`
 	// API guards the mutating HTTP endpoints (api.go).
 	API API `yaml:"api"`
+	// SLOs are the service level objectives per model and the burn-rate
+	// policy that pages on them (internal/slo).
+	SLOs slo.Config `yaml:"slos"`
 	// PodIP is this pod's IP (POD_IP, from the downward API), one source of
 	// a derived external URL (PageLinkBase); not a YAML setting.
 	PodIP string `yaml:"-"`
@@ -253,6 +257,7 @@ func Default() Config {
 		Source:      SourceScrape,
 		History:     promsource.DefaultConfig(),
 		Incidents:   DefaultIncidents(),
+		SLOs:        slo.DefaultConfig(),
 		Notify: Notify{
 			Routes:    notify.DefaultRoutes().Routes,
 			Slack:     Slack{APIURL: DefaultSlackAPIURL},
@@ -598,6 +603,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Incidents.Validate("incidents"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.SLOs.Validate("slos"); err != nil {
 		errs = append(errs, err)
 	}
 	if err := (notify.RouteConfig{Routes: c.Notify.Routes}).Validate(); err != nil {

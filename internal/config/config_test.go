@@ -52,6 +52,9 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 			"correlation.gpu_targets[2].gpus: list at least one"}},
 		{"bad-http-client.yaml", []string{"scrape: at most one of bearer_token & bearer_token_file", "targets[0].http_client: at most one of basic_auth",
 			"targets[1].http_client: if proxy_connect_header is configured", "discovery.file_sd[0].files[0]:", "discovery.file_sd[0].http_client: at most one of basic_auth password"}},
+		{"bad-slos.yaml", []string{"line 7", "`28d`"}}, // a period is hours: 672h
+		{"bad-slos-values.yaml", []string{"slos.policy.page[0].long", "slos.objectives[0].threshold", "slos.objectives[0].objective",
+			"slos.objectives[1].name", "slos.objectives[1].kind"}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {

@@ -173,6 +173,9 @@ func (l *Loop) Evaluate(now time.Time) []notify.Event {
 	defer l.mu.Unlock()
 
 	round := l.opts.Assessor.Assess(l.opts.Windows, now, l.opts.Tracker.References())
+	if book := l.opts.Assessor.SLOs(); book != nil {
+		book.Record(round.At, round.SLI)
+	}
 	for _, d := range l.opts.Assessor.Detectors() {
 		l.metrics.detectorRuns.WithLabelValues(string(d.Class())).Add(float64(len(round.Replicas)))
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/incident"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
@@ -165,6 +166,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/targets", s.prometheusTargets)
 	mux.HandleFunc("GET /api/v1/watchdog/targets", s.targets)
 	mux.HandleFunc("GET /api/v2/alerts", s.alertmanagerAlerts)
+	mux.HandleFunc("GET /api/v1/slos", s.slos)
 	// A browser on another site must not be able to make an operator's
 	// browser reload the daemon: cross-origin requests (Sec-Fetch-Site,
 	// Origin against Host) are refused with 403.
@@ -384,6 +386,32 @@ func (s *Server) targets(w http.ResponseWriter, _ *http.Request) {
 			t.Findings = append(t.Findings, apiFinding{Finding: f, Severity: f.Severity.String()})
 		}
 		out.Targets = append(out.Targets, t)
+	}
+	writeJSON(w, out)
+}
+
+// apiSLO is an objective on a model as the last round assessed it.
+type apiSLO struct {
+	slo.Status
+	// Severity is the most severe rule firing: "critical" (a page rule),
+	// "warning", or "" when none fires.
+	Severity string `json:"severity,omitempty"`
+}
+
+// slos renders the last round's objectives per model: the SLI, burn rates
+// and budget left the burn pages were decided from.
+func (s *Server) slos(w http.ResponseWriter, _ *http.Request) {
+	round := s.opts.Alerts.Round()
+	out := struct {
+		EvaluatedAt time.Time `json:"evaluated_at,omitzero"`
+		SLOs        []apiSLO  `json:"slos"`
+	}{EvaluatedAt: round.At, SLOs: []apiSLO{}}
+	for _, st := range round.SLOs {
+		a := apiSLO{Status: st}
+		if st.Burning() {
+			a.Severity = st.Severity.String()
+		}
+		out.SLOs = append(out.SLOs, a)
 	}
 	writeJSON(w, out)
 }

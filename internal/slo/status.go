@@ -221,10 +221,14 @@ func (s Status) budgetPhrase() string {
 	if !s.HasBudget {
 		return ""
 	}
+	over := fmt.Sprintf("the %s", formatSpan(s.Period))
 	if s.BudgetSpan < s.Period {
-		return fmt.Sprintf("%s of the budget left over the %s held of the %s period", formatPercent(s.Budget), formatSpan(s.BudgetSpan.Truncate(Resolution)), formatSpan(s.Period))
+		over = fmt.Sprintf("the %s held of the %s period", formatSpan(s.BudgetSpan.Truncate(Resolution)), formatSpan(s.Period))
 	}
-	return fmt.Sprintf("%s of the %s budget left", formatPercent(s.Budget), formatSpan(s.Period))
+	if s.Budget <= 0 {
+		return fmt.Sprintf("the budget of %s is spent (%s used)", over, formatPercent(1-s.Budget))
+	}
+	return fmt.Sprintf("%s of the budget of %s left", formatPercent(s.Budget), over)
 }
 
 // Evidence are the numbers of the burn: the SLI now, the objective, the

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
+)
+
+// sloDriftConfig watches with coarse intervals (the runs last an hour of
+// bubble time) and a page rule scaled down from the workbook's 1h/5m
+// (30m/5m), so the memory spans it half an hour in.
+const sloDriftConfig = `
+listen_address: "127.0.0.1:9402"
+log_level: warn
+scrape: {interval: 15s}
+evaluation: {interval: 30s}
+alerts: {for: 1m, keep_firing_for: 2m}
+slos:
+  policy:
+    page: [{long: 30m, short: 5m, burn_rate: 14.4}]
+    warning: []
+  objectives:
+    - {name: chat-ttft, model: org/model, kind: ttft, threshold: 400ms, objective: 0.99, period: 24h}
+`
+
+// sloPages are the trigger events, and every event's class by
+// fingerprint.
+func sloPages(evs []notify.Event) (triggers []notify.Event, classes map[string][]string) {
+	classes = map[string][]string{}
+	for _, ev := range evs {
+		if ev.Kind == notify.KindTrigger {
+			triggers = append(triggers, ev)
+		}
+		if !slices.Contains(classes[ev.Fingerprint], ev.Class) {
+			classes[ev.Fingerprint] = append(classes[ev.Fingerprint], ev.Class)
+		}
+	}
+	return triggers, classes
+}
+
+// TestSLOSlowDriftPagesABurn: three replicas' TTFT drifts up in steps of
+// a few minutes (0.3 s, 0.35 s, 0.42 s, 0.5 s): at most 1.2x per step
+// and 1.7x in all, which no detector calls an incident (queue_latency
+// wants 3x and a 1 s tail). From the 0.42 s step every request misses the
+// 400 ms objective, and the SLO pages on its own: one page, class
+// slo_burn, for the model, with its SLI, objective, burn rates and budget.
+func TestSLOSlowDriftPagesABurn(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	synctest.Test(t, func(t *testing.T) {
+		engines := map[string]*fakeEngine{}
+		for _, name := range []string{"r0", "r1", "r2"} {
+			engines[name] = newFakeEngine("org/model", healthyLoad())
+		}
+		run := startDaemon(t, sloDriftConfig, engines)
+		s := &script{start: run.start, marks: map[time.Duration]string{}}
+		ttft := func(v float64) func() {
+			return func() {
+				for _, e := range engines {
+					e.set(func(l *engineLoad) { l.TTFT = v })
+				}
+			}
+		}
+		s.at(35*time.Minute+5*time.Second, "TTFT 0.35 s", ttft(0.35))
+		s.at(40*time.Minute+5*time.Second, "TTFT 0.42 s: every request over 400 ms", ttft(0.42))
+		s.at(45*time.Minute+5*time.Second, "TTFT 0.5 s", ttft(0.5))
+		s.at(55*time.Minute, "run stopped", nil)
+		if err := run.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+		evs := run.events()
+		triggers, classes := sloPages(evs)
+		if testing.Verbose() {
+			t.Logf("timeline:\n%s", run.timeline(s.marks))
+		}
+		if len(triggers) != 1 || triggers[0].Class != "slo_burn" || triggers[0].Replica != "fleet/org/model" || triggers[0].Severity != detect.Critical {
+			t.Fatalf("want one critical slo_burn page for the model; got:\n%s\nlog:\n%s", run.timeline(s.marks), run.stderr.String())
+		}
+		for fp, cs := range classes {
+			if !slices.Equal(cs, []string{"slo_burn"}) {
+				t.Errorf("incident %s shows %v: a detector fired on the drift", fp, cs)
+			}
+		}
+		page := triggers[0]
+		if at := page.At.Sub(run.start); at < 40*time.Minute || at > 48*time.Minute {
+			t.Errorf("paged at t+%s; the drift crossed the objective at t+40m", at)
+		}
+		for _, want := range []string{`TTFT ≤ 0.4s for 99% SLO "chat-ttft" burning at`, "the budget of the 45m held of the 1d period"} {
+			if !strings.Contains(page.Summary, want) {
+				t.Errorf("summary %q lacks %q", page.Summary, want)
+			}
+		}
+		var names []string
+		for _, f := range page.Evidence {
+			names = append(names, f.Name)
+		}
+		for _, want := range []string{"good share over 5m", "objective", "burn rate over 30m", "burn rate over 5m"} {
+			if !slices.Contains(names, want) {
+				t.Errorf("page evidence %v lacks %q", names, want)
+			}
+		}
+	})
+}
+
+// sloStormConfig: short detector windows (the storm is minutes long) and
+// a 10m/4m page rule, the memory spanning it before the storm: the burn
+// outlasts the storm by minutes, the storm's incident drains it.
+const sloStormConfig = `
+listen_address: "127.0.0.1:9402"
+log_level: warn
+scrape: {interval: 5s}
+evaluation: {interval: 10s}
+detectors:
+  preempt_storm: {range: 1m, baseline: 10m, min_retractions_per_second: 0.05, baseline_coverage: {min_span_share: 0.2}}
+  queue_latency: {range: 1m, baseline: 10m, baseline_coverage: {min_span_share: 0.2}}
+  decode_slowdown: {range: 1m, baseline: 10m, baseline_coverage: {min_span_share: 0.2}}
+  kv_saturation: {range: 1m, baseline: 10m, baseline_coverage: {min_span_share: 0.2}}
+alerts: {for: 30s, keep_firing_for: 1m, aftermath: 2m}
+slos:
+  policy:
+    page: [{long: 10m, short: 4m, burn_rate: 14.4}]
+    warning: []
+  objectives:
+    - {name: chat-ttft, model: org/model, kind: ttft, threshold: 1s, objective: 0.99, period: 24h}
+`
+
+// TestSLOStormPagesOnceNamedAfterTheStorm: a preemption storm on r0 (of
+// two replicas) sends its TTFT to 4 s: half the model's requests miss the
+// 1 s objective, a 50x burn. One incident pages, named after the storm on
+// r0; the burn is on it (headline and evidence); no slo_burn incident
+// pages on its own, not even while the storm's page drains after it.
+func TestSLOStormPagesOnceNamedAfterTheStorm(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	synctest.Test(t, func(t *testing.T) {
+		engines := map[string]*fakeEngine{"r0": newFakeEngine("org/model", healthyLoad()), "r1": newFakeEngine("org/model", healthyLoad())}
+		run := startDaemon(t, sloStormConfig, engines)
+		s := &script{start: run.start, marks: map[time.Duration]string{}}
+		s.at(12*time.Minute+2500*time.Millisecond, "r0: preempt storm (3 retractions/s, KV 98%, TTFT 4 s)", func() {
+			engines["r0"].set(func(l *engineLoad) {
+				l.RetractionsPerSecond, l.KVUsage, l.ITL, l.TTFT, l.Queued = 3, 0.98, 0.06, 4, 60
+			})
+		})
+		s.at(20*time.Minute+2500*time.Millisecond, "r0: healthy again", func() { engines["r0"].set(func(l *engineLoad) { *l = healthyLoad() }) })
+		s.at(40*time.Minute, "run stopped", nil)
+		if err := run.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+		evs := run.events()
+		triggers, classes := sloPages(evs)
+		defer func() {
+			if t.Failed() || testing.Verbose() {
+				t.Logf("timeline:\n%s\nlog:\n%s", run.timeline(s.marks), run.stderr.String())
+			}
+		}()
+		if len(triggers) != 1 || triggers[0].Class != "preempt_storm" || triggers[0].Replica != "r0" {
+			t.Fatalf("want one page, the storm on r0; got %d triggers", len(triggers))
+		}
+		if len(classes) != 1 {
+			t.Errorf("events of %d incidents, want the storm's only: %v", len(classes), classes)
+		}
+		burnt := false
+		for _, ev := range evs {
+			if ev.Class == "slo_burn" {
+				t.Errorf("an event is named slo_burn: %s %q", ev.Kind, ev.Summary)
+			}
+			if ev.Fingerprint != triggers[0].Fingerprint || !strings.Contains(ev.Summary, `burning the TTFT ≤ 1s for 99% SLO "chat-ttft" at`) {
+				continue
+			}
+			for _, f := range ev.Evidence {
+				if strings.HasPrefix(f.Name, `SLO "chat-ttft": burn rate over 10m`) {
+					burnt = true
+				}
+			}
+		}
+		if !burnt {
+			t.Error("no event of the storm's incident carries the burn (headline and burn rate evidence)")
+		}
+		var resolved bool
+		for _, ev := range evs {
+			resolved = resolved || (ev.Kind == notify.KindResolve && ev.Fingerprint == triggers[0].Fingerprint)
+		}
+		if !resolved {
+			t.Error("the storm's incident never resolved")
+		}
+	})
+}
+
+// sloQuietConfig is the workbook's default policy (1h/5m and 6h/30m page
+// rules, 1d/2h and 3d/6h warnings) over two objectives covering every
+// model.
+const sloQuietConfig = `
+listen_address: "127.0.0.1:9402"
+log_level: warn
+scrape: {interval: 30s}
+evaluation: {interval: 1m}
+slos:
+  objectives:
+    - {name: ttft, kind: ttft, threshold: 400ms, objective: 0.995, period: 672h}
+    - {name: availability, kind: availability, objective: 0.999, period: 672h}
+`
+
+// TestSLOHealthyFleetAtItsObjectivePagesNothing runs the default policy
+// for 90 minutes over a model serving just within its objective (0.4% of
+// requests over 400 ms against 0.5% allowed), a replica of it restarting
+// (its counters start over from zero), and a quiet model whose every
+// request misses the objective but which gets 2 requests a minute, too
+// few for a verdict. No SLO burn pages; the API shows the model within its
+// objective.
+func TestSLOHealthyFleetAtItsObjectivePagesNothing(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	synctest.Test(t, func(t *testing.T) {
+		slow := healthyLoad()
+		slow.RequestsPerSecond, slow.TTFT = 0.04, 0.6 // 0.4% of the model's 10 requests/s
+		fast := healthyLoad()
+		fast.RequestsPerSecond = 9.96
+		quiet := healthyLoad()
+		quiet.RequestsPerSecond, quiet.TTFT = 2.0/60, 2
+		engines := map[string]*fakeEngine{
+			"fast": newFakeEngine("org/model", fast), "slow": newFakeEngine("org/model", slow),
+			"quiet": newFakeEngine("org/quiet", quiet),
+		}
+		run := startDaemon(t, sloQuietConfig, engines)
+		s := &script{start: run.start, marks: map[time.Duration]string{}}
+		s.at(70*time.Minute+10*time.Second, "fast restarts: its counters start over", func() {
+			e := engines["fast"]
+			e.mu.Lock()
+			e.counters = map[string]float64{}
+			e.ttft, e.queue, e.itl = newFakeHistogram(fakeTTFTBounds), newFakeHistogram(fakeQueueTimeBounds), newFakeHistogram(fakeITLBounds)
+			e.mu.Unlock()
+		})
+		s.at(90*time.Minute, "run stopped", nil)
+		slos := run.apiSLOs(t)
+		if err := run.stop(); err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+		// The restart is paged as what it is (replica_restarted), by its
+		// detector; nothing else pages, and no page mentions an SLO.
+		for _, ev := range run.events() {
+			if ev.Class != "replica_restarted" || ev.Replica != "fast" || strings.Contains(ev.Summary, "SLO") {
+				t.Errorf("a healthy fleet paged:\n%s\nlog:\n%s", run.timeline(s.marks), run.stderr.String())
+				break
+			}
+		}
+		got := fmt.Sprint(slos)
+		if !strings.Contains(got, "ttft org/model sli=99.6% burning=false") {
+			t.Errorf("the API's SLOs: %s", got)
+		}
+	})
+}
+
+// apiSLO is an objective on a model as GET /api/v1/slos shows it.
+type apiSLO struct {
+	Objective, Model, Severity string
+	SLI                        float64
+	HasSLI                     bool `json:"has_sli"`
+}
+
+func (s apiSLO) String() string {
+	return fmt.Sprintf("%s %s sli=%s burning=%v", s.Objective, s.Model, pct(s.SLI), s.Severity != "")
+}
+
+func pct(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
+
+// apiSLOs are the objectives of the daemon's last round.
+func (r *daemonRun) apiSLOs(t *testing.T) []apiSLO {
+	t.Helper()
+	resp, err := r.api.Get("http://" + r.addr + "/api/v1/slos")
+	if err != nil {
+		t.Fatalf("GET /api/v1/slos: %v", err)
+	}
+	defer resp.Body.Close()
+	var body struct{ SLOs []apiSLO }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("GET /api/v1/slos: %v", err)
+	}
+	return body.SLOs
+}
