@@ -27,7 +27,9 @@ import (
 // the range), labelling series with job and instance = the engine's name.
 // It reads the query only for a range selector's length, an instance
 // matcher and the replica listing (count by instance): the watchdog asks
-// for the SGLang families and up, which is all this Prometheus holds.
+// for the SGLang families and up, which is all this Prometheus holds. It
+// also answers the SLO backfill's sums of bucket increases by model
+// (increasesByModelAndLE, slo_test.go).
 type fakePrometheus struct {
 	mu      sync.Mutex
 	series  map[string]*promSeries // by name and labels
@@ -127,6 +129,10 @@ func (p *fakePrometheus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/api/v1/query_range":
 		start, end := secs("start"), secs("end")
 		step, _ := strconv.ParseFloat(r.Form.Get("step"), 64)
+		if sums, ok := p.increasesByModelAndLE(q, start, end, time.Duration(step*float64(time.Second))); ok {
+			json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": "matrix", "result": sums}})
+			return
+		}
 		match := regexp.MustCompile(".*")
 		if _, m, ok := strings.Cut(q, `instance=~`); ok {
 			quoted, _ := strconv.QuotedPrefix(m)

@@ -3,12 +3,19 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
+	"regexp"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/memnet"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -258,7 +265,9 @@ func TestSLOHealthyFleetAtItsObjectivePagesNothing(t *testing.T) {
 type apiSLO struct {
 	Objective, Model, Severity string
 	SLI                        float64
-	HasSLI                     bool `json:"has_sli"`
+	HasSLI                     bool          `json:"has_sli"`
+	Budget                     float64       `json:"budget_left"`
+	Held                       time.Duration `json:"held"`
 }
 
 func (s apiSLO) String() string {
@@ -280,4 +289,131 @@ func (r *daemonRun) apiSLOs(t *testing.T) []apiSLO {
 		t.Fatalf("GET /api/v1/slos: %v", err)
 	}
 	return body.SLOs
+}
+
+// sloBackfillQuery is the SLO backfill's query shape: sum by (model_name,
+// le) (increase({__name__=~"<name>"[,model_name="<m>"]...}[<d>])).
+var sloBackfillQuery = regexp.MustCompile(`^sum by \(model_name, le\) \(increase\(\{__name__=~"([^"]+)"(?:,model_name="([^"]*)")?[^}]*\}\[(\w+)\]\)\)$`)
+
+// increasesByModelAndLE answers the SLO backfill: at each step, the
+// increase over the range of each series whose name matches (the value
+// at the last sample at or before the step minus that at or before the
+// range's start; the fake's counters never reset), summed by model_name
+// and le.
+func (p *fakePrometheus) increasesByModelAndLE(q string, start, end time.Time, step time.Duration) (any, bool) {
+	m := sloBackfillQuery.FindStringSubmatch(q)
+	if m == nil {
+		return nil, false
+	}
+	name := regexp.MustCompile("^(?:" + m[1] + ")$")
+	d, _ := time.ParseDuration(m[3])
+	type key struct{ model, le string }
+	sums := map[key]map[time.Time]float64{}
+	valueAt := func(s *promSeries, at time.Time) (float64, bool) {
+		i := sort.Search(len(s.ts), func(i int) bool { return s.ts[i].After(at) }) - 1
+		if i < 0 {
+			return 0, false
+		}
+		return s.vs[i], true
+	}
+	for _, s := range p.series {
+		if !name.MatchString(s.metric["__name__"]) || (m[2] != "" && s.metric["model_name"] != m[2]) {
+			continue
+		}
+		k := key{s.metric["model_name"], s.metric["le"]}
+		for at := start; !at.After(end); at = at.Add(step) {
+			now, ok := valueAt(s, at)
+			before, okB := valueAt(s, at.Add(-d))
+			if !ok || !okB {
+				continue
+			}
+			if sums[k] == nil {
+				sums[k] = map[time.Time]float64{}
+			}
+			sums[k][at] += now - before
+		}
+	}
+	type row struct {
+		Metric map[string]string `json:"metric"`
+		Values [][2]any          `json:"values"`
+	}
+	rows := []row{}
+	for k, vs := range sums {
+		r := row{Metric: map[string]string{"model_name": k.model, "le": k.le}}
+		for _, at := range slices.SortedFunc(maps.Keys(vs), func(a, b time.Time) int { return a.Compare(b) }) {
+			r.Values = append(r.Values, [2]any{float64(at.UnixMilli()) / 1000, strconv.FormatFloat(vs[at], 'g', -1, 64)})
+		}
+		rows = append(rows, r)
+	}
+	return rows, true
+}
+
+// sloHistoryConfig: the drift test's objective and page rule, with
+// history.url set by the test.
+const sloHistoryConfig = `
+listen_address: "127.0.0.1:9402"
+log_level: info
+scrape: {interval: 15s, health_probe: {enabled: false}}
+evaluation: {interval: 30s}
+slos:
+  policy:
+    page: [{long: 30m, short: 5m, burn_rate: 14.4}]
+    warning: []
+  objectives:
+    - {name: chat-ttft, model: org/model, kind: ttft, threshold: 400ms, objective: 0.99, period: 24h}
+`
+
+// TestSLORestartWithHistoryKeepsTheBudget: Prometheus has scraped two
+// replicas (10 requests/s each) for two hours, during which r0's TTFT
+// went to 0.5 s for one minute: 600 requests over the 400 ms objective,
+// 41% of a 99% objective's budget for the 146400 requests of the two
+// hours and the two minutes after the restart. The watchdog (re)starts:
+// with history.url its memory is filled from Prometheus and the API shows
+// the 59% the blip left, over the two hours held; without it the memory
+// starts empty, the budget whole. The blip is long over: nothing pages.
+func TestSLORestartWithHistoryKeepsTheBudget(t *testing.T) {
+	keepSignalMachineryOutOfBubble(t)
+	for _, withHistory := range []bool{true, false} {
+		t.Run(fmt.Sprintf("history=%v", withHistory), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				engines := map[string]*fakeEngine{"r0": newFakeEngine("org/model", healthyLoad()), "r1": newFakeEngine("org/model", healthyLoad())}
+				prom := newFakePrometheus()
+				stop, scraped := make(chan struct{}), make(chan struct{})
+				go func() { prom.scrapeEvery(15*time.Second, engines, stop); close(scraped) }()
+				time.Sleep(60*time.Minute + 7*time.Second)
+				engines["r0"].set(func(l *engineLoad) { l.TTFT = 0.5 })
+				time.Sleep(time.Minute)
+				engines["r0"].set(func(l *engineLoad) { l.TTFT = 0.3 })
+				time.Sleep(59 * time.Minute)
+
+				var setup func(*memnet.Network, *config.Config)
+				if withHistory {
+					setup = func(n *memnet.Network, cfg *config.Config) { prom.serveOn(t, n, cfg) }
+				}
+				run := startDaemonWith(t, sloHistoryConfig, engines, setup)
+				time.Sleep(2 * time.Minute)
+				slos := run.apiSLOs(t)
+				if err := run.stop(); err != nil {
+					t.Fatalf("daemon: %v", err)
+				}
+				close(stop)
+				<-scraped
+				if len(slos) != 1 {
+					t.Fatalf("SLOs: %v\nlog:\n%s", slos, run.stderr.String())
+				}
+				st := slos[0]
+				// 600 bad of 2 x 10/s x 122 minutes = 146400 requests.
+				want, held := 1-600/(0.01*146400), 2*time.Hour
+				if !withHistory {
+					want, held = 1, 2*time.Minute
+				}
+				if math.Abs(st.Budget-want) > 0.02 || st.Held < held-5*time.Minute || st.Held > held+5*time.Minute {
+					t.Errorf("budget left %s over %s held; want %s over about %s\nlog:\n%s", pct(st.Budget), st.Held, pct(want), held, run.stderr.String())
+				}
+				for _, ev := range run.events() {
+					t.Errorf("paged: %s %s %q", ev.Kind, ev.Class, ev.Summary)
+				}
+			})
+		})
+	}
 }

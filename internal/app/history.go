@@ -11,6 +11,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/discovery"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/promsource"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -22,6 +23,7 @@ type history struct {
 	keep   func(series.Scrape) bool // this shard's replicas; nil: all
 	poller *promsource.Poller       // nil: the scraper feeds the windows
 	budget time.Duration            // history.startup_budget
+	logger *zap.Logger
 }
 
 // newHistory builds the reader when history.url is set; nil otherwise.
@@ -34,7 +36,7 @@ func newHistory(cfg config.Config, dial Dialer, app promsource.Appender, lookbac
 	if err != nil {
 		return nil, err
 	}
-	h := &history{reader: reader, budget: cfg.History.StartupBudget}
+	h := &history{reader: reader, budget: cfg.History.StartupBudget, logger: logger}
 	if shard := cfg.Discovery.Shard; shard.Total > 1 {
 		// Sharding by model applies to replicas found in Prometheus as to
 		// discovered targets: the model is the one the samples name.
@@ -67,6 +69,44 @@ func (h *history) backfill(ctx context.Context, app promsource.Appender, now tim
 		app = keepAppender{app, h.keep}
 	}
 	h.reader.Backfill(ctx, app, now, lookback)
+}
+
+// backfillSLOs fills the SLO memory per model from history, over the
+// longest of the policy's windows and each objective's period, so a
+// restart keeps the budget and the burn rates; within
+// history.startup_budget, after the windows' backfill. What it cannot
+// read is logged; those objectives count from the first round on.
+func (h *history) backfillSLOs(ctx context.Context, book *slo.Book, now time.Time) {
+	if h == nil || book == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.budget)
+	defer cancel()
+	cfg := book.Config()
+	step := slo.HistoryStep
+	to := now.Truncate(step)
+	for _, o := range cfg.Objectives {
+		q, ok := o.HistoryQuery(h.reader.Selector(), promsource.PromDuration(step))
+		if !ok {
+			h.logger.Info("SLO not backfilled: its events are counted from the first round", zap.String("slo", o.Name), zap.String("kind", string(o.Kind)))
+			continue
+		}
+		from := now.Add(-max(cfg.Policy.Longest(), o.Period)).Truncate(step)
+		res, err := h.reader.QueryRange(ctx, "slo", q, from.Add(step), to, step)
+		if err != nil {
+			h.logger.Error("SLO backfill failed: its events are counted from the first round", zap.String("slo", o.Name), zap.Error(err))
+			continue
+		}
+		var points []slo.HistoryPoint
+		for _, rs := range res {
+			for _, p := range rs.Points {
+				points = append(points, slo.HistoryPoint{Labels: rs.Labels, At: p.At, Value: p.Value})
+			}
+		}
+		samples := o.FromHistory(points)
+		book.Backfill(to, step, samples)
+		h.logger.Info("SLO backfilled", zap.String("slo", o.Name), zap.Time("from", from), zap.Time("to", to), zap.Int("steps", len(samples)))
+	}
 }
 
 // startupBudget is how long the backfill may hold back the first round.

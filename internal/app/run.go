@@ -27,6 +27,7 @@ func (d *daemon) stages() []stage {
 	source := d.history.run(d.scraper.Run)
 	feed := func(ctx context.Context) error {
 		d.history.backfill(ctx, d.windows, time.Now(), d.windows.Options().Retention)
+		d.history.backfillSLOs(ctx, d.slos, time.Now())
 		close(filled)
 		return source(ctx)
 	}

@@ -198,18 +198,14 @@ func (b *Book) record(start, at time.Time, samples []Sample) {
 }
 
 // Backfill adds events read from history, each sample over the step
-// ending at its instant, from `from` on; the book's end moves to `to` when
-// it is later, so the first round counts its events from there.
-func (b *Book) Backfill(from, to time.Time, step time.Duration, points map[time.Time][]Sample) {
+// ending at its instant; a memory then reaches back to the first step
+// it has events of. The book's end moves to `to` when it is later, so the
+// first round counts its events from there.
+func (b *Book) Backfill(to time.Time, step time.Duration, points map[time.Time][]Sample) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, at := range slices.SortedFunc(maps.Keys(points), func(a, c time.Time) int { return a.Compare(c) }) {
 		b.record(at.Add(-step), at, points[at])
-	}
-	for _, m := range b.mem {
-		if from.Before(m.since) {
-			m.since = from
-		}
 	}
 	if to.After(b.last) {
 		b.last = to
