@@ -5,6 +5,7 @@ import (
 	"net/url"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -80,7 +81,7 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 		Emergency:   f.Emergency,
 		RootCause:   f.RootCause,
 		Draining:    a.Draining,
-		Title:       detect.Title(a.Class),
+		Title:       title(a.Class),
 		Failing:     a.Failing,
 		Reason:      tr.Reason,
 		RunbookURL:  l.runbook(runbookClass(a)),
@@ -189,4 +190,13 @@ func recovered(s assess.Snapshot) []notify.Field {
 	add("time to first token p99", s.TTFTP99, "s")
 	add("inter-token latency p99", s.ITLP99, "s")
 	return out
+}
+
+// title is a class's name on a page: the detector's, or for an SLO burn
+// (made from a model's events, no detector's) "SLO burn".
+func title(c detect.Class) string {
+	if c == correlate.SLOBurn {
+		return "SLO burn"
+	}
+	return detect.Title(c)
 }

@@ -32,8 +32,9 @@ var incidentClasses = func() []string {
 }()
 
 // nonDetectorClasses are incident classes no detector emits: a fleet
-// incident is made by correlation from several replicas' findings.
-var nonDetectorClasses = []string{"fleet"}
+// incident is made by correlation from several replicas' findings, an
+// SLO burn from a model's events (internal/slo).
+var nonDetectorClasses = []string{"fleet", "slo_burn"}
 
 // guides are pages that are not incident classes.
 var guides = []string{"output_quality", "triage"}
