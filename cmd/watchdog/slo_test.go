@@ -155,8 +155,32 @@ func TestSLOStormPagesOnceNamedAfterTheStorm(t *testing.T) {
 		})
 		s.at(20*time.Minute+2500*time.Millisecond, "r0: healthy again", func() { engines["r0"].set(func(l *engineLoad) { *l = healthyLoad() }) })
 		s.at(40*time.Minute, "run stopped", nil)
+		// The postmortem draft says what the storm cost the SLO: r0's 8
+		// minutes at 600 requests a minute, all over 1 s (4800 bad), against
+		// a budget of 1% of the 28400 requests the memory held when the
+		// incident resolved (23m40s at 1200 a minute).
+		var postmortem string
+		var record struct {
+			Budgets []struct {
+				Objective string
+				Bad       float64 `json:"bad_events"`
+				Allowed   float64 `json:"budget_events"`
+			} `json:"slo_budgets"`
+		}
+		if tr, _ := sloPages(run.events()); len(tr) > 0 {
+			_, body := apiGet(t, run, "/api/v1/incidents/"+tr[0].Incident)
+			json.Unmarshal([]byte(body), &record)
+			_, postmortem = apiGet(t, run, "/incidents/"+tr[0].Incident+"/postmortem.md")
+		}
 		if err := run.stop(); err != nil {
 			t.Fatalf("daemon: %v", err)
+		}
+		if len(record.Budgets) != 1 || record.Budgets[0].Bad < 4500 || record.Budgets[0].Bad > 5100 ||
+			math.Abs(record.Budgets[0].Allowed-284) > 10 {
+			t.Errorf("the incident's budgets: %+v; want about 4800 bad events against a budget of 284", record.Budgets)
+		}
+		if !strings.Contains(postmortem, `- Error budget consumed: `) || !strings.Contains(postmortem, `of the 1 d budget of the SLO "chat-ttft" (TTFT ≤ 1s for 99%)`) {
+			t.Errorf("the postmortem draft does not say what the storm cost the SLO:\n%s", postmortem)
 		}
 		evs := run.events()
 		triggers, classes := sloPages(evs)

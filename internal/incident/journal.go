@@ -292,6 +292,7 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 			j.noteImpact(r, j.prev)
 		}
 		j.noteImpact(r, round)
+		noteBudgets(r, round)
 		j.noteUnseen(r, round)
 		j.grown = true
 	}
@@ -308,6 +309,31 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 	}
 	if r.State != prevState || r.Severity != prevSeverity {
 		j.changed = true
+	}
+}
+
+// noteBudgets adds the round's bad events of the model's objectives to
+// what the incident spent, against each objective's budget as the round
+// assessed it.
+func noteBudgets(r *Record, round assess.Round) {
+	for _, s := range round.SLI {
+		if s.Model != r.Model {
+			continue
+		}
+		i := slices.IndexFunc(r.Budgets, func(b BudgetSpent) bool { return b.Objective == s.Objective })
+		if i < 0 {
+			r.Budgets = append(r.Budgets, BudgetSpent{Objective: s.Objective})
+			i = len(r.Budgets) - 1
+		}
+		b := &r.Budgets[i]
+		b.Bad += s.Events.Bad()
+		b.Total += s.Events.Total
+		for _, st := range round.SLOs {
+			if st.Objective == s.Objective && st.Model == s.Model {
+				b.Title, b.Period, b.Held = st.Title, st.Period, min(st.Held, st.Period)
+				b.Allowed = (1 - st.Target) * st.PeriodEvents.Total
+			}
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +66,18 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 	}
 	impactLine(&b, r, ImpactTTFT, "Time to first token p99")
 	impactLine(&b, r, ImpactITL, "Inter-token latency p99")
+	for _, bs := range r.Budgets {
+		consumed, ok := bs.Consumed()
+		if !ok || bs.Bad <= 0 {
+			continue
+		}
+		p("- Error budget consumed: %s of the %s budget of the SLO %s (%s): %s of %s events outside it during the incident",
+			pct(consumed), notify.FormatDuration(bs.Period), md(strconv.Quote(bs.Objective)), md(bs.Title), num(bs.Bad), num(bs.Total))
+		if bs.Held < bs.Period {
+			p(" (the budget as the SLO memory held the period: %s of it)", notify.FormatDuration(bs.Held))
+		}
+		p(".\n")
+	}
 	p("\n")
 
 	p("## Timeline (UTC)\n\n| Time | Event |\n|---|---|\n")
@@ -240,6 +253,8 @@ func stamp(t time.Time) string {
 func clock(t time.Time) string { return t.UTC().Format("15:04:05") }
 
 func num(v float64) string { return detect.FormatNumber(v) }
+
+func pct(v float64) string { return detect.FormatNumber(100*v) + "%" }
 
 // value is v in unit as every page prints it: shares in percent.
 func value(v float64, unit string) string {

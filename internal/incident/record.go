@@ -61,6 +61,9 @@ type Record struct {
 	// TTFT and inter-token latency p99 at the worst replica): the
 	// postmortem's impact numbers.
 	Impact []Signal `json:"impact,omitempty"`
+	// Budgets are the error budgets of the model's service level
+	// objectives the incident's rounds spent (internal/slo).
+	Budgets []BudgetSpent `json:"slo_budgets,omitempty"`
 	// Timeline is every event in time order.
 	Timeline []Event `json:"timeline"`
 	// Deliveries are every notification attempt, in time order.
@@ -152,4 +155,27 @@ type Delivery struct {
 type Reader interface {
 	Incidents() []Record
 	Incident(id string) (Record, bool)
+}
+
+// BudgetSpent is what an incident cost one service level objective of
+// its model: the bad events of its rounds against the budget of the
+// period (the bad events the objective allows for the period's events,
+// over what the SLO memory held of the period).
+type BudgetSpent struct {
+	Objective string        `json:"objective"`
+	Title     string        `json:"title"`
+	Bad       float64       `json:"bad_events"`
+	Total     float64       `json:"events"`
+	Allowed   float64       `json:"budget_events"`
+	Period    time.Duration `json:"period"`
+	Held      time.Duration `json:"held"`
+}
+
+// Consumed is the share of the period's budget the incident spent; ok is
+// false without a budget to compare with.
+func (b BudgetSpent) Consumed() (float64, bool) {
+	if !(b.Allowed > 0) {
+		return 0, false
+	}
+	return b.Bad / b.Allowed, true
 }

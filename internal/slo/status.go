@@ -74,10 +74,12 @@ type Status struct {
 	Rules     []RuleStatus  `json:"rules"`
 	// Budget is the share of the period's error budget left over what
 	// the memory holds of the period (BudgetSpan).
-	Budget     float64         `json:"budget_left"`
-	HasBudget  bool            `json:"has_budget"`
-	BudgetSpan time.Duration   `json:"budget_span"`
-	Severity   detect.Severity `json:"-"`
+	Budget float64 `json:"budget_left"`
+	// PeriodEvents are the events the budget is taken over.
+	PeriodEvents Events          `json:"period_events"`
+	HasBudget    bool            `json:"has_budget"`
+	BudgetSpan   time.Duration   `json:"budget_span"`
+	Severity     detect.Severity `json:"-"`
 }
 
 // Burning reports whether a rule fires.
@@ -178,7 +180,8 @@ func (b *Book) status(o Objective, model string, m *memory, extra Sample, start,
 		}
 	}
 	st.BudgetSpan = min(st.Held, o.Period)
-	st.Budget, st.HasBudget = BudgetLeft(sum(hours, o.Period), o.Target)
+	st.PeriodEvents = sum(hours, o.Period)
+	st.Budget, st.HasBudget = BudgetLeft(st.PeriodEvents, o.Target)
 	return st
 }
 
