@@ -530,12 +530,15 @@ func LowerIsWorse(e detect.Evidence) bool {
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // burnContinues reports whether group g and open incident a are one
-// incident through an SLO burn of their model (correlate.FileBurns): a
-// burn standing alone continues its own incident or a firing incident
-// of its model (the one it was filed under, or one correlation would file
-// it under) (the cause has cleared, the burn remains: the incident drains);
-// and a cause found on the model takes over the incident its burn paged
-// alone (renamed after it).
+// incident through an SLO burn of their model (correlate.FileBurns):
+//
+//   - a burn standing alone continues its own incident, or a firing
+//     incident of its model (the one it was filed under, or one
+//     correlation would file it under): the cause has cleared, the burn
+//     remains, and the incident drains;
+//   - a group carrying the burn (its cause found on a replica of the
+//     model) continues the incident the burn opened alone, which is
+//     renamed after the cause.
 func burnContinues(a *Incident, g correlate.Group) bool {
 	if a.Model != g.Finding.Model {
 		return false
@@ -543,7 +546,9 @@ func burnContinues(a *Incident, g correlate.Group) bool {
 	switch {
 	case g.Cause() == correlate.SLOBurn:
 		return a.Replica == g.Finding.Replica || (a.Class != correlate.SLOBurn && a.State == StateFiring)
-	case a.Class == correlate.SLOBurn:
+	case a.Replica == correlate.FleetReplica(a.Model) && !a.Fleet && slices.Contains(a.Members, correlate.SLOBurn):
+		// The incident the burn opened alone (its identity is the
+		// model's), renamed after its cause or not yet.
 		return slices.ContainsFunc(g.Members, func(m detect.Finding) bool { return m.Class == correlate.SLOBurn })
 	}
 	return false
