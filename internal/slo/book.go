@@ -85,9 +85,10 @@ type memKey struct{ objective, model string }
 // Book is the long memory of every objective's events per model (not per
 // replica): per-minute buckets over the policy's longest window and
 // per-hour buckets over the objective's period. With the default policy
-// and a 28-day period that is 4321 + 673 buckets of two numbers, about
-// 80 KB per objective and model. It is safe for concurrent use: the
-// evaluation loop records into it, the assessment and the API read it.
+// and a 28-day period that is 4321 + 673 buckets of 24 bytes (two counts
+// and the bucket's index), about 120 KB per objective and model. It is
+// safe for concurrent use: the evaluation loop records into it, the
+// assessment and the API read it.
 type Book struct {
 	mu  sync.Mutex
 	cfg Config
