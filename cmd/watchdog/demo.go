@@ -28,6 +28,7 @@ var demoStory = map[string]string{
 	sim.ClassCacheCollapse:  "sim-1's clients put a timestamp at the top of the system prompt: no two prompts share a prefix any more",
 	"latency_blip":          "a short traffic burst slows sim-2 down",
 	sim.ClassRetryAvalanche: "sim-2's clients time out after 8 s and retry at once: the retries keep the replica overloaded",
+	sim.ClassGPUThermal:     "sim-1's GPU loses its cooling: the GPU throttles itself (HW thermal slowdown) and decodes at half speed",
 	sim.ClassCrash:          "sim-0's process dies (as an OOM kill would) and restarts with every counter at zero; the router fails the requests it held (502) and takes sim-0 out of rotation",
 }
 
@@ -80,7 +81,7 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 	}
 
 	out := &lockedWriter{w: stdout}
-	fmt.Fprintf(out, "sglang-watchdog demo: %d simulated SGLang replicas behind a model gateway, each on a GPU node with dcgm-exporter, on loopback; the scenario takes about 5½ minutes. Ctrl-C to stop.\n", len(fleet.Replicas()))
+	fmt.Fprintf(out, "sglang-watchdog demo: %d simulated SGLang replicas behind a model gateway, each on a GPU node with dcgm-exporter, on loopback; the scenario takes about 7 minutes. Ctrl-C to stop.\n", len(fleet.Replicas()))
 	for _, t := range cfg.Targets {
 		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
 	}

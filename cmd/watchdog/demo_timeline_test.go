@@ -277,6 +277,7 @@ var causeInHeadline = map[string]*regexp.Regexp{
 	sim.ClassCacheCollapse:  regexp.MustCompile(`(?i)prefix|cache hit|hit rate`),
 	sim.ClassRetryAvalanche: regexp.MustCompile(`(?i)retr(y|ies|ied)`),
 	sim.ClassCrash:          regexp.MustCompile(`(?i)down|unreachable|crash|restart|not serving|refus`),
+	sim.ClassGPUThermal:     regexp.MustCompile(`(?i)GPU throttled.*thermal`),
 }
 
 // episode is one page: an incident key from its trigger to its resolve.
@@ -535,16 +536,16 @@ func (l *lockedBuffer) String() string {
 func TestDemoTimelineCheck(t *testing.T) {
 	start := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	incidents := scriptedIncidents(demoFleet(start))
-	if len(incidents) != 4 {
-		t.Fatalf("the demo scripts %d incidents (%v); this test builds timelines for its 4", len(incidents), incidents)
+	if len(incidents) != 5 {
+		t.Fatalf("the demo scripts %d incidents (%v); this test builds timelines for its 5", len(incidents), incidents)
 	}
 	// Drains as the demo's fleet has them, give or take: the storm's
 	// backlog takes minutes, the others' seconds.
-	for i, d := range []time.Duration{100 * time.Second, 0, 20 * time.Second, 0} {
+	for i, d := range []time.Duration{100 * time.Second, 0, 20 * time.Second, 0, 40 * time.Second} {
 		incidents[i].drained = incidents[i].recovered + d
 	}
 	storm, collapse, avalanche, crash := incidents[0], incidents[1], incidents[2], incidents[3]
-	for i, want := range []string{sim.ClassPreemptStorm, sim.ClassCacheCollapse, sim.ClassRetryAvalanche, sim.ClassCrash} {
+	for i, want := range []string{sim.ClassPreemptStorm, sim.ClassCacheCollapse, sim.ClassRetryAvalanche, sim.ClassCrash, sim.ClassGPUThermal} {
 		if incidents[i].class != want {
 			t.Fatalf("incident %d is %s, want %s", i, incidents[i], want)
 		}
@@ -554,6 +555,7 @@ func TestDemoTimelineCheck(t *testing.T) {
 		sim.ClassCacheCollapse:  "prefix cache hit rate 18% (was 82%): prompts stopped sharing a prefix",
 		sim.ClassRetryAvalanche: "client retries amplify load 1.6x; queue 52, aborted 2.2/s",
 		sim.ClassCrash:          "replica down: connection refused",
+		sim.ClassGPUThermal:     "GPU throttled: HW thermal slowdown (0x40) on GPU 0 on node sim-node-1",
 	}
 	seq := map[string]uint64{}
 	event := func(kind notify.Kind, severity detect.Severity, class string, inc scriptedIncident, key string, at time.Duration, headline string) []recorded {
@@ -571,7 +573,7 @@ func TestDemoTimelineCheck(t *testing.T) {
 			event(notify.KindResolve, detect.Critical, class, inc, key, resolved, headline)...)
 	}
 	page := func(inc scriptedIncident, key string, firing, resolved time.Duration) []recorded {
-		class := map[string]string{sim.ClassCrash: "replica_down"}[inc.class]
+		class := map[string]string{sim.ClassCrash: "replica_down", sim.ClassGPUThermal: "gpu_throttled"}[inc.class]
 		if class == "" {
 			class = inc.class
 		}
@@ -672,7 +674,7 @@ func TestDemoTimelineCheck(t *testing.T) {
 			edit: func(rs []recorded) []recorded {
 				return slices.DeleteFunc(rs, func(r recorded) bool { return r.ev.Fingerprint == "cause-2" && r.ev.Kind == notify.KindResolve })
 			},
-			want: []string{"retry_avalanche on sim-2 at 3:30–4:20: its page was still open when the run ended at 6:30, 1m50s after its replica drained at 4:40"},
+			want: []string{"retry_avalanche on sim-2 at 3:30–4:20: its page was still open when the run ended at 8:45, 4m5s after its replica drained at 4:40"},
 		},
 		{
 			name: "a headline that names a consequence, not the cause",

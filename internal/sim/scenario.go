@@ -13,6 +13,8 @@ const (
 	ClassRetryAvalanche = "retry_avalanche"
 	ClassCrash          = "crash"
 	ClassDecodeSlowdown = "decode_slowdown"
+	// ClassGPUThermal is a GPU's cooling fault (a HW thermal throttle).
+	ClassGPUThermal = "gpu_thermal"
 )
 
 // Phase is a stretch of a Scenario: for Duration, the replicas listed (all
@@ -141,8 +143,8 @@ func HealthyScenario() Scenario {
 }
 
 // DemoScenario walks a 3-replica fleet through the three core incident
-// classes and a crash in about five minutes at scale 1 (durations are
-// multiplied by scale). Each incident hits one replica so the others stay a
+// classes, a crash and a GPU cooling fault in about seven minutes at scale
+// 1 (durations are multiplied by scale). Each incident hits one replica so the others stay a
 // healthy reference:
 //
 //	healthy          0:00  45s  all
@@ -154,7 +156,9 @@ func HealthyScenario() Scenario {
 //	retry_avalanche  3:35  45s  sim-2  same clients, normal traffic
 //	recovery         4:20  30s
 //	crash            4:50  30s  sim-0  process dies, unreachable 25 s, restarts from zero
-//	healthy          5:20  ...
+//	recovery         5:20  30s
+//	gpu_thermal      5:50  60s  sim-1  its GPU's cooling fails: HW thermal throttle, 2x slower
+//	healthy          6:50  ...
 //
 // The base load is a little lighter than HealthyScenario's (ρ≈0.75 instead
 // of ≈0.9) and clients give up after 30 s, so a replica drains the backlog
@@ -174,6 +178,8 @@ func DemoScenario(scale float64) Scenario {
 			{Name: ClassRetryAvalanche, Class: ClassRetryAvalanche, Duration: d(45), Replicas: []int{2}, Change: aggressiveRetries},
 			{Name: "recovery", Duration: d(30)},
 			{Name: ClassCrash, Class: ClassCrash, Duration: d(30), Replicas: []int{0}, Crash: d(25)},
+			{Name: "recovery", Duration: d(30)},
+			{Name: ClassGPUThermal, Class: ClassGPUThermal, Duration: d(60), Replicas: []int{1}, GPUThrottle: throttleHWThermalFault},
 			{Name: "healthy"},
 		},
 	}
@@ -261,7 +267,7 @@ func IncidentScenario(class string) (Scenario, error) {
 // splices in before its last phase to add a thermal-throttle incident.
 func GPUThermalPhases(replica int, d, recovery time.Duration) []Phase {
 	return []Phase{
-		{Name: "gpu_thermal", Class: ClassDecodeSlowdown, Duration: d, Replicas: []int{replica}, GPUThrottle: throttleHWThermalFault},
+		{Name: ClassGPUThermal, Class: ClassGPUThermal, Duration: d, Replicas: []int{replica}, GPUThrottle: throttleHWThermalFault},
 		{Name: "recovery", Duration: recovery},
 	}
 }

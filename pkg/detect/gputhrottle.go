@@ -191,7 +191,7 @@ func (c GPUThrottledConfig) severities() []Severity { return []Severity{Info, Wa
 // position: off the chain, a throttled GPU slows every token of the replica
 // that holds it.
 func (c GPUThrottledConfig) position(Finding) position {
-	return position{explains: []Class{DecodeSlowdown, QueueLatency}}
+	return position{explains: []Class{DecodeSlowdown, QueueLatency, ErrorRate}}
 }
 
 func (c GPUThrottledConfig) doc() doc {
