@@ -53,12 +53,15 @@ func TestBacktestOfDemoRecordingEqualsLiveRun(t *testing.T) {
 		t.Fatalf("backtest --output json: %v\n%s", err, stdout.String())
 	}
 
-	// Each event once, whichever integrations it reached.
+	// Each event once, as Slack received it: the default routes send it
+	// every warning and critical event, and an integration may receive an
+	// event under another kind (PagerDuty's first critical event of an
+	// incident that began as a warning is its trigger).
 	var want []string
 	seen := map[string]bool{}
 	for _, r := range live.events {
 		key := fmt.Sprintf("%s/%d", r.ev.Fingerprint, r.ev.Seq)
-		if !seen[key] {
+		if r.integration == notify.IntegrationSlack && !seen[key] {
 			seen[key] = true
 			want = append(want, liveEventLine(r.ev))
 		}

@@ -54,7 +54,7 @@ func (d *ReplicaDownDetector) Detect(w Window, now time.Time) []Finding {
 		}
 		return []Finding{d.down(w, st, pod, now)}
 	}
-	if o := st.LastOutage; st.ConsecutiveSuccesses == 1 && d.paged(o, st, pod) {
+	if o := st.LastOutage; st.ConsecutiveSuccesses >= 1 && st.ConsecutiveSuccesses <= c.RecoveredScrapes && d.paged(o, st, pod) {
 		return []Finding{d.recovered(w, o, pod)}
 	}
 	return nil
@@ -367,6 +367,12 @@ type ReplicaDownConfig struct {
 	// (critical).
 	CrashLoopRestarts int           `yaml:"crash_loop_restarts" doc:"this many restarts (or pod restarts) ..."`
 	CrashLoopWindow   time.Duration `yaml:"crash_loop_window" doc:"... within this window: critical crash loop"`
+	// RecoveredScrapes is for how many successful scrapes after a paged
+	// outage the replica is reported serving again (the page's last
+	// words before it resolves). A round may come several scrapes after
+	// the first that answered (evaluation.interval over scrape.interval):
+	// at least that many, or the resolve would say the replica is down.
+	RecoveredScrapes int `yaml:"recovered_scrapes" doc:"successful scrapes after an outage shown as serving again; at least evaluation.interval / scrape.interval"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.
@@ -376,6 +382,7 @@ func (ReplicaDownConfig) defaults() ReplicaDownConfig {
 		FailuresToPage:    3,
 		CrashLoopRestarts: 3,
 		CrashLoopWindow:   30 * time.Minute,
+		RecoveredScrapes:  4,
 	}
 }
 
@@ -409,6 +416,7 @@ func (c ReplicaDownConfig) validate(e *configErrors) {
 	e.check(c.FailuresToPage >= 1, "failures_to_page", "must be at least 1, got %d", c.FailuresToPage)
 	e.check(c.CrashLoopRestarts >= 2, "crash_loop_restarts", "must be at least 2, got %d", c.CrashLoopRestarts)
 	e.positiveDuration("crash_loop_window", c.CrashLoopWindow)
+	e.check(c.RecoveredScrapes >= 1, "recovered_scrapes", "must be at least 1, got %d", c.RecoveredScrapes)
 }
 
 // severities lists what its findings can carry; its runbook describes each.
