@@ -13,6 +13,9 @@
 //	                   steps, timeline, deliveries
 //	/replicas/{name}   one replica: its key series plotted, its findings
 //	                   and incidents, its last scrape
+//	/slos              every objective per model as the round's status
+//	                   holds it: SLI, burn rate per window pair, budget
+//	                   left, and the journal's incidents that spent it
 //
 // The plots are SVG drawn here, in Go, not by a chart library in the
 // browser: the pages need no JavaScript (the Content-Security-Policy
@@ -123,7 +126,7 @@ func New(opts Options) (*Handler, error) {
 	h := &Handler{opts: opts, pages: map[string]*template.Template{}}
 	funcs := template.FuncMap{"value": formatValue, "opt": optValue, "time": formatTime, "severityClass": severityClass,
 		"clock": formatClock, "facts": newFactList, "path": h.path}
-	for _, page := range []string{"fleet", "incident", "replica", "notfound"} {
+	for _, page := range []string{"fleet", "incident", "replica", "slos", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/plot.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
@@ -134,6 +137,7 @@ func New(opts Options) (*Handler, error) {
 	h.mux.HandleFunc("GET /{$}", h.fleet)
 	h.mux.HandleFunc("GET /incidents/{id}", h.incident)
 	h.mux.HandleFunc("GET /replicas/{name}", h.replica)
+	h.mux.HandleFunc("GET /slos", h.slos)
 	static, _ := fs.Sub(files, "static")
 	h.mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(static)))
 	return h, nil
@@ -141,7 +145,7 @@ func New(opts Options) (*Handler, error) {
 
 // Patterns are the routes the handler serves, for the server to mount.
 func (h *Handler) Patterns() []string {
-	return []string{"GET /{$}", "GET /incidents/{id}", "GET /replicas/{name}", "GET /ui/"}
+	return []string{"GET /{$}", "GET /incidents/{id}", "GET /replicas/{name}", "GET /slos", "GET /ui/"}
 }
 
 // contentSecurityPolicy allows the page's own stylesheet and nothing
@@ -381,6 +385,10 @@ type incidentPage struct {
 	ReplicaLinks   []link
 	DeliveriesOK   int
 	DeliveriesFail int
+	// SLOSpent are the objectives the incident spent error budget of;
+	// SLOUnspent those whose events it covered without spending any.
+	SLOSpent   []budgetRow
+	SLOUnspent []string
 }
 
 type link struct{ Name, URL string }
@@ -429,6 +437,7 @@ func (h *Handler) incident(w http.ResponseWriter, r *http.Request) {
 	for _, name := range rec.Replicas {
 		p.ReplicaLinks = append(p.ReplicaLinks, link{Name: name, URL: h.replicaLink(name)})
 	}
+	p.SLOSpent, p.SLOUnspent = h.incidentBudgets(rec)
 	for _, d := range rec.Deliveries {
 		if d.OK {
 			p.DeliveriesOK++

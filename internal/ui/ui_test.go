@@ -715,12 +715,7 @@ func TestFleetIncidentGroupsItsReplicas(t *testing.T) {
 // Every link, form action and stylesheet on every page starts with the
 // prefix, and those the workspace serves load.
 func TestEveryURLUnderThePathPrefix(t *testing.T) {
-	run := simulatedFleet(t)
-	h, err := New(Options{Alerts: silencing{loop: run.loop, replica: "sim-0"}, Windows: run.store, Incidents: journalFor(run),
-		Span: time.Hour, MinStep: 10 * time.Second, PageSize: 2, PathPrefix: "/watchdog"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, _, _ := sloWorkspace(t, "/watchdog")
 	mux := http.NewServeMux()
 	mux.Handle("/watchdog/", http.StripPrefix("/watchdog", h))
 	srv := httptest.NewServer(mux)
@@ -749,7 +744,7 @@ func TestEveryURLUnderThePathPrefix(t *testing.T) {
 					t.Errorf("%s: <%s %s=%q> is outside /watchdog/", page, n.Data, key, u)
 					continue
 				}
-				rest := strings.TrimPrefix(u, "/watchdog")
+				rest, _, _ := strings.Cut(strings.TrimPrefix(u, "/watchdog"), "#")
 				switch {
 				case strings.HasPrefix(rest, "/ui/"):
 					resp, err := http.Get(srv.URL + u)
@@ -760,9 +755,9 @@ func TestEveryURLUnderThePathPrefix(t *testing.T) {
 					if resp.StatusCode != http.StatusOK {
 						t.Errorf("%s: %s answers %d", page, u, resp.StatusCode)
 					}
-				case rest == "/" || strings.HasPrefix(rest, "/?") || strings.HasPrefix(rest, "/incidents/") || strings.HasPrefix(rest, "/replicas/"):
+				case rest == "/" || strings.HasPrefix(rest, "/?") || strings.HasPrefix(rest, "/incidents/") || strings.HasPrefix(rest, "/replicas/") || rest == "/slos":
 					if !strings.HasSuffix(rest, "/postmortem") && n.Data != "form" {
-						queue = append(queue, u)
+						queue = append(queue, "/watchdog"+rest)
 					}
 				}
 			}
@@ -772,8 +767,8 @@ func TestEveryURLUnderThePathPrefix(t *testing.T) {
 		}
 		walk(doc)
 	}
-	// The fleet's pages, the incidents and the five replicas at least.
-	if pages < 10 {
+	// The fleet's pages, the incidents, the five replicas and the SLOs at least.
+	if pages < 11 || !seen["/watchdog/slos"] || !seen["/watchdog/incidents/drift-1"] {
 		t.Errorf("followed %d pages under the prefix: %v", pages, seen)
 	}
 }
