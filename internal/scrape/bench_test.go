@@ -141,7 +141,7 @@ func BenchmarkScrapeOverHTTP(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				if sc := s.scrape(b.Context(), tg); sc.Reason != "" {
+				if sc := s.scrape(b.Context(), tg, nil); sc.Reason != "" {
 					b.Fatal(sc.Error)
 				}
 			}

@@ -132,7 +132,7 @@ func scrapeAndProbe(t *testing.T, tg Target, opts Options) (series.Scrape, Healt
 		t.Fatal(err)
 	}
 	defer m.clients.close()
-	sc := newScraper(m.fetch, m.opts).scrape(t.Context(), tg)
+	sc := newScraper(m.fetch, m.opts).scrape(t.Context(), tg, nil)
 	return sc, m.probe(t.Context(), tg)
 }
 
@@ -278,15 +278,15 @@ func TestScrapeWithBearerTokenFile(t *testing.T) {
 	}
 	defer m.clients.close()
 	s := newScraper(m.fetch, m.opts)
-	if sc := s.scrape(t.Context(), tg); sc.Reason != "" {
+	if sc := s.scrape(t.Context(), tg, nil); sc.Reason != "" {
 		t.Fatalf("with the token: %q %s", sc.Reason, sc.Error)
 	}
 	token = "tok-2" // the server rotated it
-	if sc := s.scrape(t.Context(), tg); sc.Status != http.StatusForbidden {
+	if sc := s.scrape(t.Context(), tg, nil); sc.Status != http.StatusForbidden {
 		t.Fatalf("old token: %q %d", sc.Reason, sc.Status)
 	}
 	write("tok-2")
-	if sc := s.scrape(t.Context(), tg); sc.Reason != "" {
+	if sc := s.scrape(t.Context(), tg, nil); sc.Reason != "" {
 		t.Fatalf("rotated token file: %q %s", sc.Reason, sc.Error)
 	}
 }

@@ -168,7 +168,7 @@ func TestScraperReusesItsGzipReader(t *testing.T) {
 	tg := Target{Name: "r", URL: srv.URL + "/metrics", Kind: KindEngine}
 	var first *gzip.Reader
 	for i := range 3 {
-		if sc := s.scrape(t.Context(), tg); sc.Reason != "" {
+		if sc := s.scrape(t.Context(), tg, nil); sc.Reason != "" {
 			t.Fatalf("scrape %d failed: %s", i, sc.Error)
 		}
 		if i == 0 {

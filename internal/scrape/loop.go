@@ -183,6 +183,17 @@ func (m *Manager) SetTargets(targets []Target) error {
 	return nil
 }
 
+// familyFilter is the filtering state of t's loop, or nil when t is
+// scraped in full: filtering is off, every family is kept, or t is not an
+// engine (gateways and dcgm-exporter do not serve their metrics through
+// prometheus_client and know no name[] parameter).
+func (m *Manager) familyFilter(t Target) *familyFilter {
+	if !m.opts.FilterFamilies || m.opts.KeepFamilies == nil || t.Kind != KindEngine {
+		return nil
+	}
+	return newFamilyFilter(newKeepSet(m.opts.KeepFamilies), m.opts.FilterRecheck)
+}
+
 func (m *Manager) setEngines(targets []Target) {
 	engines := engineWorkers(targets)
 	m.engines.Store(&engines)
@@ -220,10 +231,11 @@ func (m *Manager) runLoop(ctx context.Context, l *loop) {
 	defer tick.Stop()
 
 	var st loopState
+	filter := m.familyFilter(t)
 	for {
 		t.Pod = l.pod.Load()
 		s := m.scrapers.Get().(*scraper)
-		sc := s.scrape(ctx, t)
+		sc := s.scrape(ctx, t, filter)
 		if t.Kind == KindGateway {
 			sc.Groups = withoutScrapedEngines(sc.Groups, *m.engines.Load())
 		}
@@ -242,6 +254,9 @@ func (m *Manager) runLoop(ctx context.Context, l *loop) {
 			}
 		}
 		m.report(log, &st, sc)
+		if filter != nil && sc.Reason == "" {
+			m.metrics.familyFilter.WithLabelValues(filter.outcome).Inc()
+		}
 		// sc's groups are the scraper's buffers: another loop may take
 		// them only once the Appender is done with them.
 		m.scrapers.Put(s)

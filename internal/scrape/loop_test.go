@@ -423,7 +423,7 @@ func TestScraperReusesItsOutput(t *testing.T) {
 	}
 	s := newScraper(fakeFetch(body), Options{Timeout: time.Second, MaxSeries: 10000})
 	tg := Target{Name: "r", URL: "http://r/metrics", Kind: KindEngine}
-	first := s.scrape(t.Context(), tg)
+	first := s.scrape(t.Context(), tg, nil)
 	if first.Reason != "" || len(first.Groups) == 0 {
 		t.Fatalf("scrape failed: %s %s", first.Reason, first.Error)
 	}
@@ -433,7 +433,7 @@ func TestScraperReusesItsOutput(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range runs {
-		sc = s.scrape(t.Context(), tg)
+		sc = s.scrape(t.Context(), tg, nil)
 	}
 	runtime.ReadMemStats(&after)
 	if got := renderGroups(sc.Groups); !slices.Equal(got, want) {

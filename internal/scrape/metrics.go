@@ -12,6 +12,7 @@ type metrics struct {
 	up           *prometheus.GaugeVec     // target
 	samples      *prometheus.GaugeVec     // target
 	appendErrors prometheus.Counter
+	familyFilter *prometheus.CounterVec // outcome
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,6 +41,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "watchdog_scrape_append_errors_total",
 			Help: "Scrapes the window store refused (e.g. too many series).",
 		}),
+		familyFilter: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "watchdog_scrape_family_filter_total",
+			Help: "Successful scrapes of engine targets by family filtering: filtered (only the kept families asked for), full, or fallback (a filtered answer rejected, then a full one).",
+		}, []string{"outcome"}),
+	}
+	for _, o := range [...]string{filterFiltered, filterFull, filterFallback} {
+		m.familyFilter.WithLabelValues(o)
 	}
 	for _, k := range [...]string{KindEngine, KindGateway} {
 		m.duration.WithLabelValues(k)

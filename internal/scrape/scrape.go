@@ -130,6 +130,13 @@ type Options struct {
 	// name) the parser keeps; every other sample is dropped from its name
 	// bytes before its labels are read. Nil keeps every family.
 	KeepFamilies []string
+	// FilterFamilies asks engine targets for the kept families only
+	// (prometheus_client's name[] parameters, namefilter.go), when
+	// KeepFamilies is set; gateways and GPU exporters are always scraped
+	// in full. A target whose filtered answer is rejected is scraped in
+	// full for FilterRecheck (default DefaultFilterRecheck).
+	FilterFamilies bool
+	FilterRecheck  time.Duration
 }
 
 // Defaults.
@@ -163,6 +170,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.HealthProbeConcurrency == 0 {
 		o.HealthProbeConcurrency = DefaultHealthProbeConcurrency
 	}
+	if o.FilterRecheck == 0 {
+		o.FilterRecheck = DefaultFilterRecheck
+	}
 	var errs []error
 	if o.Interval < 0 {
 		errs = append(errs, fmt.Errorf("scrape interval %s must be positive", o.Interval))
@@ -183,6 +193,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.HealthProbeInterval < 0 || o.HealthProbeTimeout < 0 {
 		errs = append(errs, fmt.Errorf("health probe interval %s and timeout %s must not be negative", o.HealthProbeInterval, o.HealthProbeTimeout))
+	}
+	if o.FilterRecheck < 0 {
+		errs = append(errs, fmt.Errorf("family filter recheck %s must be positive", o.FilterRecheck))
 	}
 	if o.HealthProbeConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("health probe concurrency %d must be positive", o.HealthProbeConcurrency))
@@ -240,7 +253,7 @@ func ScrapeOnce(ctx context.Context, client *http.Client, t Target, opts Options
 	if err != nil {
 		return series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Address: t.address(), Pod: t.Pod, At: time.Now(), Reason: series.FailureError, Error: err.Error()}
 	}
-	return newScraper(httpFetcher(oneClient(client), opts), opts).scrape(ctx, t)
+	return newScraper(httpFetcher(oneClient(client), opts), opts).scrape(ctx, t, nil)
 }
 
 // scraper holds the buffers of one scrape, reused by the next (of any
@@ -278,9 +291,10 @@ func newScrapeNormalizer() *normalizer {
 	return n
 }
 
-// scrape runs one scrape. The clock is read here only to stamp the scrape
-// (the data's own time) and measure its duration.
-func (s *scraper) scrape(ctx context.Context, t Target) series.Scrape {
+// scrape runs one scrape, filtered by f when f is not nil. The clock is
+// read here only to stamp the scrape (the data's own time), measure its
+// duration and time f's recheck.
+func (s *scraper) scrape(ctx context.Context, t Target, f *familyFilter) series.Scrape {
 	start := time.Now()
 	sc := series.Scrape{Target: t.Name, Kind: t.Kind, Labels: t.Labels, Address: t.address(), Pod: t.Pod, At: start}
 	if t.Pod != nil && t.Pod.Phase == string(corev1PodFailed) {
@@ -288,7 +302,7 @@ func (s *scraper) scrape(ctx context.Context, t Target) series.Scrape {
 		sc.Reason, sc.Error = series.FailurePodFailed, "pod "+t.Pod.Phase+podReason(t.Pod)+": not scraped"
 		return sc
 	}
-	fail := s.collect(ctx, t, &sc)
+	fail := s.collect(ctx, t, &sc, f)
 	if fail != nil {
 		sc.Reason, sc.Status, sc.Error = fail.reason, fail.status, fail.msg
 	}
@@ -308,20 +322,48 @@ func podReason(p *series.Pod) string {
 }
 
 // collect fetches and normalizes into sc.Groups; a failure comes back
-// typed.
-func (s *scraper) collect(ctx context.Context, t Target, sc *series.Scrape) *fetchError {
+// typed. With f active it asks for the kept families only and, if the
+// answer is one it cannot trust, asks again in full within the same
+// timeout.
+func (s *scraper) collect(ctx context.Context, t Target, sc *series.Scrape, f *familyFilter) *fetchError {
 	fetchCtx, cancel := context.WithTimeout(ctx, s.timeout)
-	err := s.fetch(fetchCtx, t, &s.body)
-	cancel()
-	if err != nil {
+	defer cancel()
+	defer s.shrink()
+	if f != nil {
+		f.outcome = filterFull
+	}
+	if f.active(sc.At) {
+		ft := t
+		ft.URL = f.url(t.URL)
+		fe := s.fetchParse(fetchCtx, ft)
+		switch {
+		case fe == nil && f.covers(s.raw):
+			f.outcome = filterFiltered
+			return s.normalize(t, sc)
+		case fe != nil && fe.status == 0:
+			return fe // no answer at all: the target, not the filter
+		}
+		f.reject(sc.At)
+		f.outcome = filterFallback
+	}
+	if fe := s.fetchParse(fetchCtx, t); fe != nil {
+		return fe
+	}
+	if f.wantsLearning(sc.At) {
+		f.learnFrom(s.raw)
+	}
+	return s.normalize(t, sc)
+}
+
+// fetchParse fetches t's exposition and parses it into s.raw.
+func (s *scraper) fetchParse(ctx context.Context, t Target) *fetchError {
+	if err := s.fetch(ctx, t, &s.body); err != nil {
 		fe, ok := errors.AsType[*fetchError](err)
 		if !ok {
-			fe = classify(fetchCtx, err, t.URL)
+			fe = classify(ctx, err, t.URL)
 		}
 		return fe
 	}
-	defer s.shrink()
-
 	raw, err := s.parser.Parse(s.raw[:0], s.body.Bytes())
 	s.raw = raw
 	if err != nil {
@@ -332,11 +374,19 @@ func (s *scraper) collect(ctx context.Context, t Target, sc *series.Scrape) *fet
 		// Parse errors quote a line number and a short token, not the URL.
 		return &fetchError{reason: series.FailureParse, status: http.StatusOK, msg: err.Error()}
 	}
-	var groups []series.Group
+	return nil
+}
+
+// normalize turns s.raw into sc.Groups.
+func (s *scraper) normalize(t Target, sc *series.Scrape) *fetchError {
+	var (
+		groups []series.Group
+		err    error
+	)
 	if t.Kind == KindGPU {
-		groups, err = normalizeGPU(raw, s.maxSeries, s.norm.aliases)
+		groups, err = normalizeGPU(s.raw, s.maxSeries, s.norm.aliases)
 	} else {
-		groups, err = s.norm.normalizeParsed(raw, s.maxSeries, s.parser)
+		groups, err = s.norm.normalizeParsed(s.raw, s.maxSeries, s.parser)
 	}
 	if err != nil {
 		return &fetchError{reason: series.FailureTooManySeries, status: http.StatusOK, msg: fmt.Sprintf("more than %d series after normalization", s.maxSeries)}
