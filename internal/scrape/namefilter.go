@@ -45,6 +45,8 @@ type familyFilter struct {
 	learned map[string]bool
 	seen    map[string]bool // scratch of covers
 	query   string          // the encoded name[] parameters
+	// base and filtered: the last target URL asked and it with query.
+	base, filtered string
 	// until: no filtering before it; learn: the next full scrape at or
 	// after it rebuilds learned and query.
 	until   time.Time
@@ -64,11 +66,14 @@ func (f *familyFilter) active(now time.Time) bool {
 
 // url is rawURL with the name[] parameters added to its own query.
 func (f *familyFilter) url(rawURL string) string {
-	sep := "?"
-	if strings.Contains(rawURL, "?") {
-		sep = "&"
+	if f.base != rawURL || f.filtered == "" {
+		sep := "?"
+		if strings.Contains(rawURL, "?") {
+			sep = "&"
+		}
+		f.base, f.filtered = rawURL, rawURL+sep+f.query
 	}
-	return rawURL + sep + f.query
+	return f.filtered
 }
 
 // covers reports whether a filtered answer's kept samples hold every name
@@ -120,7 +125,7 @@ func (f *familyFilter) learnFrom(raw []RawSample) {
 	names = slices.Compact(names)
 	q := make(url.Values, 1)
 	q[nameParam] = names
-	f.query, f.learn = q.Encode(), false
+	f.query, f.filtered, f.learn = q.Encode(), "", false
 }
 
 // family is the kept canonical family of an exposed sample name.

@@ -6,10 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
 
@@ -285,4 +289,134 @@ func TestFamilyFilterRechecks(t *testing.T) {
 			t.Errorf("filtered %v, want 0", n)
 		}
 	})
+}
+
+// renderNamed is what prometheus_client renders of body when asked for
+// names: the samples of those names, with their families' HELP and TYPE
+// lines.
+func renderNamed(body []byte, names map[string]bool) []byte {
+	var out strings.Builder
+	var meta []string // HELP and TYPE lines of the current family
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "#") {
+			if strings.HasPrefix(line, "# TYPE ") && len(meta) > 0 && strings.HasPrefix(meta[len(meta)-1], "# TYPE ") {
+				meta = meta[:0]
+			}
+			meta = append(meta, line)
+			continue
+		}
+		if names[line[:strings.IndexAny(line, "{ ")]] {
+			for _, m := range meta {
+				out.WriteString(m)
+			}
+			meta = meta[:0]
+			out.WriteString(line)
+		}
+	}
+	return []byte(out.String())
+}
+
+// filteredCapture is the current release's capture and what
+// prometheus_client answers a scraper keeping the default configuration's
+// families once it has learned from a full scrape of it.
+func filteredCapture(b *testing.B) (reads []string, body, filtered []byte) {
+	b.Helper()
+	body = benchBody(b)
+	reads = assess.Reads(detect.DefaultConfig())
+	keep := newKeepSet(reads)
+	raw, err := newTextParser(keep.filter()).Parse(nil, body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := newFamilyFilter(keep, time.Hour)
+	f.learnFrom(raw)
+	q, err := url.ParseQuery(f.query)
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := make(map[string]bool)
+	for _, n := range q[nameParam] {
+		names[n] = true
+	}
+	b.ReportMetric(float64(len(f.query)), "query-bytes")
+	return reads, body, renderNamed(body, names)
+}
+
+// BenchmarkFamilyFilter is one scrape of the current release's capture
+// over loopback HTTP, asked in full or for the families the default
+// configuration reads (the server answers with the filtered exposition
+// prepared beforehand: prometheus_client's work is not the watchdog's).
+// It reports the body's bytes per scrape.
+func BenchmarkFamilyFilter(b *testing.B) {
+	reads, body, filtered := filteredCapture(b)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out := body
+		if strings.Contains(r.URL.RawQuery, "name%5B%5D=") {
+			out = filtered
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+		_, _ = w.Write(out)
+	}))
+	defer srv.Close()
+	for _, c := range []struct {
+		name   string
+		filter bool
+	}{{"full", false}, {"filtered", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			opts, err := Options{Interval: 10 * time.Second, KeepFamilies: reads}.withDefaults()
+			if err != nil {
+				b.Fatal(err)
+			}
+			hc := &http.Client{Transport: &http.Transport{}}
+			defer hc.CloseIdleConnections()
+			s := newScraper(httpFetcher(oneClient(hc), opts), opts)
+			tg := Target{Name: "r", URL: srv.URL + "/metrics", Kind: KindEngine}
+			var f *familyFilter
+			want, n := filterFull, len(body)
+			if c.filter {
+				f, want, n = newFamilyFilter(newKeepSet(reads), time.Hour), filterFiltered, len(filtered)
+				s.scrape(b.Context(), tg, f) // learns the names to ask
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if sc := s.scrape(b.Context(), tg, f); sc.Reason != "" {
+					b.Fatal(sc.Error)
+				}
+			}
+			if f != nil && f.outcome != want {
+				b.Fatalf("outcome %q, want %q", f.outcome, want)
+			}
+			b.ReportMetric(float64(n), "body-bytes/scrape")
+		})
+	}
+}
+
+// BenchmarkFamilyFilterParse is the parse and normalization alone of the
+// full and the filtered exposition, by a parser keeping the default
+// configuration's families.
+func BenchmarkFamilyFilterParse(b *testing.B) {
+	reads, body, filtered := filteredCapture(b)
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{{"full", body}, {"filtered", filtered}} {
+		b.Run(c.name, func(b *testing.B) {
+			opts, err := Options{KeepFamilies: reads}.withDefaults()
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := newScraper(nil, opts)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.body)))
+			for b.Loop() {
+				if s.raw, err = s.parser.Parse(s.raw[:0], c.body); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.norm.normalizeParsed(s.raw, s.maxSeries, s.parser); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(c.body)), "body-bytes/scrape")
+		})
+	}
 }
