@@ -143,12 +143,13 @@ func (d *daemon) buildScraper(now time.Time) error {
 		probe = config.HealthProbe{} // a zero interval turns probing off
 	}
 	if d.scraper, err = scrape.New(d.targets, scrape.Options{
-		Interval:     d.cfg.Scrape.Interval,
-		Timeout:      d.cfg.Scrape.Timeout,
-		MaxBodyBytes: d.cfg.Scrape.MaxBodyBytes,
-		MaxSeries:    d.cfg.Scrape.MaxSeries,
-		KeepFamilies: keptFamilies(d.cfg),
-		AcceptGzip:   d.cfg.Scrape.AcceptGzip,
+		Interval:       d.cfg.Scrape.Interval,
+		Timeout:        d.cfg.Scrape.Timeout,
+		MaxBodyBytes:   d.cfg.Scrape.MaxBodyBytes,
+		MaxSeries:      d.cfg.Scrape.MaxSeries,
+		KeepFamilies:   keptFamilies(d.cfg),
+		FilterFamilies: d.cfg.Scrape.FilterFamilies,
+		AcceptGzip:     d.cfg.Scrape.AcceptGzip,
 		// The scrape section's client settings; a target's own replace them.
 		HTTPClient: &d.cfg.Scrape.HTTPClient,
 		Dial:       d.opts.Dial,

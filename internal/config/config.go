@@ -109,6 +109,13 @@ type Scrape struct {
 	// investigation; by default the scraper keeps only what the detectors,
 	// the triage and the snapshot read (assess.Reads).
 	KeepAllFamilies bool `yaml:"keep_all_families"`
+	// FilterFamilies asks engine targets for the kept families only
+	// (prometheus_client's name[] query parameters); a target whose
+	// filtered answer lacks a family it showed in full is scraped in full
+	// and asked again after scrape.DefaultFilterRecheck. No effect with
+	// keep_all_families; gateways and GPU exporters are always scraped in
+	// full.
+	FilterFamilies bool `yaml:"filter_families"`
 	// AcceptGzip asks targets for a gzip-compressed exposition (about a
 	// tenth of the bytes, for a target's server a level-9 compression per
 	// scrape, for the watchdog an inflate). Off: identity is asked for; a
@@ -240,6 +247,7 @@ func Default() Config {
 			MaxBodyBytes:   16 << 20,
 			MaxSeries:      20000,
 			MaxWindowBytes: 4 << 20,
+			FilterFamilies: true,
 			HealthProbe: HealthProbe{
 				Enabled:       true,
 				Interval:      30 * time.Second,

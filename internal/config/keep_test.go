@@ -24,3 +24,17 @@ func TestKeepAllFamilies(t *testing.T) {
 		t.Errorf("keep_all_families: maybe gave %v, want an error naming the line and the value", err)
 	}
 }
+
+// scrape.filter_families is on by default and off when set false.
+func TestFilterFamilies(t *testing.T) {
+	if !Default().Scrape.FilterFamilies {
+		t.Error("filter_families is off by default")
+	}
+	cfg, err := Parse(Default(), []byte("scrape: {filter_families: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Scrape.FilterFamilies {
+		t.Error("filter_families: false was not applied")
+	}
+}
