@@ -633,6 +633,7 @@ func (r *Record) clone() Record {
 	c.Chain, c.SilencedBy = slices.Clone(r.Chain), slices.Clone(r.SilencedBy)
 	c.Signals, c.Impact = cloneSignals(r.Signals), cloneSignals(r.Impact)
 	c.Timeline, c.Deliveries, c.Unseen = slices.Clone(r.Timeline), slices.Clone(r.Deliveries), slices.Clone(r.Unseen)
+	c.Budgets = slices.Clone(r.Budgets)
 	return c
 }
 
