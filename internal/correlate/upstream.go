@@ -49,7 +49,7 @@ func upstream(cfg Config, groups []Group, replicas []detect.Replica) []Group {
 				" This watchdog does not watch %s: add %s as a target to see %s own page.",
 				strings.Join(unwatched, ", "), pronoun(len(unwatched), "it", "them"), pronoun(len(unwatched), "its", "their")))
 		}
-		if len(joined) == 0 || (len(u.Failing) >= u.Workers && allSaturated(groups, joined)) {
+		if len(joined) == 0 || (len(u.Failing) >= u.Workers && saturated(pick(groups, joined))) {
 			continue
 		}
 		slices.SortStableFunc(joined, func(a, b int) int { return int(groups[b].Finding.Severity) - int(groups[a].Finding.Severity) })
@@ -110,12 +110,6 @@ func groupOn(groups []Group, drop []bool, replica string) int {
 		}
 	}
 	return -1
-}
-
-// allSaturated reports whether the layer triage of every group at idx
-// says saturated.
-func allSaturated(groups []Group, idx []int) bool {
-	return saturated(pick(groups, idx))
 }
 
 // joinGateway folds the gateway's group gw into the worker's group: its

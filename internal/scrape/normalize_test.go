@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -391,27 +390,6 @@ func TestCombineByMax(t *testing.T) {
 	} {
 		if got := combineByMax(name); got != want {
 			t.Errorf("combineByMax(%s) = %v, want %v", name, got, want)
-		}
-	}
-}
-
-func TestReadableWorker(t *testing.T) {
-	for addr, want := range map[string]string{
-		"http://127.0.0.1:46571":            "127.0.0.1:46571",
-		"http://127.0.0.1:46571/":           "127.0.0.1:46571",
-		"https://user:secret@Engine-0:443/": "engine-0",
-		"http://engine-0:80":                "engine-0",
-		"http://[fd00::1]:30000":            "[fd00::1]:30000",
-		"http://[fd00::1]":                  "[fd00::1]",
-		"grpc://10.0.0.3:30001/v1":          "10.0.0.3:30001/v1",
-		"10.0.0.4:30000":                    "10.0.0.4:30000",
-		"":                                  "",
-	} {
-		if got := series.WorkerAddress(addr); got != want {
-			t.Errorf("series.WorkerAddress(%q) = %q, want %q", addr, got, want)
-		}
-		if strings.Contains(series.WorkerAddress(addr), "secret") {
-			t.Errorf("series.WorkerAddress(%q) keeps the credentials", addr)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package series
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,6 +62,29 @@ func TestPodEqualComparesEveryField(t *testing.T) {
 		mod(p)
 		if base().Equal(p) {
 			t.Errorf("pods differing in %s are Equal", name)
+		}
+	}
+}
+
+// A worker URL becomes the address that names its replica and joins it
+// to its engine target: no scheme, credentials or default port.
+func TestWorkerAddress(t *testing.T) {
+	for addr, want := range map[string]string{
+		"http://127.0.0.1:46571":            "127.0.0.1:46571",
+		"http://127.0.0.1:46571/":           "127.0.0.1:46571",
+		"https://user:secret@Engine-0:443/": "engine-0",
+		"http://engine-0:80":                "engine-0",
+		"http://[fd00::1]:30000":            "[fd00::1]:30000",
+		"http://[fd00::1]":                  "[fd00::1]",
+		"grpc://10.0.0.3:30001/v1":          "10.0.0.3:30001/v1",
+		"10.0.0.4:30000":                    "10.0.0.4:30000",
+		"":                                  "",
+	} {
+		if got := WorkerAddress(addr); got != want {
+			t.Errorf("WorkerAddress(%q) = %q, want %q", addr, got, want)
+		}
+		if strings.Contains(WorkerAddress(addr), "secret") {
+			t.Errorf("WorkerAddress(%q) keeps the credentials", addr)
 		}
 	}
 }
