@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/sim"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
 )
@@ -419,4 +420,26 @@ func BenchmarkFamilyFilterParse(b *testing.B) {
 			b.ReportMetric(float64(len(c.body)), "body-bytes/scrape")
 		})
 	}
+}
+
+// The simulated replicas (the demo's and the fleet bench's) answer name[]
+// as prometheus_client does: after the first full scrape, their filtered
+// answers are accepted and hold the series a full scrape holds.
+func TestSimulatedReplicaAnswersFilteredScrapes(t *testing.T) {
+	fleet := sim.NewFleet(sim.FleetConfig{Replicas: 1, Seed: 1, Start: time.Unix(1_700_000_000, 0), Warmup: time.Minute})
+	ts := httptest.NewServer(fleet.Handler(0))
+	t.Cleanup(ts.Close)
+	s, f := filterScraper(t)
+	tg := Target{Name: "sim-0", URL: ts.URL + "/metrics", Kind: KindEngine}
+	full := scrapeOutcome(t, s, tg, f, filterFull)
+	if len(full) == 0 {
+		t.Fatal("the full scrape kept nothing")
+	}
+	asked := exposedFamilies(t, f.url(tg.URL))
+	want := slices.Clone(filterFamilies)
+	slices.Sort(want)
+	if !slices.Equal(asked, want) {
+		t.Fatalf("filtered exposition holds %q, want exactly %q", asked, want)
+	}
+	diffLines(t, "filtered", scrapeOutcome(t, s, tg, f, filterFiltered), full)
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"compress/gzip"
 	"net/http"
 	"strconv"
@@ -23,8 +24,12 @@ type ExpositionWriter struct {
 	writers sync.Pool // *gzip.Writer
 }
 
-// Write answers with status and body, which it does not keep.
+// Write answers with status and body, which it does not keep; a request
+// with name[] gets only the samples it names, as from prometheus_client.
 func (e *ExpositionWriter) Write(w http.ResponseWriter, r *http.Request, status int, body []byte) {
+	if names := r.URL.Query()[nameParam]; len(names) > 0 {
+		body = restrict(body, names)
+	}
 	w.Header().Set("Content-Type", ContentType)
 	if !AcceptsGzip(r.Header.Get("Accept-Encoding")) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
@@ -57,4 +62,51 @@ func AcceptsGzip(acceptEncoding string) bool {
 		}
 	}
 	return false
+}
+
+// nameParam is the query parameter prometheus_client restricts an
+// exposition with (its restricted_registry): only samples whose names are
+// given are rendered, and a family's HELP and TYPE only when one of its
+// samples is.
+const nameParam = "name[]"
+
+// restrict is a copy of body with only the samples named, as
+// prometheus_client answers a request with name[].
+func restrict(body []byte, names []string) []byte {
+	var dst []byte
+	keep := make(map[string]bool, len(names))
+	for _, n := range names {
+		keep[n] = true
+	}
+	// A family's comment lines wait in pending until one of its samples is
+	// kept; the next family's comments replace them.
+	var pending []byte
+	inComments := false
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line = body[:i+1]
+		}
+		body = body[len(line):]
+		if line[0] == '#' {
+			if !inComments {
+				pending = pending[:0]
+			}
+			inComments = true
+			pending = append(pending, line...)
+			continue
+		}
+		inComments = false
+		name := line
+		if i := bytes.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		if !keep[string(name)] {
+			continue
+		}
+		dst = append(dst, pending...)
+		pending = pending[:0]
+		dst = append(dst, line...)
+	}
+	return dst
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,5 +141,46 @@ func TestSimulatedServersCompressWhenAsked(t *testing.T) {
 				t.Errorf("%s, Accept-Encoding %q: status %d, no exposition in %d bytes", c.name, accept, rec.Code, len(body))
 			}
 		}
+	}
+}
+
+// A request with name[] gets the samples of those names only, and a
+// family's HELP and TYPE only when a sample of it is kept, as from
+// prometheus_client: asking for a histogram's _bucket keeps neither its
+// _sum nor its _count.
+func TestExpositionWriterRestrictsToNames(t *testing.T) {
+	body, err := fixture.SGLang(fixture.CurrentFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/metrics?name[]=sglang:num_running_reqs&name[]=sglang:time_to_first_token_seconds_bucket&name[]=no_such_sample", nil)
+	rec := httptest.NewRecorder()
+	var e ExpositionWriter
+	e.Write(rec, req, http.StatusOK, body)
+	var types, samples []string
+	for line := range strings.Lines(rec.Body.String()) {
+		switch {
+		case strings.HasPrefix(line, "# TYPE "):
+			types = append(types, strings.Fields(line)[2])
+		case strings.HasPrefix(line, "#"):
+		default:
+			name, _, _ := strings.Cut(line, "{")
+			name, _, _ = strings.Cut(name, " ")
+			if !slices.Contains(samples, name) {
+				samples = append(samples, name)
+			}
+		}
+	}
+	slices.Sort(types)
+	slices.Sort(samples)
+	if want := []string{"sglang:num_running_reqs", "sglang:time_to_first_token_seconds"}; !slices.Equal(types, want) {
+		t.Errorf("TYPE lines for %q, want %q", types, want)
+	}
+	if want := []string{"sglang:num_running_reqs", "sglang:time_to_first_token_seconds_bucket"}; !slices.Equal(samples, want) {
+		t.Errorf("samples named %q, want %q", samples, want)
+	}
+	full := strings.Count(string(body), "sglang:time_to_first_token_seconds_bucket{")
+	if got := strings.Count(rec.Body.String(), "sglang:time_to_first_token_seconds_bucket{"); got != full || full == 0 {
+		t.Errorf("%d TTFT buckets kept of %d", got, full)
 	}
 }
