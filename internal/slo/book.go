@@ -70,6 +70,30 @@ func (r *ring) sum(now time.Time, d time.Duration) Events {
 	return out
 }
 
+// prefix returns the sum of the buckets of span d ending with t's bucket,
+// for any t at or before now, from one pass over the ring: a trend asks
+// for every window at many instants.
+func (r *ring) prefix(now time.Time) func(t time.Time, d time.Duration) Events {
+	last := r.bucket(now)
+	n := int64(len(r.index))
+	first := last - n + 1
+	cum := make([]Events, n+1) // cum[i]: buckets first .. first+i-1
+	for i := range n {
+		cum[i+1] = cum[i]
+		if k := first + i; r.index[r.slot(k)] == k {
+			cum[i+1] = cum[i+1].Add(r.ev[r.slot(k)])
+		}
+	}
+	return func(t time.Time, d time.Duration) Events {
+		hi := min(r.bucket(t), last) - first + 1
+		if hi <= 0 {
+			return Events{}
+		}
+		lo := max(hi-int64(d/r.step), 0)
+		return Events{Good: cum[hi].Good - cum[lo].Good, Total: cum[hi].Total - cum[lo].Total}
+	}
+}
+
 // memory is one objective's events on one model.
 type memory struct {
 	minutes, hours *ring

@@ -127,6 +127,74 @@ func TestBookWindowsByHand(t *testing.T) {
 	}
 }
 
+// A rule's trend, by hand, on the same two hours (120 minutes of 100
+// events, 40 bad a minute in the last 10). The page rule (60m, 5m) reaches
+// back min(4 x 60m, 120m) = 120m, at round(120m / 95) = 1m steps, so its
+// instants are now-95m .. now, one a minute:
+//
+//	now-95m (minute 25):  60m holds minutes 1..25, all good: 0x; 5m: 0x
+//	now-10m (minute 110): 60m holds 51..110, all good: 0x
+//	now-5m  (minute 115): 60m: 200 bad of 6000 = 3.33x; 5m: 200 of 500 = 40x
+//	now     (minute 120): as the status: 6.67x and 40x
+//
+// The warning rule (120m, 10m) reaches back 120m too, its first instant at
+// minute 25: 120m holds 25 minutes, all good: 0x. Before the first
+// minute there are no events: not ok.
+func TestBookTrendByHand(t *testing.T) {
+	b := NewBook(Config{Policy: testPolicy(), Objectives: []Objective{ttftObjective()}})
+	record(b, t0, 120, func(k int) Events {
+		if k > 110 {
+			return Events{Good: 60, Total: 100}
+		}
+		return Events{Good: 100, Total: 100}
+	})
+	now := t0.Add(120 * time.Minute)
+	st := b.Status(now, nil)[0]
+	page, warn := st.Rules[0], st.Rules[1]
+	if len(page.Trend) != TrendPoints || len(warn.Trend) != TrendPoints {
+		t.Fatalf("trends of %d and %d points, want %d", len(page.Trend), len(warn.Trend), TrendPoints)
+	}
+	at := func(tr []TrendPoint, before time.Duration) TrendPoint {
+		t.Helper()
+		p := tr[TrendPoints-1-int(before/time.Minute)]
+		if !p.At.Equal(now.Add(-before)) {
+			t.Fatalf("point %s before now is at %s", before, p.At)
+		}
+		return p
+	}
+	near := func(name string, got, want float64, ok bool) {
+		t.Helper()
+		if !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s = %v (ok %v), want %v", name, got, ok, want)
+		}
+	}
+	p := at(page.Trend, 95*time.Minute)
+	near("page long at minute 25", p.Long, 0, p.LongOK)
+	near("page short at minute 25", p.Short, 0, p.ShortOK)
+	p = at(page.Trend, 10*time.Minute)
+	near("page long at minute 110", p.Long, 0, p.LongOK)
+	p = at(page.Trend, 5*time.Minute)
+	near("page long at minute 115", p.Long, 200.0/6000/0.01, p.LongOK)
+	near("page short at minute 115", p.Short, 40, p.ShortOK)
+	p = at(page.Trend, 0)
+	near("page long now", p.Long, page.Long.Rate, p.LongOK)
+	near("page short now", p.Short, page.Short.Rate, p.ShortOK)
+	p = at(warn.Trend, 95*time.Minute)
+	near("warning long at minute 25", p.Long, 0, p.LongOK)
+
+	// A book younger than the span: the instants before its first
+	// minute have no events.
+	young := NewBook(Config{Policy: testPolicy(), Objectives: []Objective{ttftObjective()}})
+	record(young, t0, 30, func(int) Events { return Events{Good: 100, Total: 100} })
+	tr := young.Status(t0.Add(30*time.Minute), nil)[0].Rules[0].Trend
+	if p := tr[0]; p.LongOK || p.ShortOK {
+		t.Errorf("an instant an hour before the first event has rates: %+v", p)
+	}
+	if p := tr[TrendPoints-1]; !p.LongOK || p.Long != 0 {
+		t.Errorf("now: %+v, want 0x", p)
+	}
+}
+
 // A book that holds less than a rule's long window does not judge the
 // rule, however bad the few minutes it holds; a quiet model (fewer
 // events than min_events in the short window, or none) is not judged.

@@ -49,6 +49,35 @@ type RuleStatus struct {
 	// at least min_events.
 	Judged bool `json:"judged"`
 	Firing bool `json:"firing"`
+	// Trend is the rule's burn rates over the TrendPoints instants up to
+	// now (the last is Long and Short), TrendSpan(Rule) apart in all.
+	Trend []TrendPoint `json:"trend,omitempty"`
+}
+
+// TrendPoints is how many instants a rule's trend holds.
+const TrendPoints = 96
+
+// TrendPoint is a rule's burn rates at an instant: over its long window
+// and over its short one (ok false: no events in that window).
+type TrendPoint struct {
+	At      time.Time `json:"at"`
+	Long    float64   `json:"long"`
+	LongOK  bool      `json:"long_ok"`
+	Short   float64   `json:"short"`
+	ShortOK bool      `json:"short_ok"`
+}
+
+// TrendSpan is how far back a rule's trend reaches: four of its long
+// windows, so the plot shows the rise and the stretch before it, within
+// the per-minute memory (the policy's longest window).
+func TrendSpan(w Window, longest time.Duration) time.Duration {
+	return min(4*w.Long, longest)
+}
+
+// trendStep is the time between a trend's instants: whole minutes, the
+// memory's resolution.
+func trendStep(span time.Duration) time.Duration {
+	return max((span / (TrendPoints - 1)).Round(Resolution), Resolution)
 }
 
 // Status is one objective on one model at an instant.
@@ -148,6 +177,10 @@ func (b *Book) status(o Objective, model string, m *memory, extra Sample, start,
 	st.Held = max(now.Sub(since), 0)
 	minutes := func(mm *memory) *ring { return mm.minutes }
 	hours := func(mm *memory) *ring { return mm.hours }
+	var past func(time.Time, time.Duration) Events
+	if m != nil {
+		past = m.minutes.prefix(now)
+	}
 
 	p := b.cfg.Policy
 	shortest := time.Duration(math.MaxInt64)
@@ -163,6 +196,9 @@ func (b *Book) status(o Objective, model string, m *memory, extra Sample, start,
 			// Strictly above, as the workbook's rules: a service exactly at its
 			// objective (burn 1) spends its budget over the period and is fine.
 			rs.Firing = rs.Judged && rs.Long.Rate > w.BurnRate && rs.Short.Rate > w.BurnRate
+			if m != nil {
+				rs.Trend = trend(rs, past, now, trendStep(TrendSpan(w, p.Longest())), o.Target)
+			}
 			if rs.Firing {
 				st.Severity = max(st.Severity, set.sev)
 			}
@@ -183,6 +219,25 @@ func (b *Book) status(o Objective, model string, m *memory, extra Sample, start,
 	st.PeriodEvents = sum(hours, o.Period)
 	st.Budget, st.HasBudget = BudgetLeft(st.PeriodEvents, o.Target)
 	return st
+}
+
+// trend is rs's burn rates at TrendPoints instants step apart ending at
+// now: before now from the memory (sum), at now the status's own rates,
+// which count the round's pending events too.
+func trend(rs RuleStatus, sum func(time.Time, time.Duration) Events, now time.Time, step time.Duration, target float64) []TrendPoint {
+	out := make([]TrendPoint, TrendPoints)
+	for i := range out {
+		at := now.Add(-time.Duration(TrendPoints-1-i) * step)
+		p := TrendPoint{At: at}
+		if i == TrendPoints-1 {
+			p.Long, p.LongOK, p.Short, p.ShortOK = rs.Long.Rate, rs.Long.OK, rs.Short.Rate, rs.Short.OK
+		} else {
+			p.Long, p.LongOK = BurnRate(sum(at, rs.Rule.Long), target)
+			p.Short, p.ShortOK = BurnRate(sum(at, rs.Rule.Short), target)
+		}
+		out[i] = p
+	}
+	return out
 }
 
 func burn(ev Events, d time.Duration, target float64) Burn {

@@ -51,7 +51,7 @@ type point struct {
 // line is one drawn series.
 type line struct {
 	Name   string
-	Class  string // CSS class: series, baseline
+	Class  string // CSS class: series, baseline, secondary (a second series)
 	Points []point
 }
 
@@ -259,7 +259,11 @@ func (s plotSpec) layout() renderedPlot {
 			}
 		}
 	}
-	r.Legend = append(r.Legend, legendEntry{Class: "series", Text: s.Title})
+	first := s.Title
+	if len(s.Lines) > 0 && s.Lines[0].Name != "" {
+		first = s.Lines[0].Name
+	}
+	r.Legend = append(r.Legend, legendEntry{Class: "series", Text: first})
 	for _, l := range s.Lines[min(1, len(s.Lines)):] {
 		r.Legend = append(r.Legend, legendEntry{Class: l.Class, Text: l.Name})
 	}

@@ -3,6 +3,7 @@ package ui
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
@@ -38,8 +39,10 @@ type sloRow struct {
 	Held          string
 	Rounded       string
 	Rules         []ruleRow
-	BurnedBy      []burnedRow
-	MoreBurned    int
+	// Trends plot each rule's burn rates over time, in the rules' order.
+	Trends     []renderedPlot
+	BurnedBy   []burnedRow
+	MoreBurned int
 }
 
 // ruleRow is one window pair of the policy.
@@ -105,6 +108,9 @@ func (h *Handler) slos(w http.ResponseWriter, _ *http.Request) {
 				LongRate: burnRate(r.Long), ShortRate: burnRate(r.Short),
 				LongEvents: detect.FormatNumber(r.Long.Events.Total), ShortEvt: detect.FormatNumber(r.Short.Events.Total),
 				Threshold: "> " + detect.FormatNumber(r.Rule.BurnRate) + "x on both", Verdict: ruleVerdict(r)})
+			if slices.ContainsFunc(r.Trend, func(p slo.TrendPoint) bool { return p.LongOK || p.ShortOK }) {
+				row.Trends = append(row.Trends, trendPlot(r))
+			}
 		}
 		for _, rec := range records {
 			if rec.Model != st.Model {
@@ -126,6 +132,20 @@ func (h *Handler) slos(w http.ResponseWriter, _ *http.Request) {
 		p.SLOs = append(p.SLOs, row)
 	}
 	h.render(w, http.StatusOK, "slos", p)
+}
+
+// trendPlot is a rule's burn rates over time: its long and its short
+// window against the rate both must exceed.
+func trendPlot(r slo.RuleStatus) renderedPlot {
+	long := line{Name: "over " + notify.FormatDuration(r.Rule.Long), Class: "series"}
+	short := line{Name: "over " + notify.FormatDuration(r.Rule.Short), Class: "secondary"}
+	for _, p := range r.Trend {
+		long.Points = append(long.Points, point{At: p.At, Value: p.Long, OK: p.LongOK})
+		short.Points = append(short.Points, point{At: p.At, Value: p.Short, OK: p.ShortOK})
+	}
+	return plotSpec{Title: r.Severity.String() + " rule: burn rate over " + notify.FormatDuration(r.Rule.Long) + " and " + notify.FormatDuration(r.Rule.Short),
+		Unit: "x", From: r.Trend[0].At, To: r.Trend[len(r.Trend)-1].At, Lines: []line{long, short},
+		Limit: r.Rule.BurnRate, HasLimit: true, Rule: "> " + detect.FormatNumber(r.Rule.BurnRate) + "x on both", Size: compactPlot}.layout()
 }
 
 // burnRate is a window's burn rate as the status computed it, a dash

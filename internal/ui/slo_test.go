@@ -186,6 +186,32 @@ func TestSLOPageShowsTheRoundsStatus(t *testing.T) {
 				t.Errorf("%s on %s rule %d: burn %q/%q, status %v/%v, by hand %q", c.objective, c.model, i, long, short, r.Long.Rate, r.Short.Rate, c.rate)
 			}
 		}
+		// One plot per rule of the status's trend: its numbers table ends
+		// with the rates the rule row shows, against the rule's rate.
+		plots := find(sec, "figure", "plot")
+		if c.state == "no data" {
+			if len(plots) != 0 {
+				t.Errorf("%s on %s: %d trend plots without events", c.objective, c.model, len(plots))
+			}
+			continue
+		}
+		if len(plots) != len(st.Rules) {
+			t.Fatalf("%s on %s: %d trend plots, want one per rule (%d)", c.objective, c.model, len(plots), len(st.Rules))
+		}
+		for i, r := range st.Rules {
+			rows := find(find(plots[i], "tbody", "")[0], "tr", "")
+			if len(rows) != slo.TrendPoints {
+				t.Fatalf("%s on %s rule %d: %d trend rows, want %d", c.objective, c.model, i, len(rows), slo.TrendPoints)
+			}
+			var cells []string
+			for _, td := range find(rows[len(rows)-1], "td", "")[1:] {
+				cells = append(cells, text(td))
+			}
+			want := []string{burnRate(r.Long), burnRate(r.Short), detect.FormatNumber(r.Rule.BurnRate) + "x"}
+			if strings.Join(cells, " ") != strings.Join(want, " ") {
+				t.Errorf("%s on %s rule %d: the trend ends at %q, the rule row says %q", c.objective, c.model, i, cells, want)
+			}
+		}
 	}
 
 	// The burning TTFT objective lists the incidents that spent it, most

@@ -28,6 +28,8 @@ func FormatValue(v float64, unit string) string {
 		return detect.FormatNumber(v*100) + "%"
 	case "%":
 		return detect.FormatNumber(v) + "%"
+	case "x": // a multiple, as a burn rate: "14.4x"
+		return detect.FormatNumber(v) + "x"
 	case "":
 		return detect.FormatNumber(v)
 	}
