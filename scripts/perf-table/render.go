@@ -106,7 +106,7 @@ func tableRows(results map[string]map[string]result, fleet fleetRun) ([]row, err
 			allocsPer = math.Round(op / v)
 		}
 		r := row{what: br.what, by: "`" + br.name + "` (`" + br.pkg + "`)", per: br.unit, allocs: "—", ratio: "—"}
-		if br.metric == "window-B/replica" {
+		if br.metric == "window-B/replica" || br.metric == "body-bytes/scrape" {
 			r.cost = fmt.Sprintf("%s KiB", decimal(v/1024, 1))
 		} else {
 			if br.metric == "ns/op" {
