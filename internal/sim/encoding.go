@@ -28,7 +28,7 @@ type ExpositionWriter struct {
 // with name[] gets only the samples it names, as from prometheus_client.
 func (e *ExpositionWriter) Write(w http.ResponseWriter, r *http.Request, status int, body []byte) {
 	if names := r.URL.Query()[nameParam]; len(names) > 0 {
-		body = restrict(body, names)
+		body = Restrict(body, names)
 	}
 	w.Header().Set("Content-Type", ContentType)
 	if !AcceptsGzip(r.Header.Get("Accept-Encoding")) {
@@ -70,9 +70,9 @@ func AcceptsGzip(acceptEncoding string) bool {
 // samples is.
 const nameParam = "name[]"
 
-// restrict is a copy of body with only the samples named, as
-// prometheus_client answers a request with name[].
-func restrict(body []byte, names []string) []byte {
+// Restrict is a copy of the exposition body with only the samples named,
+// as prometheus_client answers a request with name[].
+func Restrict(body []byte, names []string) []byte {
 	var dst []byte
 	keep := make(map[string]bool, len(names))
 	for _, n := range names {

@@ -20,7 +20,9 @@ type benchRow struct {
 	what   string
 	// ratioTo names the row of the same `go test` run this row is divided
 	// by, and label says what that is ("textparse"); "" for no ratio.
-	ratioTo, label string
+	// ratioMetric is the unit of that row's number divided by ("" is
+	// ns/op).
+	ratioTo, ratioMetric, label string
 	// per divides the number before it is shown (a replay of 721 rounds
 	// shown per round); 0 or 1: as measured.
 	per  float64
@@ -73,14 +75,16 @@ var benchRows = []benchRow{
 		what: "one scrape over loopback HTTP: request, body, parse, filter, normalize (default: uncompressed)"},
 	{pkg: "./internal/scrape", name: "BenchmarkScrapeOverHTTP/gzip", metric: "ns/op", unit: "scrape", ratioTo: "BenchmarkScrapeOverHTTP/identity", label: "uncompressed",
 		what: "the same with scrape.accept_gzip: true, the body inflated"},
-	{pkg: "./internal/scrape", name: "BenchmarkFamilyFilter/full", metric: "ns/op", unit: "scrape",
+	{pkg: "./internal/scrape", name: "BenchmarkFamilyFilter", metric: "full-ns/scrape", unit: "scrape",
 		what: "one scrape over loopback HTTP of the full exposition, the families read kept (scrape.filter_families: false)"},
-	{pkg: "./internal/scrape", name: "BenchmarkFamilyFilter/filtered", metric: "ns/op", unit: "scrape", ratioTo: "BenchmarkFamilyFilter/full", label: "full exposition",
-		what: "the same asked with name[] for the families read, as prometheus_client answers it: the default"},
-	{pkg: "./internal/scrape", name: "BenchmarkFamilyFilter/full", metric: "body-bytes/scrape", unit: "scrape",
+	{pkg: "./internal/scrape", name: "BenchmarkFamilyFilter", metric: "filtered-ns/scrape", unit: "scrape",
+		ratioTo: "BenchmarkFamilyFilter", ratioMetric: "full-ns/scrape", label: "full exposition",
+		what: "the same asked with name[] for the families read, the default (alternating with the full scrape)"},
+	{pkg: "./internal/scrape", name: "BenchmarkFamilyFilter", metric: "full-body-B/scrape", unit: "scrape",
 		what: "the body of a full scrape of the current release's capture"},
-	{pkg: "./internal/scrape", name: "BenchmarkFamilyFilter/filtered", metric: "body-bytes/scrape", unit: "scrape",
-		what: "the body of a scrape asked with name[]"},
+	{pkg: "./internal/scrape", name: "BenchmarkFamilyFilter", metric: "filtered-body-B/scrape", unit: "scrape",
+		ratioTo: "BenchmarkFamilyFilter", ratioMetric: "full-body-B/scrape", label: "full exposition",
+		what: "the body of a scrape asked with name[], as prometheus_client renders it"},
 	{pkg: "./internal/sim", name: "BenchmarkCompressExposition/level9", metric: "ns/op", unit: "scrape",
 		what: "what gzip at level 9 costs the replica's server, as SGLang answers a client that accepts gzip"},
 	{pkg: "./internal/backtest", name: "BenchmarkBacktestHour", metric: "ns/op", unit: "round replayed", per: 721,

@@ -61,9 +61,16 @@ How to read it:
 - The ` + "`./internal/eval`" + ` rows read the captured full exposition of a current
   SGLang release (` + "`internal/fixture`" + `) and, where a window is involved, a full
   window: about 65 minutes of 5 s scrapes, as far back as the detectors read.
+- The ` + "`BenchmarkFamilyFilter`" + ` rows alternate a full scrape of the capture and one
+  asked with ` + "`name[]`" + ` for the families the default configuration reads, so both
+  meet the same moments of the machine; the server's own work is left out. What
+  filtering saves is the bytes SGLang's prometheus_client renders and sends; the
+  request carries the names asked for, so the watchdog's cost per scrape moves
+  little.
 - The fleet rows come from ` + "`watchdog-bench fleet`" + `: simulated replicas on
-  loopback, the watchdog built from this commit at its production defaults, and
-  Prometheus scraping the same fleet at the same interval. The run is kept
+  loopback that answer ` + "`name[]`" + ` as prometheus_client does, the watchdog built
+  from this commit at its production defaults, and Prometheus scraping the same
+  fleet at the same interval. The run is kept
   short so that the whole command finishes in under about 10 minutes on 2
   cores. Its windows therefore hold minutes, not the hour a production
   window holds: its window and round figures are below what a fleet costs
@@ -106,9 +113,10 @@ func tableRows(results map[string]map[string]result, fleet fleetRun) ([]row, err
 			allocsPer = math.Round(op / v)
 		}
 		r := row{what: br.what, by: "`" + br.name + "` (`" + br.pkg + "`)", per: br.unit, allocs: "—", ratio: "—"}
-		if br.metric == "window-B/replica" || br.metric == "body-bytes/scrape" {
+		switch {
+		case strings.HasSuffix(br.metric, "-B/replica") || strings.HasSuffix(br.metric, "-B/scrape"):
 			r.cost = fmt.Sprintf("%s KiB", decimal(v/1024, 1))
-		} else {
+		case br.metric == "ns/op" || br.metric == "ns/replica":
 			if br.metric == "ns/op" {
 				v /= per
 			}
@@ -116,9 +124,15 @@ func tableRows(results map[string]map[string]result, fleet fleetRun) ([]row, err
 			if a, ok := res.median("allocs/op"); ok && allocsPer > 0 {
 				r.allocs = decimal(a/allocsPer, 0)
 			}
+		default: // a time the benchmark reports itself for part of an op: its allocations are the op's
+			r.cost = duration(v)
 		}
 		if br.ratioTo != "" {
-			ref, ok := results[br.pkg][br.ratioTo].median("ns/op")
+			refMetric := br.ratioMetric
+			if refMetric == "" {
+				refMetric = "ns/op"
+			}
+			ref, ok := results[br.pkg][br.ratioTo].median(refMetric)
 			if !ok || ref == 0 {
 				return nil, fmt.Errorf("%s %s: no %s to divide by", br.pkg, br.name, br.ratioTo)
 			}
