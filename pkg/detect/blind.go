@@ -70,13 +70,9 @@ func (d *MetricsBlindDetector) Detect(w Window, now time.Time) []Finding {
 	if r.Kind == "gateway" {
 		return d.gatewayBlind(w, now) // its own families, judged once it routes traffic
 	}
-	start := startOf(w)
-	if start.IsZero() || now.Sub(start) < c.Grace {
+	start, from, ok := d.judgedRange(w, now)
+	if !ok {
 		return nil
-	}
-	from := now.Add(-c.Range)
-	if start.After(from) {
-		from = start.Add(-time.Nanosecond)
 	}
 	has := func(name string) bool { return present(w, name, from, now) }
 

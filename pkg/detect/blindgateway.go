@@ -21,20 +21,31 @@ var gatewayWorkFamilies = []string{
 	gatewayWorkerRequestsActive, "smg_http_connections_active",
 }
 
+// judgedRange is the range a target's families are looked for in: the
+// configured range back from now, from the start of the target's process
+// (start) when it is younger. ok is false within the grace after that
+// start, when a starting server may not expose everything yet.
+func (d *MetricsBlindDetector) judgedRange(w Window, now time.Time) (start, from time.Time, ok bool) {
+	start = startOf(w)
+	if start.IsZero() || now.Sub(start) < d.cfg.Grace {
+		return start, time.Time{}, false
+	}
+	from = now.Add(-d.cfg.Range)
+	if start.After(from) {
+		from = start.Add(-time.Nanosecond)
+	}
+	return start, from, true
+}
+
 // gatewayBlind judges a gateway target: once it routes traffic, the
 // gateway paths of retry_avalanche and error_rate need its client-facing
 // counters. Without them both are silently blind there — the case of an
 // unknown release's names, or a relabelling proxy. A gateway that never
 // routed anything exposes few families, and is not judged.
 func (d *MetricsBlindDetector) gatewayBlind(w Window, now time.Time) []Finding {
-	c := d.cfg
-	start := startOf(w)
-	if start.IsZero() || now.Sub(start) < c.Grace {
+	_, from, ok := d.judgedRange(w, now)
+	if !ok {
 		return nil
-	}
-	from := now.Add(-c.Range)
-	if start.After(from) {
-		from = start.Add(-time.Nanosecond)
 	}
 	// Engine families on a target declared a gateway: the engine
 	// detectors read it by its families and the engine path applies.
