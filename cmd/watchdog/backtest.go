@@ -134,6 +134,7 @@ func backtestCmd(ctx context.Context, args []string, stdout, stderr io.Writer, h
 		Detectors:      cfg.Detectors,
 		Alerts:         cfg.Alerts,
 		Correlation:    cfg.Correlation,
+		SLOs:           cfg.SLOs,
 		Links:          alert.Links{ExternalURL: cfg.ExternalURL, Runbooks: cfg.Runbooks},
 	})
 	if err != nil {
@@ -183,7 +184,7 @@ func replaySettings(recorded, path string) (config.Config, error) {
 	if cfg.Scrape.MaxSeries <= 0 {
 		errs = append(errs, errors.New("scrape.max_series: must be positive"))
 	}
-	errs = append(errs, cfg.Detectors.Validate(), cfg.Correlation.Validate(), cfg.Alerts.Validate("alerts"))
+	errs = append(errs, cfg.Detectors.Validate(), cfg.Correlation.Validate(), cfg.Alerts.Validate("alerts"), cfg.SLOs.Validate("slos"))
 	if err := (notify.RouteConfig{Routes: cfg.Notify.Routes}).Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("notify.%w", err))
 	}

@@ -15,6 +15,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sglang-watchdog/sglang-watchdog/internal/backtest"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -235,5 +237,51 @@ ha: {enabled: true}
 	if got.Notify.Slack != (config.Slack{}) || got.Notify.PagerDuty != (config.PagerDuty{}) || got.Notify.Alertmanager.Enabled() ||
 		got.Heartbeat.Enabled || got.HA.Enabled || got.StateDir != "" {
 		t.Errorf("a recording run keeps something that sends: %+v", got.Notify)
+	}
+}
+
+// A recording's settings give a replay the recorded run's decisions: the
+// detectors, alert timing, correlation and objectives decode back equal.
+func TestRecordedSettingsReplayTheSameDecisions(t *testing.T) {
+	cfg, err := config.Parse(config.Default(), []byte(`
+alerts: {for: 45s}
+detectors:
+  preempt_storm: {baseline_ratio: 4}
+slos:
+  policy:
+    page: [{long: 30m, short: 5m, burn_rate: 14.4}]
+    warning: []
+  objectives:
+    - {name: chat-ttft, model: org/model, kind: ttft, threshold: 400ms, objective: 0.99, period: 24h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded, err := recordedSettings(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := replaySettings(recorded, "")
+	if err != nil {
+		t.Fatalf("replaying %s: %v", recorded, err)
+	}
+	// Compared as YAML: an empty list decodes where a nil one was.
+	same := func(a, b any) bool {
+		ya, errA := yaml.Marshal(a)
+		yb, errB := yaml.Marshal(b)
+		return errA == nil && errB == nil && string(ya) == string(yb)
+	}
+	for name, eq := range map[string]bool{
+		"detectors":   same(got.Detectors, cfg.Detectors),
+		"alerts":      same(got.Alerts, cfg.Alerts),
+		"correlation": same(got.Correlation, cfg.Correlation),
+		"slos":        same(got.SLOs, cfg.SLOs),
+	} {
+		if !eq {
+			t.Errorf("%s differ after a round trip through the recording:\n%s", name, recorded)
+		}
+	}
+	if len(got.SLOs.Objectives) != 1 || got.SLOs.Objectives[0].Threshold != 400*time.Millisecond {
+		t.Errorf("objectives after the round trip: %+v", got.SLOs.Objectives)
 	}
 }

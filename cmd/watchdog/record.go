@@ -18,6 +18,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/heartbeat"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/recording"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/scrape"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -153,6 +154,7 @@ type decisionSettings struct {
 	Detectors   detect.Config     `yaml:"detectors"`
 	Alerts      alert.Config      `yaml:"alerts"`
 	Correlation correlate.Config  `yaml:"correlation"`
+	SLOs        slo.Config        `yaml:"slos"`
 	Notify      struct {
 		Routes []notify.Route `yaml:"routes"`
 	} `yaml:"notify"`
@@ -161,7 +163,7 @@ type decisionSettings struct {
 
 func recordedSettings(cfg config.Config) (string, error) {
 	s := decisionSettings{Scrape: cfg.Scrape, Evaluation: cfg.Evaluation, Detectors: cfg.Detectors, Alerts: cfg.Alerts,
-		Correlation: cfg.Correlation, Runbooks: cfg.Runbooks}
+		Correlation: cfg.Correlation, SLOs: cfg.SLOs, Runbooks: cfg.Runbooks}
 	s.Notify.Routes = cfg.Notify.Routes
 	b, err := yaml.Marshal(s)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/eval"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/window"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -47,6 +48,10 @@ type Settings struct {
 	Detectors      detect.Config
 	Alerts         alert.Config
 	Correlation    correlate.Config
+	// SLOs are the objectives replayed: their memory starts empty at the
+	// first step, as a daemon's does without history.url, so a rule is
+	// judged once the replay spans its long window.
+	SLOs slo.Config
 	// Links are put in the events as the daemon would (runbook overrides,
 	// external URL).
 	Links alert.Links
@@ -87,9 +92,13 @@ func Run(src Source, s Settings) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("backtest: detectors: %w", err)
 	}
+	var book *slo.Book
+	if len(s.SLOs.Objectives) > 0 {
+		book = slo.NewBook(s.SLOs)
+	}
 	var res Result
 	loop := eval.New(eval.Options{
-		Assessor: assess.New(detectors, assess.Config{Triage: s.Detectors.Triage, Correlation: s.Correlation}),
+		Assessor: assess.New(detectors, assess.Config{Triage: s.Detectors.Triage, Correlation: s.Correlation, SLOs: book}),
 		Tracker:  alert.NewTracker(s.Alerts),
 		Links:    s.Links,
 		Windows:  store,

@@ -56,7 +56,7 @@ func demoSettings(t testing.TB) Settings {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Settings{ScrapeInterval: cfg.Scrape.Interval, MaxSeries: cfg.Scrape.MaxSeries, Detectors: cfg.Detectors, Alerts: cfg.Alerts, Correlation: cfg.Correlation}
+	return Settings{ScrapeInterval: cfg.Scrape.Interval, MaxSeries: cfg.Scrape.MaxSeries, Detectors: cfg.Detectors, Alerts: cfg.Alerts, Correlation: cfg.Correlation, SLOs: cfg.SLOs}
 }
 
 // A replay of each simulated incident class pages it on its replica after
