@@ -243,17 +243,7 @@ ha: {enabled: true}
 // A recording's settings give a replay the recorded run's decisions: the
 // detectors, alert timing, correlation and objectives decode back equal.
 func TestRecordedSettingsReplayTheSameDecisions(t *testing.T) {
-	cfg, err := config.Parse(config.Default(), []byte(`
-alerts: {for: 45s}
-detectors:
-  preempt_storm: {baseline_ratio: 4}
-slos:
-  policy:
-    page: [{long: 30m, short: 5m, burn_rate: 14.4}]
-    warning: []
-  objectives:
-    - {name: chat-ttft, model: org/model, kind: ttft, threshold: 400ms, objective: 0.99, period: 24h}
-`))
+	cfg, err := config.Parse(config.Default(), []byte(sloDriftConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

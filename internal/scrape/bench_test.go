@@ -130,14 +130,7 @@ func BenchmarkScrapeOverHTTP(b *testing.B) {
 		acceptGzip bool
 	}{{"identity", false}, {"gzip", true}} {
 		b.Run(c.name, func(b *testing.B) {
-			opts, err := Options{Interval: 10 * time.Second, KeepFamilies: keptFamilies, AcceptGzip: c.acceptGzip}.withDefaults()
-			if err != nil {
-				b.Fatal(err)
-			}
-			hc := &http.Client{Transport: &http.Transport{}}
-			defer hc.CloseIdleConnections()
-			s := newScraper(httpFetcher(oneClient(hc), opts), opts)
-			tg := Target{Name: "r", URL: srv.URL + "/metrics", Kind: KindEngine}
+			s, tg := loopbackScraper(b, srv.URL, Options{KeepFamilies: keptFamilies, AcceptGzip: c.acceptGzip})
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
@@ -147,4 +140,19 @@ func BenchmarkScrapeOverHTTP(b *testing.B) {
 			}
 		})
 	}
+}
+
+// loopbackScraper is a scraper with opts (at a 10 s interval) over its own
+// HTTP client, and the engine target at serverURL's /metrics; the client's
+// connections close when b ends.
+func loopbackScraper(b *testing.B, serverURL string, opts Options) (*scraper, Target) {
+	b.Helper()
+	opts.Interval = 10 * time.Second
+	opts, err := opts.withDefaults()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	b.Cleanup(hc.CloseIdleConnections)
+	return newScraper(httpFetcher(oneClient(hc), opts), opts), Target{Name: "r", URL: serverURL + "/metrics", Kind: KindEngine}
 }

@@ -330,14 +330,7 @@ func BenchmarkFamilyFilter(b *testing.B) {
 		_, _ = w.Write(out)
 	}))
 	defer srv.Close()
-	opts, err := Options{Interval: 10 * time.Second, KeepFamilies: reads}.withDefaults()
-	if err != nil {
-		b.Fatal(err)
-	}
-	hc := &http.Client{Transport: &http.Transport{}}
-	defer hc.CloseIdleConnections()
-	s := newScraper(httpFetcher(oneClient(hc), opts), opts)
-	tg := Target{Name: "r", URL: srv.URL + "/metrics", Kind: KindEngine}
+	s, tg := loopbackScraper(b, srv.URL, Options{KeepFamilies: reads})
 	f := newFamilyFilter(newKeepSet(reads), time.Hour)
 	s.scrape(b.Context(), tg, f) // learns the names to ask
 	var spent [2]time.Duration   // full, filtered
