@@ -194,13 +194,6 @@ func (t TriageResult) Evidence() []Evidence {
 	return e
 }
 
-// Triage is the runbook's layer triage of the replica at now with the
-// default settings. latency is judged from the replica's own TTFT, ITL and
-// end-to-end p99 against their baseline.
-func Triage(w Window, now time.Time) TriageResult {
-	return DefaultConfig().Triage.Classify(w, now, false)
-}
-
 // Reads are the families the triage reads (every replica gets one each
 // round, so they are always kept).
 func (c TriageConfig) Reads() []string {

@@ -14,7 +14,7 @@ func triageOf(t *testing.T, s *scenario) detect.TriageResult {
 	t.Helper()
 	store, now := s.run(t, detect.DefaultConfig())
 	var tr detect.TriageResult
-	if !store.View(s.target, func(w detect.Window) { tr = detect.Triage(w, now) }) {
+	if !store.View(s.target, func(w detect.Window) { tr = detect.DefaultConfig().Triage.Classify(w, now, false) }) {
 		t.Fatal("replica not in the store")
 	}
 	return tr
@@ -277,7 +277,7 @@ func TestTriageCapUnknownSaysSo(t *testing.T) {
 	s.length = 3 * time.Minute
 	store, now := s.run(t, detect.DefaultConfig())
 	var tr detect.TriageResult
-	store.View(s.target, func(w detect.Window) { tr = detect.Triage(w, now) })
+	store.View(s.target, func(w detect.Window) { tr = detect.DefaultConfig().Triage.Classify(w, now, false) })
 	labelAgrees(t, tr)
 	contains(t, "triage", tr.String(), "batch cap unknown", "(the cap is not exposed)", "read --max-running-requests from /server_info (/get_server_info on older releases)")
 	if tr.Capacity != 0 {
