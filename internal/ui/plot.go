@@ -203,7 +203,7 @@ func (s plotSpec) layout() renderedPlot {
 			continue
 		}
 		mx := x(m.At)
-		name := m.Name + " " + m.At.UTC().Format("15:04:05")
+		name := m.Name + " " + m.At.UTC().Format(s.clock())
 		w := g.textWidth(name)
 		x0, anchor, lx := mx+3, "", mx+3
 		if x0+w > g.Width {
@@ -234,8 +234,12 @@ func (s plotSpec) layout() renderedPlot {
 		r.Grid = append(r.Grid, svgLine{Class: "grid", X1: coord(left), Y1: vy, X2: coord(right), Y2: vy})
 		r.YTicks = append(r.YTicks, svgText{Text: formatValue(v, s.Unit), X: coord(left - 6), Y: coord(y(v) + g.FontSize/3), Anchor: "end"})
 	}
-	for _, t := range timeTicks(s.From, s.To, xTicks) {
-		label := t.UTC().Format("15:04:05")
+	n := xTicks
+	if s.clock() == datedClock {
+		n /= 2 // dated labels are half again as wide
+	}
+	for _, t := range timeTicks(s.From, s.To, n) {
+		label := t.UTC().Format(s.clock())
 		tx, w, anchor := x(t), g.textWidth(label), "middle"
 		switch {
 		case tx-w/2 < 0:
@@ -370,13 +374,25 @@ func timeTicks(from, to time.Time, n int) []time.Time {
 	return ticks
 }
 
+// clock is the layout of the plot's times: the time of day, with the
+// date when the plot spans more than a day (an SLO rule's trend), so
+// that a time is not read on the wrong day.
+func (s plotSpec) clock() string {
+	if s.To.Sub(s.From) > 24*time.Hour {
+		return datedClock
+	}
+	return "15:04:05"
+}
+
+const datedClock = "Jan 2 15:04"
+
 // label is the SVG's accessible name: what it plots and its range.
 func (s plotSpec) label(lo, hi float64, ok bool) string {
 	names := make([]string, 0, len(s.Lines))
 	for _, l := range s.Lines {
 		names = append(names, l.Name)
 	}
-	b := fmt.Sprintf("%s: %s from %s to %s UTC", s.Title, strings.Join(names, ", "), s.From.UTC().Format("15:04:05"), s.To.UTC().Format("15:04:05"))
+	b := fmt.Sprintf("%s: %s from %s to %s UTC", s.Title, strings.Join(names, ", "), s.From.UTC().Format(s.clock()), s.To.UTC().Format(s.clock()))
 	if !ok {
 		return b + ", no data"
 	}
@@ -431,7 +447,7 @@ func (s plotSpec) table() ([]string, []tableRow) {
 	}
 	var rows []tableRow
 	for i, p := range s.Lines[0].Points {
-		row := tableRow{At: p.At.UTC().Format("15:04:05")}
+		row := tableRow{At: p.At.UTC().Format(s.clock())}
 		for _, l := range s.Lines {
 			row.Values = append(row.Values, cell(l.Points, i))
 		}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,6 +62,40 @@ func TestTimeTicksAreRoundTimesWithinTheSpan(t *testing.T) {
 	}
 }
 
+// A plot over more than a day (an SLO rule's trend over 3 days) writes
+// its times with the date, on the axis, in its accessible name and in its
+// table: 12:00 on three days is three different times. A plot within a
+// day keeps the time of day.
+func TestPlotsOverDaysDateTheirTimes(t *testing.T) {
+	to := time.Date(2026, 5, 29, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		span       time.Duration
+		tick, last string
+	}{
+		{72 * time.Hour, "May 27 00:00", "May 29 12:00"},
+		{time.Hour, "11:00:00", "12:00:00"},
+	} {
+		from := to.Add(-c.span)
+		ps := []point{{At: from, Value: 1, OK: true}, {At: to, Value: 2, OK: true}}
+		r := plotSpec{Title: "burn", Unit: "x", From: from, To: to, Lines: []line{{Name: "over 1d", Class: "series", Points: ps}}}.layout()
+		if len(r.XTicks) == 0 || r.XTicks[0].Text != c.tick {
+			t.Errorf("span %s: ticks %+v, want the first %q", c.span, r.XTicks, c.tick)
+		}
+		for i := 1; i < len(r.XTicks); i++ {
+			gap := parseCoord(t, r.XTicks[i].X) - parseCoord(t, r.XTicks[i-1].X)
+			if w := compactPlot.textWidth(r.XTicks[i].Text); gap < w {
+				t.Errorf("span %s: ticks %q and %q are %.0f apart, narrower than a label (%.0f)", c.span, r.XTicks[i-1].Text, r.XTicks[i].Text, gap, w)
+			}
+		}
+		if got := r.Rows[len(r.Rows)-1].At; got != c.last {
+			t.Errorf("span %s: the table's last time %q, want %q", c.span, got, c.last)
+		}
+		if !strings.Contains(r.Label, "to "+c.last+" UTC") {
+			t.Errorf("span %s: accessible name %q does not end at %q", c.span, r.Label, c.last)
+		}
+	}
+}
+
 // Marks close together (fired seconds after onset) get their labels on
 // separate rows, so neither covers the other; the plot area starts below
 // every row.
@@ -93,4 +128,13 @@ func TestMarkLabelsDoNotOverlap(t *testing.T) {
 			t.Errorf("%v: the resolve mark at the right edge is labelled leftwards? anchor %q", g, last.Anchor)
 		}
 	}
+}
+
+func parseCoord(t *testing.T, s string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("coordinate %q: %v", s, err)
+	}
+	return v
 }
