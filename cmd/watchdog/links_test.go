@@ -87,32 +87,14 @@ func TestPagesLinkToTheDaemonWithoutExternalURL(t *testing.T) {
 
 	rep.waitScrapes(t, 30)
 	rep.setStorm(true)
-	var ev struct {
-		Action    string              `json:"event_action"`
-		DedupKey  string              `json:"dedup_key"`
-		ClientURL string              `json:"client_url"`
-		Links     []map[string]string `json:"links"`
-	}
-	for ev.Action != "trigger" {
-		select {
-		case r := <-pdEvents:
-			if err := json.Unmarshal(r.Body, &ev); err != nil {
-				t.Fatal(err)
-			}
-		case <-t.Context().Done():
-			t.Fatal("no PagerDuty trigger")
-		}
-	}
+	ev := firstPagerDutyTrigger(t, pdEvents)
 	// The page links the incident's page, /incidents/<fingerprint>-<opened>.
 	runbookURL, alertURL := base+"/runbooks/preempt_storm", ev.ClientURL
 	incidentID, isIncident := strings.CutPrefix(alertURL, base+"/incidents/")
 	if !isIncident || !strings.HasPrefix(incidentID, ev.DedupKey+"-") {
 		t.Errorf("PagerDuty client_url %q, want %s/incidents/%s-<opened>", alertURL, base, ev.DedupKey)
 	}
-	hrefs := map[string]bool{}
-	for _, l := range ev.Links {
-		hrefs[l["href"]] = true
-	}
+	hrefs := ev.hrefs()
 	if !hrefs[runbookURL] || !hrefs[alertURL] || ev.ClientURL != alertURL {
 		t.Errorf("PagerDuty links %v, client_url %q; want %s and %s", ev.Links, ev.ClientURL, runbookURL, alertURL)
 	}
@@ -164,5 +146,42 @@ func TestNoLinkWarningWhenConfiguredOrNotPaging(t *testing.T) {
 				t.Errorf("logged an external_url warning:\n%s", logs.text())
 			}
 		})
+	}
+}
+
+// pagerDutyEvent is what the tests read of an Events API v2 request.
+type pagerDutyEvent struct {
+	Action    string              `json:"event_action"`
+	DedupKey  string              `json:"dedup_key"`
+	ClientURL string              `json:"client_url"`
+	Links     []map[string]string `json:"links"`
+}
+
+// hrefs are the event's link targets.
+func (ev pagerDutyEvent) hrefs() map[string]bool {
+	out := map[string]bool{}
+	for _, l := range ev.Links {
+		out[l["href"]] = true
+	}
+	return out
+}
+
+// firstPagerDutyTrigger waits for the first trigger among the events the
+// fake PagerDuty received.
+func firstPagerDutyTrigger(t *testing.T, events <-chan notifytest.Request) pagerDutyEvent {
+	t.Helper()
+	for {
+		select {
+		case r := <-events:
+			var ev pagerDutyEvent
+			if err := json.Unmarshal(r.Body, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Action == "trigger" {
+				return ev
+			}
+		case <-t.Context().Done():
+			t.Fatal("no PagerDuty trigger")
+		}
 	}
 }

@@ -85,30 +85,12 @@ func TestDaemonBehindAnIngressPathWithBasicAuth(t *testing.T) {
 
 	rep.waitScrapes(t, 30)
 	rep.setStorm(true)
-	var ev struct {
-		Action    string              `json:"event_action"`
-		ClientURL string              `json:"client_url"`
-		Links     []map[string]string `json:"links"`
-	}
-	for ev.Action != "trigger" {
-		select {
-		case r := <-pdEvents:
-			if err := json.Unmarshal(r.Body, &ev); err != nil {
-				t.Fatal(err)
-			}
-		case <-t.Context().Done():
-			t.Fatal("no PagerDuty trigger")
-		}
-	}
+	ev := firstPagerDutyTrigger(t, pdEvents)
 	incidentPath, ok := strings.CutPrefix(ev.ClientURL, strings.TrimSuffix(external, "/"))
 	if !ok || !strings.HasPrefix(incidentPath, "/incidents/") {
 		t.Fatalf("PagerDuty client_url %q, want %sincidents/...", ev.ClientURL, external)
 	}
-	hrefs := map[string]bool{}
-	for _, l := range ev.Links {
-		hrefs[l["href"]] = true
-	}
-	if !hrefs[external+"runbooks/preempt_storm"] {
+	if !ev.hrefs()[external+"runbooks/preempt_storm"] {
 		t.Errorf("PagerDuty links %v lack %srunbooks/preempt_storm", ev.Links, external)
 	}
 	// What the Ingress forwards for the page's links answers.
