@@ -193,6 +193,20 @@ func TestBookTrendByHand(t *testing.T) {
 	if p := tr[TrendPoints-1]; !p.LongOK || p.Long != 0 {
 		t.Errorf("now: %+v, want 0x", p)
 	}
+
+	// With the workbook's policy every rule's trend stays within its span
+	// (four long windows, at most the 3 days the memory holds), its
+	// instants whole minutes apart.
+	def := NewBook(Config{Policy: DefaultPolicy(), Objectives: []Objective{ttftObjective()}})
+	record(def, t0, 10, func(int) Events { return Events{Good: 100, Total: 100} })
+	now = t0.Add(10 * time.Minute)
+	for _, r := range def.Status(now, nil)[0].Rules {
+		span := TrendSpan(r.Rule, DefaultPolicy().Longest())
+		step := r.Trend[1].At.Sub(r.Trend[0].At)
+		if r.Trend[0].At.Before(now.Add(-span)) || step%Resolution != 0 {
+			t.Errorf("rule %+v: trend from %s before now, %s apart; want within %s, whole minutes", r.Rule, now.Sub(r.Trend[0].At), step, span)
+		}
+	}
 }
 
 // A book that holds less than a rule's long window does not judge the

@@ -49,8 +49,9 @@ type RuleStatus struct {
 	// at least min_events.
 	Judged bool `json:"judged"`
 	Firing bool `json:"firing"`
-	// Trend is the rule's burn rates over the TrendPoints instants up to
-	// now (the last is Long and Short), TrendSpan(Rule) apart in all.
+	// Trend is the rule's burn rates at TrendPoints instants up to now
+	// (the last is Long and Short), whole minutes apart, spanning at most
+	// TrendSpan.
 	Trend []TrendPoint `json:"trend,omitempty"`
 }
 
@@ -67,7 +68,7 @@ type TrendPoint struct {
 	ShortOK bool      `json:"short_ok"`
 }
 
-// TrendSpan is how far back a rule's trend reaches: four of its long
+// TrendSpan is how far back a rule's trend may reach: four of its long
 // windows, so the plot shows the rise and the stretch before it, within
 // the per-minute memory (the policy's longest window).
 func TrendSpan(w Window, longest time.Duration) time.Duration {
@@ -75,9 +76,9 @@ func TrendSpan(w Window, longest time.Duration) time.Duration {
 }
 
 // trendStep is the time between a trend's instants: whole minutes, the
-// memory's resolution.
+// memory's resolution, rounded down so the trend stays within span.
 func trendStep(span time.Duration) time.Duration {
-	return max((span / (TrendPoints - 1)).Round(Resolution), Resolution)
+	return max((span / (TrendPoints - 1)).Truncate(Resolution), Resolution)
 }
 
 // Status is one objective on one model at an instant.
