@@ -3,6 +3,7 @@ package window
 import (
 	"bytes"
 	"encoding/binary"
+	"iter"
 	"math"
 
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -76,6 +77,30 @@ func (p *points) bounds(k int) (lo, hi uint64) {
 		return p.headFirst, p.end()
 	}
 	return p.newest, p.end()
+}
+
+// span is one segment of a series that a seq range reads: sealed chunk k,
+// or the head when k is -1. It covers the seqs [lo, hi), which may reach
+// beyond the range.
+type span struct {
+	k      int
+	lo, hi uint64
+}
+
+// within yields the segments of p that cover some of the seqs [lo, hi),
+// oldest first, the head last.
+func (p *points) within(lo, hi uint64) iter.Seq[span] {
+	return func(yield func(span) bool) {
+		for k := range p.sealed {
+			slo, shi := p.sealed[k].first, p.sealedEnd(k)
+			if shi > lo && slo < hi && !yield(span{k: k, lo: slo, hi: shi}) {
+				return
+			}
+		}
+		if slo, shi := p.bounds(-1); shi > lo && slo < hi {
+			yield(span{k: -1, lo: slo, hi: shi})
+		}
+	}
 }
 
 // segmentValues returns the decoded values of segment k, decoding it the

@@ -215,21 +215,13 @@ func (v view) Present(sel detect.Selector, from, to time.Time) bool {
 // [lo, hi).
 func (v view) hasFinite(rec *seriesRec, lo, hi uint64) bool {
 	p := &rec.pts
-	for k := range p.sealed {
-		ch := &p.sealed[k]
-		slo, shi := ch.first, p.sealedEnd(k)
-		if shi <= lo || slo >= hi {
-			continue
-		}
-		if slo >= lo && finite(firstValue(ch)) {
+	for s := range p.within(lo, hi) {
+		if s.k >= 0 && s.lo >= lo && finite(firstValue(&p.sealed[s.k])) {
 			return true
 		}
-		if anyFinite(v.d.segmentValues(p, k), slo, max(lo, slo), min(hi, shi)) {
+		if anyFinite(v.d.segmentValues(p, s.k), s.lo, max(lo, s.lo), min(hi, s.hi)) {
 			return true
 		}
-	}
-	if slo, shi := p.bounds(-1); shi > lo && slo < hi {
-		return anyFinite(v.d.segmentValues(p, -1), slo, max(lo, slo), min(hi, shi))
 	}
 	return false
 }
@@ -259,20 +251,12 @@ func (v view) maxOf(rec *seriesRec, lo, hi uint64) (float64, bool) {
 		}
 	}
 	p := &rec.pts
-	for k := range p.sealed {
-		ch := &p.sealed[k]
-		slo, shi := ch.first, p.sealedEnd(k)
-		if shi <= lo || slo >= hi {
+	for s := range p.within(lo, hi) {
+		if s.k >= 0 && lo <= s.lo && s.hi <= hi && !p.sealed[s.k].run.broken() {
+			m, ok = math.Max(m, p.sealed[s.k].run.lastVal), true
 			continue
 		}
-		if lo <= slo && shi <= hi && !ch.run.broken() {
-			m, ok = math.Max(m, ch.run.lastVal), true
-			continue
-		}
-		take(v.d.segmentValues(p, k), slo, max(lo, slo), min(hi, shi))
-	}
-	if slo, shi := p.bounds(-1); shi > lo && slo < hi {
-		take(v.d.segmentValues(p, -1), slo, max(lo, slo), min(hi, shi))
+		take(v.d.segmentValues(p, s.k), s.lo, max(lo, s.lo), min(hi, s.hi))
 	}
 	if !ok {
 		return 0, false

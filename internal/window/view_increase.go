@@ -32,47 +32,40 @@ func (v view) counterIncrease(rec *seriesRec, lo, hi uint64) (inc float64, first
 	}
 	c := counterRuns{r: v.r}
 	p := &rec.pts
-	for k := 0; k < len(p.sealed); k++ {
-		ch := &p.sealed[k]
-		slo, shi := ch.first, p.sealedEnd(k)
-		if shi <= lo || slo >= hi {
-			continue
+	for s := range p.within(lo, hi) {
+		from, to := max(lo, s.lo), min(hi, s.hi)
+		var ch *sealedChunk
+		if s.k >= 0 {
+			ch = &p.sealed[s.k]
 		}
-		if lo <= slo && shi <= hi && !ch.run.broken() {
-			if c.n > 0 && k > 0 && ch.run.abovePrevious() && c.prev <= p.sealed[k-1].run.lastVal {
+		if ch != nil && lo <= s.lo && s.hi <= hi && !ch.run.broken() {
+			if c.n > 0 && s.k > 0 && ch.run.abovePrevious() && c.prev <= p.sealed[s.k-1].run.lastVal {
 				// Its first value is no drop from the run so far (it is at
 				// least the chunk before's lastVal, which is at least the
 				// run's last value), so stepping to it only counts it: the
 				// chunk's bytes, a cache miss for each chunk a baseline
 				// covers, are not read.
-				c.skipTo(slo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n))
+				c.skipTo(s.lo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n))
 				continue
 			}
-			c.step(slo, firstValue(ch))
-			c.skipTo(slo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n)-1)
+			c.step(s.lo, firstValue(ch))
+			c.skipTo(s.lo+uint64(ch.run.lastOff), ch.run.lastVal, int(ch.run.n)-1)
 			continue
 		}
-		if ch.run.thinned() && ch.run.enc.ints() {
+		if ch != nil && ch.run.thinned() && ch.run.enc.ints() {
 			// A few dozen points over up to maxThinnedSpan scrapes:
 			// stepped through in place, not laid out scrape by scrape.
-			c.intSteps(ch, max(lo, slo), min(hi, shi))
+			c.intSteps(ch, from, to)
 			continue
 		}
-		seg := v.d.segment(p, k)
+		seg := v.d.segment(p, s.k)
 		switch {
 		case seg.rising:
-			c.rising(seg.vals, slo, max(lo, slo), min(hi, shi))
-		case !ch.run.broken():
-			c.run(seg.vals, slo, max(lo, slo), min(hi, shi))
+			c.rising(seg.vals, s.lo, from, to)
+		case ch != nil && !ch.run.broken():
+			c.run(seg.vals, s.lo, from, to)
 		default:
-			c.steps(seg.vals, slo, max(lo, slo), min(hi, shi))
-		}
-	}
-	if slo, shi := p.bounds(-1); shi > lo && slo < hi {
-		if seg := v.d.segment(p, -1); seg.rising {
-			c.rising(seg.vals, slo, max(lo, slo), min(hi, shi))
-		} else {
-			c.steps(seg.vals, slo, max(lo, slo), min(hi, shi))
+			c.steps(seg.vals, s.lo, from, to)
 		}
 	}
 	if c.partial == 0 {
