@@ -192,17 +192,6 @@ func (r *simRun) pageLine(ev notify.Event) string {
 	return fmt.Sprintf("t+%s %s %s %s seq %d %q", clock(r.at(ev.At)), ev.Kind, ev.Severity, ev.Replica, ev.Seq, ev.Headline)
 }
 
-// pagerDutyFor returns what PagerDuty accepted for a dedup key.
-func (r *simRun) pagerDutyFor(key string) []notifytest.PagerDutyEvent {
-	var out []notifytest.PagerDutyEvent
-	for _, ev := range r.pd.Accepted() {
-		if ev.DedupKey == key {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
 // logTimeline logs the scenario's phases and every event, in scenario
 // time, with what PagerDuty and Slack received.
 func (r *simRun) logTimeline(t *testing.T) {

@@ -11,25 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
-	"github.com/sglang-watchdog/sglang-watchdog/internal/leader"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/silence"
 )
-
-// startSilences loads the silence store from the state store; standby
-// reports whether this copy is an HA follower.
-func startSilences(store silence.Persister, elector *leader.Elector, now time.Time, reg prometheus.Registerer, logger *zap.Logger) (*silence.Store, func() bool) {
-	opts := silence.DefaultOptions()
-	opts.Persister = store
-	silences := silence.New(opts, reg)
-	if err := silences.Load(now); err != nil {
-		logger.Error("silences unreadable; starting without them", zap.Error(err))
-	}
-	return silences, func() bool { return elector != nil && !elector.IsLeader() }
-}
 
 const silenceUsage = `usage: watchdog silence add|ls|expire [flags] [ID]
 

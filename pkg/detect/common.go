@@ -308,13 +308,6 @@ const (
 const DefaultInferenceEndpoints = "/generate|/v1/chat/completions|/v1/completions|/v1/responses|" +
 	"/v1/embeddings|/v1/rerank|/v1/score|/v1/messages|/encode|/classify"
 
-func (p periods) max(w Window, sel Selector) measure {
-	var m measure
-	m.now, m.nowOK = w.Max(sel, p.rangeStart, p.now)
-	m.base, m.baseOK = w.Max(sel, p.baseStart, p.rangeStart)
-	return m
-}
-
 // histMean is the mean observation of a histogram over the range, from the
 // increases of its _sum and _count (exact, unlike a bucket quantile).
 func histMean(w Window, family string, match []Match, from, to time.Time) (float64, bool) {
