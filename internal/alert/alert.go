@@ -34,6 +34,15 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
+// WorstSummary is a finding's summary at the round that scored worst for
+// its class (severity first, then how far its first number is from its
+// baseline).
+type WorstSummary struct {
+	Class   detect.Class `json:"class"`
+	Summary string       `json:"summary"`
+	Score   float64      `json:"score"`
+}
+
 // Timing of one class's incidents.
 type Timing struct {
 	// For is how long a finding must persist before the incident fires; it
@@ -201,6 +210,10 @@ type Incident struct {
 	Worst     map[string]float64 `json:"worst,omitempty"`
 	PeakAt    time.Time          `json:"peak_at,omitzero"`
 	PeakScore float64            `json:"peak_score,omitempty"`
+	// CauseAtWorst is the summary of the cause's own finding at its worst
+	// round, which a resolve gives as what the incident was: the last
+	// round before a cause clears is often its mildest.
+	CauseAtWorst WorstSummary `json:"cause_at_worst,omitzero"`
 	// Frozen are the baselines each member finding compared against when
 	// it joined the incident (detect.Finding.Baselines), given back to its
 	// detector as a detect.Reference while the incident is open, so that

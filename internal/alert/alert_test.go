@@ -1,6 +1,7 @@
 package alert
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -482,6 +483,49 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 	}
 	if text := notify.FormatText(res); !strings.Contains(text, "recovered (last 15 s, peak):") {
 		t.Errorf("resolve does not say what its values cover:\n%s", text)
+	}
+}
+
+// The resolve's "while it fired" is the cause at its worst round: the
+// last round before a storm ends is its mildest, and a page that says the
+// storm was 0.2 retracted requests/s understates what on-call answered.
+// A renamed incident is described by its new cause, even when the symptom
+// it was first named after scored worse.
+func TestResolveSaysTheCauseAtItsWorst(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	resolveOf := func(t *testing.T, rounds ...[]detect.Finding) notify.Event {
+		t.Helper()
+		tr := newPager(cfg, Links{})
+		var evs []notify.Event
+		for i, fs := range rounds {
+			evs = append(evs, update(tr, fs, t0.Add(time.Duration(i)*10*time.Second))...)
+		}
+		evs = append(evs, step(tr, t0.Add(time.Duration(len(rounds))*10*time.Second), 8, func(int) []detect.Finding { return nil })...)
+		if len(evs) == 0 || evs[len(evs)-1].Kind != notify.KindResolve {
+			t.Fatalf("no resolve: %v", kinds(evs))
+		}
+		return evs[len(evs)-1]
+	}
+	storm := func(sev detect.Severity, rate float64) detect.Finding {
+		f := finding("r1", detect.PreemptStorm, sev)
+		f.Summary = fmt.Sprintf("Preemption storm: %v retracted requests/s", rate)
+		f.Evidence = []detect.Evidence{{Name: "retracted requests/s", Value: rate, Baseline: 0.01, HasBaseline: true, Unit: "/s"}}
+		return f
+	}
+	res := resolveOf(t, []detect.Finding{storm(detect.Warning, 0.3)}, []detect.Finding{storm(detect.Critical, 3)},
+		[]detect.Finding{storm(detect.Critical, 1)}, []detect.Finding{storm(detect.Warning, 0.2)})
+	if res.Diagnosis != "Preemption storm: 3 retracted requests/s" {
+		t.Errorf("while it fired: %q, want the storm at its worst (3/s)", res.Diagnosis)
+	}
+
+	queue := finding("r1", detect.QueueLatency, detect.Critical)
+	queue.Summary = "TTFT p99 30 s (baseline 0.3 s)"
+	queue.Evidence = []detect.Evidence{{Name: "TTFT p99", Value: 30, Baseline: 0.3, HasBaseline: true, Unit: "s"}}
+	res = resolveOf(t, []detect.Finding{queue}, []detect.Finding{queue, storm(detect.Critical, 0.5)},
+		[]detect.Finding{queue, storm(detect.Warning, 0.1)})
+	if res.Class != string(detect.PreemptStorm) || res.Diagnosis != "Preemption storm: 0.5 retracted requests/s" {
+		t.Errorf("renamed incident resolves as %s, while it fired: %q; want preempt_storm at its worst (0.5/s)", res.Class, res.Diagnosis)
 	}
 }
 

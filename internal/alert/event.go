@@ -124,9 +124,13 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 		ev.AbsorbedInto = l.incident(a.AbsorbedByID, a.AbsorbedBy)
 	}
 	if tr.Page == notify.KindResolve {
-		// What it was, in the words of its summary: the diagnosis was
-		// written for a replica in trouble, in the present tense.
+		// What it was, in the words of its summary at its worst: the
+		// diagnosis was written for a replica in trouble, in the present
+		// tense, and the last summary is often the mildest.
 		ev.Diagnosis = f.Summary
+		if w := a.CauseAtWorst; w.Class == a.Class && w.Summary != "" {
+			ev.Diagnosis = w.Summary
+		}
 		ev.Status = notify.StatusResolved
 		ev.EndsAt = tr.At
 		ev.PostmortemURL = l.ExternalURL + PostmortemPath(a.ID)
