@@ -315,7 +315,10 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	case causeKVFull:
 		f.Summary += fmt.Sprintf(" under KV memory pressure (usage %s)", pct(kv.now))
 		fmt.Fprintf(&diag, "KV memory layer: the KV pool is near full — usage %s — so the radix cache evicts shared prefixes to make room", pctVsBaseline(kv))
-		if evictions.nowOK {
+		// An eviction rate below its baseline is no support for the claim
+		// (a full pool admits fewer new prompts to evict for): it stays in
+		// the evidence, not in the reasoning.
+		if evictions.nowOK && !(evictions.baseOK && evictions.now < evictions.base) {
 			fmt.Fprintf(&diag, " (evictions %s)", vsBaseline(evictions, " tokens/s"))
 		}
 		diag.WriteString("; ")

@@ -74,6 +74,26 @@ func TestCacheCollapseRunbookSnapshotIsMemoryPressure(t *testing.T) {
 	none(t, run(t, runbookSnapshot(), detect.PreemptStorm))
 }
 
+// A full pool that admits fewer prompts evicts fewer tokens than before:
+// the page keeps the number in its evidence but does not cite it as the
+// evictions that pushed the prefixes out.
+func TestCacheCollapseUnderPressureDoesNotCiteFallingEvictions(t *testing.T) {
+	s := runbookSnapshot().with(counter(series.EvictedTokensTotal, stepAt(incidentLong, 4000, 1500), "cache_type", "RadixCache"))
+	f := one(t, run(t, s, detect.CacheCollapse))
+	if f.Layer != detect.LayerMemory {
+		t.Fatalf("layer = %s, want kv_memory", f.Layer)
+	}
+	if ev := evidenceNamed(t, f, "evicted tokens/s"); !approx(ev.Value, 1500, 0.01) || !approx(ev.Baseline, 4000, 0.01) {
+		t.Errorf("eviction evidence = %+v, want 1500 against 4000", ev)
+	}
+	if strings.Contains(f.Diagnosis, "(evictions") {
+		t.Errorf("diagnosis cites evictions that fell as the pressure: %s", f.Diagnosis)
+	}
+	if !strings.Contains(f.Diagnosis, "evicts shared prefixes to make room") {
+		t.Errorf("diagnosis lost the memory-pressure reasoning: %s", f.Diagnosis)
+	}
+}
+
 func TestCacheCollapsePromptChange(t *testing.T) {
 	// KV usage stays normal; every prompt became unique (a timestamp in the
 	// system prompt): hit rate 0.7 -> 0.05.
