@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
@@ -519,17 +518,10 @@ func (t *Tracker) notePeak(a *Incident, f detect.Finding, now time.Time) {
 			a.Worst = map[string]float64{}
 		}
 		w, seen := a.Worst[e.Name]
-		if !seen || (LowerIsWorse(e) && e.Value < w) || (!LowerIsWorse(e) && e.Value > w) {
+		if !seen || (e.LowerIsWorse() && e.Value < w) || (!e.LowerIsWorse() && e.Value > w) {
 			a.Worst[e.Name] = e.Value
 		}
 	}
-}
-
-// LowerIsWorse reports whether a lower value of e is the worse one: a rule
-// that fires below a limit ("<= 0.5x baseline"), a hit rate.
-func LowerIsWorse(e detect.Evidence) bool {
-	t := strings.TrimSpace(e.Threshold)
-	return strings.HasPrefix(t, "<") || strings.HasPrefix(t, "≤") || strings.Contains(strings.ToLower(e.Name), "hit rate")
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -89,7 +89,7 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 	p("## Root cause\n\n")
 	p("Causal chain: %s.\n\n", chain(r.Chain))
 	if len(r.Signals) > 0 {
-		p("| Evidence | At first finding | Peak | Baseline at peak | Limit at peak | Rule |\n|---|---|---|---|---|---|\n")
+		p("| Evidence | At first finding | Worst | Baseline then | Limit then | Rule |\n|---|---|---|---|---|---|\n")
 		for _, s := range r.Signals {
 			if len(s.Points) == 0 {
 				continue
@@ -163,12 +163,11 @@ func impactLine(b *strings.Builder, r Record, name, label string) {
 	fmt.Fprintf(b, "- %s: peak %s at %s, against %s %s.\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit), when)
 }
 
-// worst is the signal's point furthest on the bad side: the lowest for a
-// signal whose rule fires below a limit or for a hit rate, else the
-// highest (the first of equals).
+// worst is the signal's point furthest on the bad side: the lowest where
+// lower is worse (detect.Evidence.LowerIsWorse), else the highest (the
+// first of equals).
 func worst(s Signal) Point {
-	t := strings.TrimSpace(s.Threshold)
-	if !strings.HasPrefix(t, "<") && !strings.HasPrefix(t, "≤") && !strings.Contains(strings.ToLower(s.Name), "hit rate") {
+	if !(detect.Evidence{Name: s.Name, Threshold: s.Threshold}).LowerIsWorse() {
 		return peak(s.Points)
 	}
 	best := s.Points[0]

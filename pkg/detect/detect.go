@@ -6,6 +6,7 @@
 package detect
 
 import (
+	"strings"
 	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -267,6 +268,14 @@ type Evidence struct {
 func (e Evidence) WithLimit(limit float64) Evidence {
 	e.Limit, e.HasLimit = limit, true
 	return e
+}
+
+// LowerIsWorse reports whether a lower value of e is the worse one: a rule
+// that fires below a limit ("<= 0.5x baseline"), a hit rate. An
+// incident's worst value of e is then its minimum.
+func (e Evidence) LowerIsWorse() bool {
+	t := strings.TrimSpace(e.Threshold)
+	return strings.HasPrefix(t, "<") || strings.HasPrefix(t, "≤") || strings.Contains(strings.ToLower(e.Name), "hit rate")
 }
 
 // Finding is one detector's verdict about one replica at one time.

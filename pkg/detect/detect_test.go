@@ -174,3 +174,23 @@ func TestNewClassesAreWired(t *testing.T) {
 		t.Fatal("canonical names changed")
 	}
 }
+
+// An incident's worst value is its minimum for a rule that fires below a
+// limit and for a hit rate, its maximum otherwise: the resolve's "lowest",
+// the postmortem's Worst column and the tracker's worst values read it.
+func TestEvidenceLowerIsWorse(t *testing.T) {
+	for _, tt := range []struct {
+		e    detect.Evidence
+		want bool
+	}{
+		{detect.Evidence{Name: "prefix cache hit rate (prefill_effective_tokens_total *_hit / all)", Threshold: "open until >= 0.8x the baseline"}, true},
+		{detect.Evidence{Name: "generation throughput", Threshold: "<= 0.5x baseline"}, true},
+		{detect.Evidence{Name: "tokens processed", Threshold: " ≤ 0"}, true},
+		{detect.Evidence{Name: "queued requests", Threshold: ">= 2x baseline"}, false},
+		{detect.Evidence{Name: "retracted requests/s"}, false},
+	} {
+		if got := tt.e.LowerIsWorse(); got != tt.want {
+			t.Errorf("%q (rule %q): LowerIsWorse = %v, want %v", tt.e.Name, tt.e.Threshold, got, tt.want)
+		}
+	}
+}
