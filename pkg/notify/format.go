@@ -99,17 +99,26 @@ type Recovery struct {
 // Text is "name: 3 (peak 294)", "name: 3" or "name: peak 294".
 func (r Recovery) Text() string { return r.Name + ": " + r.Value() }
 
-// Value is "3 (peak 294)", "3" or "peak 294".
+// Value is "3 (peak 294)", "3" or "peak 294"; a signal where lower is
+// worse (a hit rate) gives its lowest: "82% (lowest 29%)".
 func (r Recovery) Value() string {
 	switch {
 	case r.Now != nil && r.Peak != nil:
-		return FormatValue(r.Now.Value, r.Now.Unit) + " (peak " + FormatValue(r.Peak.Value, r.Peak.Unit) + ")"
+		return FormatValue(r.Now.Value, r.Now.Unit) + " (" + r.peak() + ")"
 	case r.Now != nil:
 		return FormatValue(r.Now.Value, r.Now.Unit)
 	case r.Peak != nil:
-		return "peak " + FormatValue(r.Peak.Value, r.Peak.Unit)
+		return r.peak()
 	}
 	return ""
+}
+
+func (r Recovery) peak() string {
+	word := "peak "
+	if r.Peak.LowerIsWorse {
+		word = "lowest "
+	}
+	return word + FormatValue(r.Peak.Value, r.Peak.Unit)
 }
 
 // signal identifies what a field measures, so a recovered value finds the

@@ -74,12 +74,14 @@ func TestTitle(t *testing.T) {
 		{Name: "queued requests", Value: 294},
 		{Name: "TTFT p99", Value: 8.1, Unit: "s"},
 		{Name: "KV cache usage (max in range)", Value: 1, Unit: "ratio"},
+		{Name: "prefix cache hit rate", Value: 0.29, Unit: "ratio", LowerIsWorse: true},
 		{Name: "triage: running requests (avg)", Value: 12},
 	}
 	res.Recovered = []notify.Field{
 		{Name: "queued requests", Value: 3},
 		{Name: "running requests", Value: 40},
 		{Name: "KV cache usage", Value: 0.55, Unit: "ratio"},
+		{Name: "prefix hit rate", Value: 0.82, Unit: "ratio"},
 		{Name: "retracted requests", Value: 0, Unit: "/s"},
 		{Name: "time to first token p99", Value: 0.4, Unit: "s"},
 		{Name: "inter-token latency p99", Value: math.NaN(), Unit: "s"},
@@ -102,6 +104,7 @@ func TestTitle(t *testing.T) {
 		"queued requests: 3 (peak 294)",
 		"running requests: 40",
 		"KV cache usage: 55% (peak 100%)",
+		"prefix hit rate: 82% (lowest 29%)",
 		"retracted requests: 0/s (peak 0.625/s)",
 		"time to first token p99: 0.4 s (peak 8.1 s)",
 		"triage: running requests (avg): peak 12",
