@@ -490,7 +490,8 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 // last round before a storm ends is its mildest, and a page that says the
 // storm was 0.2 retracted requests/s understates what on-call answered.
 // A renamed incident is described by its new cause, even when the symptom
-// it was first named after scored worse.
+// it was first named after scored worse; a detector that says how its
+// condition ended (Finding.Resolving) is heard instead.
 func TestResolveSaysTheCauseAtItsWorst(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0
@@ -517,6 +518,20 @@ func TestResolveSaysTheCauseAtItsWorst(t *testing.T) {
 		[]detect.Finding{storm(detect.Critical, 1)}, []detect.Finding{storm(detect.Warning, 0.2)})
 	if res.Diagnosis != "Preemption storm: 3 retracted requests/s" {
 		t.Errorf("while it fired: %q, want the storm at its worst (3/s)", res.Diagnosis)
+	}
+
+	// replica_down's last finding says how the outage ended: the resolve
+	// says it, though the outage itself scored worse.
+	down := finding("r1", detect.ReplicaDown, detect.Critical)
+	down.Summary = "Replica down: 40 consecutive scrapes failed (refused)"
+	down.Evidence = []detect.Evidence{{Name: "consecutive failed scrapes", Value: 40, Threshold: ">= 3"}}
+	back := down
+	back.Resolving = true
+	back.Summary = "Replica serves again after 4s down; it came back after a restart (possible crash/OOM)"
+	back.Evidence = []detect.Evidence{{Name: "seconds down", Value: 4, Unit: "s"}}
+	res = resolveOf(t, []detect.Finding{down}, []detect.Finding{down}, []detect.Finding{back})
+	if res.Diagnosis != back.Summary {
+		t.Errorf("outage resolves with %q, want how it ended: %q", res.Diagnosis, back.Summary)
 	}
 
 	queue := finding("r1", detect.QueueLatency, detect.Critical)

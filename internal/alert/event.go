@@ -126,9 +126,11 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 	if tr.Page == notify.KindResolve {
 		// What it was, in the words of its summary at its worst: the
 		// diagnosis was written for a replica in trouble, in the present
-		// tense, and the last summary is often the mildest.
+		// tense, and the last summary is often the mildest. A detector
+		// that said how the condition ended (a replica serving again after
+		// an outage, and whether it restarted) is heard instead.
 		ev.Diagnosis = f.Summary
-		if w := a.CauseAtWorst; w.Class == a.Class && w.Summary != "" {
+		if w := a.CauseAtWorst; w.Class == a.Class && w.Summary != "" && !f.Resolving {
 			ev.Diagnosis = w.Summary
 		}
 		ev.Status = notify.StatusResolved

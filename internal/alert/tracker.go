@@ -505,9 +505,10 @@ func (t *Tracker) notePeak(a *Incident, f detect.Finding, now time.Time) {
 	if a.Peak == nil || score > a.PeakScore {
 		a.Peak, a.PeakAt, a.PeakScore = slices.Clone(f.Evidence), now, score
 	}
-	// Only the cause's own findings: a renamed incident starts over, and
-	// a backlog draining under the cause's name is not the cause.
-	if w := a.CauseAtWorst; f.Class == a.Class && !a.Draining && (w.Class != a.Class || score > w.Score) {
+	// Only the cause's own findings: a renamed incident starts over, a
+	// backlog draining under the cause's name is not the cause, and a
+	// finding that says how the condition ended (Resolving) is no worst.
+	if w := a.CauseAtWorst; f.Class == a.Class && !a.Draining && !f.Resolving && (w.Class != a.Class || score > w.Score) {
 		a.CauseAtWorst = WorstSummary{Class: a.Class, Summary: f.Summary, Score: score}
 	}
 	for _, e := range f.Evidence {

@@ -291,7 +291,10 @@ type Finding struct {
 	Emergency []string   `json:"emergency_steps"`
 	RootCause []string   `json:"root_cause_steps"`
 	Runbook   string     `json:"runbook"` // runbook path, e.g. "/runbooks/preempt_storm"
-	Resolving bool       `json:"-"`       // the condition is gone but the detector holds it (hysteresis)
+	// Resolving says the condition is gone and the finding tells how it
+	// ended (replica_down: down for how long, restarted or not); the
+	// resolve gives it instead of the incident at its worst.
+	Resolving bool `json:"-"`
 	// Triage is the runbook's layer triage of a latency-type finding (running
 	// vs waiting vs latency), one line with the next step: "admission
 	// bottleneck (...). Next step: ...". Empty for other findings.
