@@ -162,12 +162,12 @@ func field(e detect.Evidence) notify.Field {
 
 // peaks are the signals that decided a resolved incident, each at its
 // worst over the incident's life: the evidence with a rule or a baseline
-// (a number given for context, such as a page size or a request rate, is
-// no peak).
+// (a number given for context, such as a page size, a request rate or
+// the sample a rule rests on, is no peak).
 func peaks(a Incident) []notify.Field {
 	var out []notify.Field
 	for _, e := range a.Peak {
-		if e.Threshold == "" && !e.HasBaseline {
+		if e.SampleSize || (e.Threshold == "" && !e.HasBaseline) {
 			continue
 		}
 		if w, ok := a.Worst[e.Name]; ok {

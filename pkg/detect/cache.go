@@ -278,7 +278,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 			fmt.Sprintf("open until >= %sx the baseline frozen at onset, or >= %s", num(c.RecoveredRatio), pct(c.HealthyHitRate))).
 			WithLimit(min(c.RecoveredRatio*hr.base, c.HealthyHitRate))
 	}
-	f.Evidence = append(f.Evidence, hitRule, Evidence{Name: "prompt tokens in range", Value: tokensNow, Baseline: tokensBase, HasBaseline: ownBase})
+	f.Evidence = append(f.Evidence, hitRule, Evidence{Name: "prompt tokens in range", Value: tokensNow, Baseline: tokensBase, HasBaseline: ownBase, SampleSize: true})
 	if kv.nowOK {
 		f.Evidence = append(f.Evidence, kv.evidence("KV cache usage (avg)", "ratio", ">= "+pct(c.KVUsageThreshold)+" means memory pressure; cached prefixes are not counted"))
 	}

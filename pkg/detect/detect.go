@@ -262,6 +262,10 @@ type Evidence struct {
 	// draws. Value is on the side Threshold names.
 	Limit    float64 `json:"limit,omitempty"`
 	HasLimit bool    `json:"has_limit,omitempty"`
+	// SampleSize marks a count of the data the verdict rests on (prompt
+	// tokens, first tokens in range): context for the rule, not a signal
+	// of the incident, so a resolve gives no worst value of it.
+	SampleSize bool `json:"sample_size,omitempty"`
 }
 
 // WithLimit returns e with the number its rule compared it with.

@@ -130,7 +130,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	f.Evidence = append(f.Evidence,
 		ttft.evidence("TTFT p99", "s", rule),
-		Evidence{Name: "first tokens in range", Value: n, Threshold: ">= " + num(c.MinRequests)}.WithLimit(c.MinRequests),
+		Evidence{Name: "first tokens in range", Value: n, Threshold: ">= " + num(c.MinRequests), SampleSize: true}.WithLimit(c.MinRequests),
 	)
 	if ttftMean.nowOK {
 		f.Evidence = append(f.Evidence, ttftMean.evidence("TTFT mean", "s", ""))
