@@ -592,16 +592,23 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 	latency.Summary = "TTFT p99 8.1 s (baseline 0.3 s)"
 	down := finding("r3", detect.ReplicaDown, detect.Critical)
 	down.Summary = "unreachable: 3 scrapes refused"
-	round := roundOf(t0, storm, latency, down)
+	// The evidence gives the queue over the detector's span: the
+	// headline does not add the snapshot's queue, another number for it.
+	overload := finding("r4", detect.ErrorRate, detect.Critical)
+	overload.Summary = "8.8% of requests failing over 20s"
+	overload.Evidence = []detect.Evidence{{Name: "queued requests (avg over 20s)", Value: 1.85}}
+	round := roundOf(t0, storm, latency, down, overload)
 	round.Replicas = []assess.Replica{
 		{Replica: detect.Replica{Name: "r1"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r2"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r3"}, Scrape: detect.ScrapeState{Up: false}, Snapshot: snap},
+		{Replica: detect.Replica{Name: "r4"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 	}
 	want := map[string]string{
 		"r1": "r1: requests being preempted 0.6/s, KV cache full; queue 294, p99 TTFT 8.1 s",
 		"r2": "r2: TTFT p99 8.1 s (baseline 0.3 s); queue 294",
 		"r3": "r3: unreachable: 3 scrapes refused",
+		"r4": "r4: 8.8% of requests failing over 20s; p99 TTFT 8.1 s",
 	}
 	for _, ev := range newPager(cfg, Links{}).Update(round) {
 		if ev.Headline != want[ev.Replica] {

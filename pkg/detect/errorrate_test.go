@@ -277,6 +277,10 @@ func TestSimulatedOverloadWithSheddingIsNotARetryAvalanche(t *testing.T) {
 	}
 	contains(t, "diagnosis", f.Diagnosis, "Overload: users are failing because capacity is short", "No client retries are visible")
 	contains(t, "summary", f.Summary, "overload")
+	// The queue the diagnosis cites is evidence too, over its span: the
+	// headline then gives no second queue number over the triage's span.
+	q := evidenceNamed(t, f, "queued requests (avg over 2m)")
+	contains(t, "diagnosis", f.Diagnosis, "The waiting queue averaged "+detect.FormatNumber(q.Value)+" requests over the last 2m.")
 	if len(f.Emergency) != 3 || !strings.HasPrefix(f.Emergency[0], "Scale out") ||
 		!strings.HasPrefix(f.Emergency[1], "Shed at the gateway") || !strings.HasPrefix(f.Emergency[2], "Lower max_tokens") {
 		t.Errorf("emergency steps = %q; want scale out, shed at the gateway, lower max_tokens, in that order", f.Emergency)
