@@ -150,8 +150,10 @@ func (p periods) avg(w Window, sel Selector) measure {
 // avgOver names an average over the range by its span, "queued requests
 // (avg over 2m)": the triage averages the same gauges over its own range,
 // and a page gives both.
-func (p periods) avgOver(name string) string {
-	return name + " (avg over " + ShortDuration(p.now.Sub(p.rangeStart)) + ")"
+func (p periods) avgOver(name string) string { return avgOver(name, p.now.Sub(p.rangeStart)) }
+
+func avgOver(name string, span time.Duration) string {
+	return name + " (avg over " + ShortDuration(span) + ")"
 }
 
 func (p periods) quantile(w Window, q float64, family string) measure {

@@ -255,7 +255,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			diag = append(diag, fmt.Sprintf("The waiting queue averaged %s requests over the last %s.", num(queued), ShortDuration(c.Range)))
 			// In the evidence too, so the headline does not add the
 			// triage's queue over another span beside it.
-			res.Evidence = append(res.Evidence, Evidence{Name: "queued requests (avg over " + ShortDuration(c.Range) + ")", Value: queued})
+			res.Evidence = append(res.Evidence, Evidence{Name: avgOver("queued requests", c.Range), Value: queued})
 		}
 		diag = append(diag, "No client retries are visible (no gateway retries, and arrivals did not grow with the failures): this is more traffic than the replica can serve, not a retry loop.")
 		if !t.gateway && f.sheds > 0 {
