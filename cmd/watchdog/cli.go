@@ -242,8 +242,8 @@ func runCmd(ctx context.Context, args []string, env map[string]string, dio daemo
 const demoUsage = `usage: watchdog demo [flags]
 
 Run the real daemon against a built-in simulated SGLang fleet on loopback that goes
-through a preempt storm, a cache collapse, a retry avalanche and a crash in about
-5 minutes. Logs and notifications are printed for a terminal (--log.format console).
+through a preempt storm, a cache collapse, a retry avalanche, a crash and a GPU
+cooling fault in about 7 minutes. Logs and notifications are printed for a terminal (--log.format console).
 
 flags:
 `

@@ -83,7 +83,11 @@ func demo(ctx context.Context, env map[string]string, dio daemonIO) error {
 	out := &lockedWriter{w: stdout}
 	fmt.Fprintf(out, "sglang-watchdog demo: %d simulated SGLang replicas behind a model gateway, each on a GPU node with dcgm-exporter, on loopback; the scenario takes about 7 minutes. Ctrl-C to stop.\n", len(fleet.Replicas()))
 	for _, t := range cfg.Targets {
-		fmt.Fprintf(out, "  %-6s %s/metrics\n", t.Name, t.URL)
+		u, err := config.MetricsURL(t.URL)
+		if err != nil {
+			return fmt.Errorf("target %s: %w", t.Name, err)
+		}
+		fmt.Fprintf(out, "  %-10s %s\n", t.Name, u)
 	}
 
 	dio.alertsOut, dio.load = out, load

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,27 @@ func TestDemoStartsAndStopsCleanly(t *testing.T) {
 		seen["phase"] = seen["phase"] || strings.Contains(s, "scenario: healthy")
 		return seen["listening"] && seen["phase"]
 	})
+	// Each target line gives the URL the daemon scrapes, so a user can
+	// curl it as printed.
+	targets := 0
+	for line := range strings.Lines(out.text()) {
+		fields := strings.Fields(line)
+		if !strings.HasPrefix(line, "  ") || len(fields) != 2 || !strings.HasPrefix(fields[1], "http://") {
+			continue
+		}
+		targets++
+		resp, err := http.Get(fields[1])
+		if err != nil {
+			t.Fatalf("target %s: %v", fields[0], err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("target %s printed as %s answers %s", fields[0], fields[1], resp.Status)
+		}
+	}
+	if targets != 7 {
+		t.Errorf("demo printed %d target URLs, want 7 (3 replicas, the gateway, 3 GPU exporters):\n%s", targets, out.text())
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("demo returned %v", err)
