@@ -278,7 +278,9 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 		nums += ", " + slow
 	}
 	if t.QueueWaitShare > 0 {
-		nums += fmt.Sprintf(", queue wait is %s s of %s s to the first token", num(queueWait.wait), num(queueWait.ttft))
+		// Means over the range, not the tail a page's TTFT percentiles
+		// give: the line names both so it does not read as contradicting them.
+		nums += fmt.Sprintf(", mean queue wait %s s of mean TTFT %s s over the last %s", num(queueWait.wait), num(queueWait.ttft), ShortDuration(c.Range))
 	}
 	t.Reason = nums
 	progress, progressOK := decodeProgress(w, from, now)

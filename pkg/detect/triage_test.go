@@ -270,6 +270,16 @@ func TestTriageLabelFitsItsNumbers(t *testing.T) {
 	}
 }
 
+// The queue-wait numbers are means over the triage range. A page gives TTFT
+// percentiles over another span beside them, so the line says which they are.
+func TestTriageQueueWaitSaysMeansAndSpan(t *testing.T) {
+	tr := triageOf(t, fullEngine().with(
+		gauge(series.NumRunningReqs, constant(128)), gauge(series.NumQueueReqs, stepAt(incident, 2, 29)),
+		hist(series.TTFTSeconds, ttftBounds, constant(10), stepAt(incident, 0.3, 2.8)),
+		hist(series.QueueTimeSeconds, queueBounds, constant(10), stepAt(incident, 0.05, 2.3))))
+	contains(t, "triage line", tr.String(), "mean queue wait 2.3 s of mean TTFT 2.8 s over the last 1m")
+}
+
 // A replica too young for the most it ran to stand for its cap: the label
 // says the cap is unknown and the step says where to read it.
 func TestTriageCapUnknownSaysSo(t *testing.T) {
