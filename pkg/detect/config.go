@@ -91,8 +91,10 @@ type TriageConfig struct {
 	SlowInterToken time.Duration `yaml:"slow_inter_token" doc:"... and inter-token p99 this high"`
 	// QueueWaitShare: when latency is high and the mean queue wait is at
 	// least this share of the mean time to first token, the time goes to
-	// waiting for admission (the scheduling side), not to execution.
-	QueueWaitShare float64 `yaml:"queue_wait_share" doc:"latency high and queue wait this share of TTFT: the scheduling side"`
+	// waiting for admission (the scheduling side), not to execution;
+	// unless the decode is LatencyRatio slower too, whose backlog that
+	// wait then is.
+	QueueWaitShare float64 `yaml:"queue_wait_share" doc:"latency high and queue wait this share of TTFT: the scheduling side (unless inter-token latency is latency_ratio up too: then the wait is the slower decode's backlog)"`
 	// StuckMinRange: requests running while the decode progress counter
 	// does not move over the range is "stuck" only when the range is at
 	// least this long (SGLang moves the counter every 40 decode steps).

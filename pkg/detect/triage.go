@@ -247,8 +247,18 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	}
 	t.LatencyHigh = latencyHigh
 	queueWait, waitOK := c.queueWaitShare(w, from, now)
+	// Slower decode steps hold every slot longer, so requests that arrive
+	// wait: their queue wait is then the decode's backlog, not admission
+	// holding them, and the line says so instead of sending on-call to
+	// the scheduler's settings.
+	itl, decodeSlower := c.decodeSlower(w, now)
+	backlog := false
 	if latencyHigh && waitOK && queueWait.share >= c.QueueWaitShare {
-		t.QueueWaitShare = queueWait.share
+		if decodeSlower {
+			backlog = true
+		} else {
+			t.QueueWaitShare = queueWait.share
+		}
 	}
 
 	t.WaitingHigh = queued >= c.MinQueued && queued >= c.QueuedToRunning*running
@@ -276,6 +286,10 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	}
 	if slow != "" {
 		nums += ", " + slow
+	}
+	if backlog {
+		nums += fmt.Sprintf(", mean queue wait %s s of mean TTFT %s s over the last %s, the backlog of slower decode steps (%s)",
+			num(queueWait.wait), num(queueWait.ttft), ShortDuration(c.Range), itl)
 	}
 	if t.QueueWaitShare > 0 {
 		// Means over the range, not the tail a page's TTFT percentiles
@@ -386,6 +400,23 @@ func (c TriageConfig) latencyUp(w Window, now time.Time) (up bool, slow string) 
 		}
 	}
 	return false, ""
+}
+
+// decodeSlower reports whether the inter-token latency over the range is
+// at least LatencyRatio times its baseline, by p99 or by mean (the mean
+// because a baseline that already holds the start of the slowdown has a
+// slow p99), and names the one that shows it.
+func (c TriageConfig) decodeSlower(w Window, now time.Time) (string, bool) {
+	p := newPeriods(now, c.Range, c.LatencyBaseline)
+	for _, m := range []struct {
+		name string
+		m    measure
+	}{{"p99", p.quantile(w, 0.99, series.InterTokenLatency)}, {"mean", p.histMean(w, series.InterTokenLatency)}} {
+		if g, ok := m.m.growth(); ok && g >= c.LatencyRatio {
+			return fmt.Sprintf("inter-token %s %s s, baseline %s s", m.name, num(m.m.now), num(m.m.base)), true
+		}
+	}
+	return "", false
 }
 
 type queueWait struct{ wait, ttft, share float64 }

@@ -280,6 +280,32 @@ func TestTriageQueueWaitSaysMeansAndSpan(t *testing.T) {
 	contains(t, "triage line", tr.String(), "mean queue wait 2.3 s of mean TTFT 2.8 s over the last 1m")
 }
 
+// Slower decode steps hold each slot longer, so arriving requests wait:
+// their queue wait is the decode's backlog. The triage does not call that
+// an admission bottleneck and send on-call to the scheduler's settings
+// (the demo's decode-slowdown page did, beside a diagnosis that said "the
+// GPU side, not the load"). The same queue wait at an unchanged decode
+// speed is still one.
+func TestTriageQueueWaitBehindSlowerDecodeIsNotAdmission(t *testing.T) {
+	engine := func(itl float64) *scenario {
+		return fullEngine().with(
+			gauge(series.NumRunningReqs, stepAt(incident, 40, 20)),
+			hist(series.TTFTSeconds, ttftBounds, constant(10), stepAt(incident, 0.3, 2.8)),
+			hist(series.QueueTimeSeconds, queueBounds, constant(10), stepAt(incident, 0.05, 2.3)),
+			hist(series.InterTokenLatency, itlBounds, constant(300), stepAt(incident, 0.028, itl)))
+	}
+	slower := triageOf(t, engine(0.08))
+	labelAgrees(t, slower)
+	wantVerdict(t, slower, detect.TriageExecution, "")
+	contains(t, "triage line", slower.String(), "mean queue wait 2.3 s of mean TTFT 2.8 s over the last 1m, the backlog of slower decode steps")
+	if strings.Contains(slower.NextStep, "scheduling side") || strings.Contains(slower.NextStep, "--max-prefill-tokens") {
+		t.Errorf("a slower decode's backlog sends on-call to the scheduler: %s", slower)
+	}
+	steady := triageOf(t, engine(0.028))
+	wantVerdict(t, steady, detect.TriageAdmission, detect.LayerQueue)
+	contains(t, "triage line", steady.Label(), "requests wait")
+}
+
 // A replica too young for the most it ran to stand for its cap: the label
 // says the cap is unknown and the step says where to read it.
 func TestTriageCapUnknownSaysSo(t *testing.T) {
