@@ -92,9 +92,9 @@ type TriageConfig struct {
 	// QueueWaitShare: when latency is high and the mean queue wait is at
 	// least this share of the mean time to first token, the time goes to
 	// waiting for admission (the scheduling side), not to execution;
-	// unless the decode is LatencyRatio slower too, whose backlog that
-	// wait then is.
-	QueueWaitShare float64 `yaml:"queue_wait_share" doc:"latency high and queue wait this share of TTFT: the scheduling side (unless inter-token latency is latency_ratio up too: then the wait is the slower decode's backlog)"`
+	// unless few wait, the KV pool has room and the decode is
+	// LatencyRatio slower: that wait is then the slower decode's backlog.
+	QueueWaitShare float64 `yaml:"queue_wait_share" doc:"latency high and queue wait this share of TTFT: the scheduling side (not with few waiting, KV room and inter-token latency latency_ratio up: the slower decode's backlog)"`
 	// StuckMinRange: requests running while the decode progress counter
 	// does not move over the range is "stuck" only when the range is at
 	// least this long (SGLang moves the counter every 40 decode steps).

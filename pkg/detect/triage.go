@@ -246,22 +246,21 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 		latencyHigh, slow = c.latencyUp(w, now)
 	}
 	t.LatencyHigh = latencyHigh
+	t.WaitingHigh = queued >= c.MinQueued && queued >= c.QueuedToRunning*running
 	queueWait, waitOK := c.queueWaitShare(w, from, now)
 	// Slower decode steps hold every slot longer, so requests that arrive
-	// wait: their queue wait is then the decode's backlog, not admission
-	// holding them, and the line says so instead of sending on-call to
-	// the scheduler's settings.
-	itl, decodeSlower := c.decodeSlower(w, now)
-	backlog := false
+	// wait. With few queued and room in the KV pool, their queue wait is
+	// that backlog, not admission holding them, and the line says so
+	// instead of sending on-call to the scheduler's settings.
+	backlog := ""
 	if latencyHigh && waitOK && queueWait.share >= c.QueueWaitShare {
-		if decodeSlower {
-			backlog = true
+		if itl, slower := c.decodeSlower(w, now); slower && !t.WaitingHigh && !t.KVFull {
+			backlog = itl
 		} else {
 			t.QueueWaitShare = queueWait.share
 		}
 	}
 
-	t.WaitingHigh = queued >= c.MinQueued && queued >= c.QueuedToRunning*running
 	nearCap := t.Capacity > 0 && running >= c.RunningHighFraction*t.Capacity && running >= c.MinRunning
 	// Without the configured cap, "at the most it ran" only means "at its
 	// cap" when the batch evidently cannot grow: requests wait, or the KV
@@ -287,9 +286,9 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	if slow != "" {
 		nums += ", " + slow
 	}
-	if backlog {
+	if backlog != "" {
 		nums += fmt.Sprintf(", mean queue wait %s s of mean TTFT %s s over the last %s, the backlog of slower decode steps (%s)",
-			num(queueWait.wait), num(queueWait.ttft), ShortDuration(c.Range), itl)
+			num(queueWait.wait), num(queueWait.ttft), ShortDuration(c.Range), backlog)
 	}
 	if t.QueueWaitShare > 0 {
 		// Means over the range, not the tail a page's TTFT percentiles

@@ -304,6 +304,14 @@ func TestTriageQueueWaitBehindSlowerDecodeIsNotAdmission(t *testing.T) {
 	steady := triageOf(t, engine(0.028))
 	wantVerdict(t, steady, detect.TriageAdmission, detect.LayerQueue)
 	contains(t, "triage line", steady.Label(), "requests wait")
+	// A full KV pool holds admission whatever the decode speed (a
+	// preemption storm slows the decode too): still memory.
+	full := triageOf(t, engine(0.08).with(
+		gauge(series.TokenUsage, stepAt(incident, 0.5, 0.96)), gauge(series.FullTokenUsage, stepAt(incident, 0.5, 0.96))))
+	wantVerdict(t, full, detect.TriageAdmission, detect.LayerMemory)
+	if strings.Contains(full.String(), "backlog") {
+		t.Errorf("a full pool's wait is called a decode backlog: %s", full)
+	}
 }
 
 // A replica too young for the most it ran to stand for its cap: the label
