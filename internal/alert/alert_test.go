@@ -593,24 +593,34 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 	down := finding("r3", detect.ReplicaDown, detect.Critical)
 	down.Summary = "unreachable: 3 scrapes refused"
 	// The evidence gives the queue over the detector's span: the
-	// headline does not add the snapshot's queue, another number for it.
+	// headline gives that number, not the snapshot's, another one for it.
 	overload := finding("r4", detect.ErrorRate, detect.Critical)
 	overload.Summary = "8.8% of requests failing over 20s"
 	overload.Evidence = []detect.Evidence{{Name: "queued requests (avg over 20s)", Value: 1.85}}
-	round := roundOf(t0, storm, latency, down, overload)
+	// A gateway's queue in the same incident is not this replica's.
+	behind := finding("r5", detect.DecodeSlowdown, detect.Critical)
+	behind.Summary = "Decode slowdown: inter-token latency p99 0.2 s"
+	behind.Evidence = []detect.Evidence{{Name: "router: queued requests (avg over 20s)", Value: 40}}
+	round := roundOf(t0, storm, latency, down, overload, behind)
 	round.Replicas = []assess.Replica{
 		{Replica: detect.Replica{Name: "r1"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r2"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r3"}, Scrape: detect.ScrapeState{Up: false}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r4"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
+		{Replica: detect.Replica{Name: "r5"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 	}
 	want := map[string]string{
 		"r1": "r1: requests being preempted 0.6/s, KV cache full; queue 294, p99 TTFT 8.1 s",
 		"r2": "r2: TTFT p99 8.1 s (baseline 0.3 s); queue 294",
 		"r3": "r3: unreachable: 3 scrapes refused",
-		"r4": "r4: 8.8% of requests failing over 20s; p99 TTFT 8.1 s",
+		"r4": "r4: 8.8% of requests failing over 20s; queue 1.85, p99 TTFT 8.1 s",
+		"r5": "r5: Decode slowdown: inter-token latency p99 0.2 s; queue 294, p99 TTFT 8.1 s",
 	}
-	for _, ev := range newPager(cfg, Links{}).Update(round) {
+	evs := newPager(cfg, Links{}).Update(round)
+	if len(evs) != len(want) {
+		t.Fatalf("%d events, want %d", len(evs), len(want))
+	}
+	for _, ev := range evs {
 		if ev.Headline != want[ev.Replica] {
 			t.Errorf("%s headline %q, want %q", ev.Replica, ev.Headline, want[ev.Replica])
 		}

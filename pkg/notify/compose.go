@@ -91,6 +91,14 @@ func headline(ev Event) string {
 	said := strings.ToLower(lead)
 	var impact []string
 	add := func(key, label string, words []string, v *float64, unit string, onlyPositive bool) {
+		if !resolved {
+			// The evidence gives the quantity over the detector's range:
+			// the line gives that number, not a second one from the
+			// snapshot that would disagree with it.
+			if f, ok := ownEvidence(ev.Evidence, key); ok {
+				v = &f.Value
+			}
+		}
 		if v == nil || (onlyPositive && *v <= 0) {
 			return
 		}
@@ -101,13 +109,6 @@ func headline(ev Event) string {
 			}
 			for _, w := range words {
 				if strings.Contains(said, w) {
-					return
-				}
-			}
-			// The evidence gives the quantity over the detector's range:
-			// a second number for it would disagree.
-			for _, f := range Shown(ev.Evidence) {
-				if sig, ok := signalOf(f); ok && sig.key == key && detect.FormatNumber(f.Value) != n {
 					return
 				}
 			}
@@ -125,6 +126,18 @@ func headline(ev Event) string {
 		h += "; " + strings.Join(impact, ", ")
 	}
 	return h
+}
+
+// ownEvidence is the shown evidence field of the incident's own replica
+// that measures key. Fields of another replica in the incident (a gateway
+// in front of it) carry that replica's name as a "name: " prefix.
+func ownEvidence(evidence []Field, key string) (Field, bool) {
+	for _, f := range Shown(evidence) {
+		if sig, ok := signalOf(f); ok && sig.key == key && !strings.Contains(f.Name, ": ") {
+			return f, true
+		}
+	}
+	return Field{}, false
 }
 
 // lowerFirst lowers a title's first letter when the word is not an
