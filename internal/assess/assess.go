@@ -224,7 +224,7 @@ func (a *Assessor) replica(w detect.Window, now time.Time) Replica {
 	for _, d := range a.detectors {
 		st.Findings = append(st.Findings, d.Detect(w, now)...)
 	}
-	st.Triage = a.cfg.Triage.Classify(w, now, latencyHigh(st.Findings))
+	st.Triage = a.cfg.Triage.Classify(w, now, knownLatency(st.Findings))
 	st.Snapshot = ReadSnapshot(w, now.Add(-a.cfg.Triage.Range), now, a.cfg.ArrivalEndpoints)
 	st.Recent = ReadRecent(w, now.Add(-RecentSpan(a.cfg.Triage)), now)
 	st.annotate()
@@ -235,12 +235,19 @@ func (a *Assessor) replica(w detect.Window, now time.Time) Replica {
 // triage range (15 s of the default minute), a few scrapes.
 func RecentSpan(c detect.TriageConfig) time.Duration { return c.Range / 4 }
 
-// latencyHigh reports whether a latency finding is among fs: the triage
-// reads the latency tails as high then.
-func latencyHigh(fs []detect.Finding) bool {
-	return slices.ContainsFunc(fs, func(f detect.Finding) bool {
-		return f.Class == detect.QueueLatency || f.Class == detect.DecodeSlowdown
-	})
+// knownLatency is what the latency findings among fs established: a
+// slower decode, or latency high; the triage judges the rest.
+func knownLatency(fs []detect.Finding) detect.KnownLatency {
+	known := detect.LatencyToJudge
+	for _, f := range fs {
+		switch f.Class {
+		case detect.DecodeSlowdown:
+			return detect.DecodeSlower
+		case detect.QueueLatency:
+			known = detect.LatencyHigh
+		}
+	}
+	return known
 }
 
 // annotate gives every finding that carries a triage the replica's one.

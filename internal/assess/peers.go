@@ -191,7 +191,7 @@ func median(vs []float64) float64 {
 // (which gives refs), and keeps st's other findings in detector order; the
 // triage is classified again only when the latency findings changed.
 func (a *Assessor) rejudge(st Replica, w detect.Window, now time.Time, refs detect.References) Replica {
-	before := latencyHigh(st.Findings)
+	before := knownLatency(st.Findings)
 	again := func(c detect.Class) bool {
 		r, ok := refs[c]
 		return ok && r.Source == detect.Peers
@@ -215,8 +215,8 @@ func (a *Assessor) rejudge(st Replica, w detect.Window, now time.Time, refs dete
 		}
 	}
 	st.Findings = fs
-	if high := latencyHigh(fs); high != before {
-		st.Triage = a.cfg.Triage.Classify(w, now, high)
+	if known := knownLatency(fs); known != before {
+		st.Triage = a.cfg.Triage.Classify(w, now, known)
 	}
 	st.annotate()
 	return st

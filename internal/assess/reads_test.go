@@ -144,8 +144,8 @@ func (rc *readsCheck) run(w detect.Window, now time.Time) {
 	for i, d := range rc.detectors {
 		rc.record(string(rc.entries[i].Class()), func(w detect.Window) { d.Detect(w, now) }, w)
 	}
-	for _, high := range []bool{false, true} {
-		rc.record("triage", func(w detect.Window) { rc.cfg.Triage.Classify(w, now, high) }, w)
+	for _, known := range []detect.KnownLatency{detect.LatencyToJudge, detect.LatencyHigh, detect.DecodeSlower} {
+		rc.record("triage", func(w detect.Window) { rc.cfg.Triage.Classify(w, now, known) }, w)
 	}
 	rc.record("snapshot", func(w detect.Window) {
 		ReadSnapshot(w, now.Add(-rc.cfg.Triage.Range), now, detect.DefaultInferenceEndpoints)

@@ -405,7 +405,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 		diag.WriteString(" This hit rate is from the per-batch gauge, lower confidence: this release has no hit-token counters, so it is sglang:cache_hit_rate (each prefill batch's own rate, 0 on decode logs) averaged over the window; confirm with the scheduler log's #cached-token per prefill batch. A warning at most for that reason.")
 	}
 	f.Diagnosis = strings.TrimSpace(diag.String())
-	d.triage.Classify(w, now, sev == Critical).annotate(&f)
+	d.triage.Classify(w, now, highIf(sev == Critical)).annotate(&f)
 	return []Finding{f}
 }
 

@@ -92,9 +92,10 @@ type TriageConfig struct {
 	// QueueWaitShare: when latency is high and the mean queue wait is at
 	// least this share of the mean time to first token, the time goes to
 	// waiting for admission (the scheduling side), not to execution;
-	// unless few wait, the KV pool has room and the decode is
-	// LatencyRatio slower: that wait is then the slower decode's backlog.
-	QueueWaitShare float64 `yaml:"queue_wait_share" doc:"latency high and queue wait this share of TTFT: the scheduling side (not with few waiting, KV room and inter-token latency latency_ratio up: the slower decode's backlog)"`
+	// unless few wait, the KV pool has room and the decode is slower (a
+	// decode_slowdown finding, or the inter-token latency LatencyRatio
+	// up): that wait is then the slower decode's backlog.
+	QueueWaitShare float64 `yaml:"queue_wait_share" doc:"latency high and queue wait this share of TTFT: the scheduling side (not with few waiting, KV room and a slower decode: its backlog)"`
 	// StuckMinRange: requests running while the decode progress counter
 	// does not move over the range is "stuck" only when the range is at
 	// least this long (SGLang moves the counter every 40 decode steps).

@@ -503,7 +503,7 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 		"Degraded interconnect or bad node: run the vendor diagnostics (DCGM) and cordon the node until it passes.",
 		"Once the GPU is ruled out, profile a decode step (torch profiler, nsys) to find the slow kernel.",
 	}
-	d.triage.Classify(w, now, true).annotate(&f)
+	d.triage.Classify(w, now, DecodeSlower).annotate(&f)
 	return f
 }
 

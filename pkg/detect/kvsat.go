@@ -337,7 +337,7 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 		cache = fmt.Sprintf("The prefix hit rate is %s; cached prefixes no running request holds are evictable and this usage counts them as free, so the pool is held by the running requests themselves, not by the cache — flushing it frees nothing.", pct(hr.now))
 	}
 	f.Diagnosis = sentence("KV memory layer: "+level+".", diag, cache, pressure)
-	d.triage.Classify(w, now, false).annotate(&f)
+	d.triage.Classify(w, now, LatencyToJudge).annotate(&f)
 	return []Finding{f}
 }
 

@@ -229,7 +229,7 @@ func (d *LoraThrashDetector) Detect(w Window, now time.Time) []Finding {
 		"Use a LoRA backend whose kernels keep CUDA graphs usable across adapters, and keep adapter ranks modest.",
 		"Consolidate adapters with the product teams (fewer, merged adapters).",
 	}
-	d.triage.Classify(w, now, true).annotate(&f)
+	d.triage.Classify(w, now, LatencyHigh).annotate(&f)
 	return []Finding{f}
 }
 

@@ -196,7 +196,7 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		diag.WriteString("This release only exposes the lossy gauge sglang:num_retracted_reqs; confirm with the log line \"KV cache pool is full. Retract requests.\" (older: \"Decode out of memory happened\").")
 	}
 	f.Diagnosis = strings.TrimSpace(diag.String())
-	d.triage.Classify(w, now, itl.nowOK && itl.baseOK && itl.now > itl.base).annotate(&f)
+	d.triage.Classify(w, now, highIf(itl.nowOK && itl.baseOK && itl.now > itl.base)).annotate(&f)
 	f.Emergency = []string{
 		"Stop feeding the storm without dropping work: if the other replicas of the model have headroom, take this replica out of rotation at the router/gateway (or lower its weight) so it works off what it holds; if they have none, shed the excess at the gateway (a concurrency limit answered with a fast 503).",
 		"Cap prompt length and max_tokens at the router/gateway so single long requests cannot claim the pool.",

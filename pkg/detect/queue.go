@@ -87,7 +87,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	kept.base("ttft_mean", ttftMean)
 	queueMean := p.histMean(w, series.QueueTimeSeconds)
 	queue99 := p.quantile(w, 0.99, series.QueueTimeSeconds)
-	tr := d.triage.Classify(w, now, true)
+	tr := d.triage.Classify(w, now, LatencyHigh)
 
 	// Where the first token's time goes.
 	var share float64

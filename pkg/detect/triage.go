@@ -202,9 +202,33 @@ func (c TriageConfig) Reads() []string {
 		series.RealtimeTokensTotal)
 }
 
-// Classify triages the replica at now. latencyHigh says the caller already
-// established that latency is up (a latency detector); otherwise the
-// latency is judged here from the p99s.
+// KnownLatency is what the caller's detectors already established about
+// a replica's latency, so the triage does not judge it a second way.
+type KnownLatency int
+
+const (
+	// LatencyToJudge: nothing established; the triage judges latency
+	// from the p99s and means.
+	LatencyToJudge KnownLatency = iota
+	// LatencyHigh: a latency finding (time to first token, a cache
+	// collapse that slowed it, a storm that slowed the decode).
+	LatencyHigh
+	// DecodeSlower: the decode itself is slower at unchanged work
+	// (decode_slowdown), which also makes arriving requests wait.
+	DecodeSlower
+)
+
+// highIf is LatencyHigh when a detector's own numbers show latency up,
+// else LatencyToJudge.
+func highIf(up bool) KnownLatency {
+	if up {
+		return LatencyHigh
+	}
+	return LatencyToJudge
+}
+
+// Classify triages the replica at now, given what the caller knows of its
+// latency; what it does not know is judged here from the p99s.
 //
 // Every verdict is defined by the facts its label prints: saturated is the
 // batch at its cap with requests waiting; an admission bottleneck is
@@ -214,7 +238,7 @@ func (c TriageConfig) Reads() []string {
 // is near max_running_requests when the replica exposes it; otherwise near
 // the most the batch ran in the capacity lookback, and only when waiting
 // requests or a full KV pool show the batch cannot grow.
-func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) TriageResult {
+func (c TriageConfig) Classify(w Window, now time.Time, known KnownLatency) TriageResult {
 	var t TriageResult
 	from := now.Add(-c.Range)
 	running, okR := w.Avg(Sel(series.NumRunningReqs), from, now)
@@ -241,7 +265,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	t.KVUsage, t.KVUsageOK = kvUsage(w, w.Max, from, now)
 	t.KVFull = t.KVUsageOK && t.KVUsage >= c.KVFullUsage
 
-	slow := ""
+	latencyHigh, slow := known >= LatencyHigh, ""
 	if !latencyHigh {
 		latencyHigh, slow = c.latencyUp(w, now)
 	}
@@ -254,8 +278,12 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 	// instead of sending on-call to the scheduler's settings.
 	backlog := ""
 	if latencyHigh && waitOK && queueWait.share >= c.QueueWaitShare {
-		if itl, slower := c.decodeSlower(w, now); slower && !t.WaitingHigh && !t.KVFull {
-			backlog = itl
+		itl, slower := c.decodeSlower(w, now)
+		if (slower || known == DecodeSlower) && !t.WaitingHigh && !t.KVFull {
+			backlog = "the backlog of slower decode steps"
+			if slower {
+				backlog += " (" + itl + ")"
+			}
 		} else {
 			t.QueueWaitShare = queueWait.share
 		}
@@ -287,7 +315,7 @@ func (c TriageConfig) Classify(w Window, now time.Time, latencyHigh bool) Triage
 		nums += ", " + slow
 	}
 	if backlog != "" {
-		nums += fmt.Sprintf(", mean queue wait %s s of mean TTFT %s s over the last %s, the backlog of slower decode steps (%s)",
+		nums += fmt.Sprintf(", mean queue wait %s s of mean TTFT %s s over the last %s, %s",
 			num(queueWait.wait), num(queueWait.ttft), ShortDuration(c.Range), backlog)
 	}
 	if t.QueueWaitShare > 0 {
