@@ -600,14 +600,19 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 	// A gateway's queue in the same incident is not this replica's.
 	behind := finding("r5", detect.DecodeSlowdown, detect.Critical)
 	behind.Summary = "Decode slowdown: inter-token latency p99 0.2 s"
-	behind.Evidence = []detect.Evidence{{Name: "router: queued requests (avg over 20s)", Value: 40}}
-	round := roundOf(t0, storm, latency, down, overload, behind)
+	behind.Evidence = []detect.Evidence{detect.Evidence{Name: "queued requests (avg over 20s)", Value: 40}.Of("router")}
+	// A colon in the field's own name does not make it another replica's.
+	retry := finding("r6", detect.RetryAvalanche, detect.Critical)
+	retry.Summary = "Retry avalanche: 3 of 12 requests/s are retries"
+	retry.Evidence = []detect.Evidence{{Name: "queued requests (baseline: half a range earlier)", Value: 20.6, Baseline: 2.6, HasBaseline: true}}
+	round := roundOf(t0, storm, latency, down, overload, behind, retry)
 	round.Replicas = []assess.Replica{
 		{Replica: detect.Replica{Name: "r1"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r2"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r3"}, Scrape: detect.ScrapeState{Up: false}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r4"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r5"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
+		{Replica: detect.Replica{Name: "r6"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 	}
 	want := map[string]string{
 		"r1": "r1: requests being preempted 0.6/s, KV cache full; queue 294, p99 TTFT 8.1 s",
@@ -615,6 +620,7 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 		"r3": "r3: unreachable: 3 scrapes refused",
 		"r4": "r4: 8.8% of requests failing over 20s; queue 1.85, p99 TTFT 8.1 s",
 		"r5": "r5: Decode slowdown: inter-token latency p99 0.2 s; queue 294, p99 TTFT 8.1 s",
+		"r6": "r6: Retry avalanche: 3 of 12 requests/s are retries; queue 20.6, p99 TTFT 8.1 s",
 	}
 	evs := newPager(cfg, Links{}).Update(round)
 	if len(evs) != len(want) {

@@ -157,7 +157,7 @@ func (l Links) Events(ts []Transition, round assess.Round) []notify.Event {
 
 func field(e detect.Evidence) notify.Field {
 	return notify.Field{Name: e.Name, Value: e.Value, Baseline: e.Baseline, HasBase: e.HasBaseline, Unit: e.Unit, Threshold: e.Threshold,
-		LowerIsWorse: e.LowerIsWorse()}
+		LowerIsWorse: e.LowerIsWorse(), Replica: e.Replica}
 }
 
 // peaks are the signals that decided a resolved incident, each at its

@@ -326,7 +326,7 @@ func withConsequences(root detect.Finding, cs []detect.Finding) detect.Finding {
 		}
 		for _, e := range c.Evidence {
 			if c.Replica != root.Replica {
-				e.Name = c.Replica + ": " + e.Name
+				e = e.Of(c.Replica)
 			}
 			if hasEvidence(root.Evidence, e.Name) {
 				continue // the triage and shared signals appear once
@@ -492,8 +492,7 @@ func FleetGroup(model string, class detect.Class, fleetSize int, members []Group
 		detect.Evidence{Name: "replicas affected", Value: float64(len(members))},
 		detect.Evidence{Name: "replicas of the model", Value: float64(fleetSize)})
 	for _, e := range first.Evidence {
-		e.Name = first.Replica + ": " + e.Name
-		f.Evidence = append(f.Evidence, e)
+		f.Evidence = append(f.Evidence, e.Of(first.Replica))
 	}
 	f.AffectedReplicas = names
 	inc.Finding = f

@@ -266,6 +266,17 @@ type Evidence struct {
 	// tokens, first tokens in range): context for the rule, not a signal
 	// of the incident, so a resolve gives no worst value of it.
 	SampleSize bool `json:"sample_size,omitempty"`
+	// Replica is the replica e measures when it is not the finding's own
+	// (a gateway in front of it, in a joined incident); Name then starts
+	// with it too.
+	Replica string `json:"replica,omitempty"`
+}
+
+// Of returns e as a field of another replica's finding: named after
+// replica too, so a page reading it knows whose number it is.
+func (e Evidence) Of(replica string) Evidence {
+	e.Name, e.Replica = replica+": "+e.Name, replica
+	return e
 }
 
 // WithLimit returns e with the number its rule compared it with.

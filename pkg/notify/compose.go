@@ -129,11 +129,10 @@ func headline(ev Event) string {
 }
 
 // ownEvidence is the shown evidence field of the incident's own replica
-// that measures key. Fields of another replica in the incident (a gateway
-// in front of it) carry that replica's name as a "name: " prefix.
+// that measures key (not one of a gateway in front of it).
 func ownEvidence(evidence []Field, key string) (Field, bool) {
 	for _, f := range Shown(evidence) {
-		if sig, ok := signalOf(f); ok && sig.key == key && !strings.Contains(f.Name, ": ") {
+		if sig, ok := signalOf(f); ok && sig.key == key && f.Replica == "" {
 			return f, true
 		}
 	}

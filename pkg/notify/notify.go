@@ -43,6 +43,9 @@ type Field struct {
 	// LowerIsWorse says a lower value is the worse one (a hit rate): a
 	// resolve's peak of it is its minimum.
 	LowerIsWorse bool `json:"lower_is_worse,omitempty"`
+	// Replica is the replica the field measures when it is not the
+	// event's own (a gateway in front of it); Name starts with it too.
+	Replica string `json:"replica,omitempty"`
 }
 
 // Event is one notification about one alert. It is plain data: integrations
