@@ -43,8 +43,10 @@ func Compose(ev Event) Event {
 
 // headline is the page's one line: where, what users feel when requests
 // fail, what is happening (the cause, and what feeds on itself after it),
-// and what users feel now (queue, time to first token, aborts) when the
-// replica could be read and the line does not already say it.
+// and what users feel now (queue, time to first token, aborts: the
+// evidence's number where the replica's own evidence gives one, else its
+// last values) when the replica could be read and the line does not
+// already say it.
 //
 // A resolve's headline says what ended and how long it lasted, with the
 // values now: the numbers of the firing summary would read as still
