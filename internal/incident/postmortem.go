@@ -58,9 +58,13 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 	impactLine(&b, r, ImpactQueued, "Queued requests")
 	impactLine(&b, r, ImpactRunning, "Running requests")
 	if s, ok := r.impact(ImpactAborts); ok {
-		pk := peak(s.Points)
-		p("- Aborted requests: peak %s/s at %s; about %s aborted during the incident (the per-round rate integrated over time).\n",
-			num(pk.Value), clock(pk.At), num(integral(s.Points)))
+		// A peak of zero at some moment reads as an event; none is none.
+		if pk := peak(s.Points); pk.Value > 0 {
+			p("- Aborted requests: peak %s/s at %s; about %s aborted during the incident (the per-round rate integrated over time).\n",
+				num(pk.Value), clock(pk.At), num(integral(s.Points)))
+		} else {
+			p("- Aborted requests: none seen during the incident.\n")
+		}
 	} else {
 		p("- Aborted requests: not exposed by the replicas.\n")
 	}
