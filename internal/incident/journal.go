@@ -492,6 +492,8 @@ func appendPoint(signals []Signal, e detect.Evidence, at time.Time, maxPoints in
 	if e.HasLimit {
 		s.Limit, s.HasLimit = e.Limit, true
 	}
+	s.LowerIsWorse = s.LowerIsWorse || e.LowerIsWorse()
+	s.SampleSize = s.SampleSize || e.SampleSize
 	s.Points = append(s.Points, Point{At: at, Value: e.Value, Baseline: e.Baseline, HasBaseline: e.HasBaseline, Limit: e.Limit, HasLimit: e.HasLimit})
 	if maxPoints > 0 && len(s.Points) > maxPoints {
 		s.Points = thin(s.Points, r.FiredAt, r.ResolvedAt)

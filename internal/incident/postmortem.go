@@ -107,8 +107,12 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 			if pk.HasLimit {
 				limit = value(pk.Limit, s.Unit)
 			}
-			p("| %s | %s | %s at %s | %s | %s | %s |\n", cell(s.Name), value(first.Value, s.Unit),
-				value(pk.Value, s.Unit), clock(pk.At), base, limit, cell(s.Threshold))
+			worstAt := value(pk.Value, s.Unit) + " at " + clock(pk.At)
+			if s.SampleSize {
+				worstAt = "— (the sample the rule rests on)"
+			}
+			p("| %s | %s | %s | %s | %s | %s |\n", cell(s.Name), value(first.Value, s.Unit),
+				worstAt, base, limit, cell(s.Threshold))
 		}
 		p("\n")
 	}
@@ -171,7 +175,8 @@ func impactLine(b *strings.Builder, r Record, name, label string) {
 // lower is worse (detect.Evidence.LowerIsWorse), else the highest (the
 // first of equals).
 func worst(s Signal) Point {
-	if !(detect.Evidence{Name: s.Name, Threshold: s.Threshold}).LowerIsWorse() {
+	// A record saved before signals carried LowerIsWorse: from the rule.
+	if !s.LowerIsWorse && !(detect.Evidence{Name: s.Name, Threshold: s.Threshold}).LowerIsWorse() {
 		return peak(s.Points)
 	}
 	best := s.Points[0]

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 // The impact's abort line gives a peak and a total only when requests were
@@ -28,6 +30,34 @@ func TestPostmortemAbortsLine(t *testing.T) {
 	} {
 		if got := Postmortem(record(tt.rates...), none); !strings.Contains(got, tt.want) {
 			t.Errorf("%s: postmortem lacks %q:\n%s", tt.name, tt.want, got)
+		}
+	}
+}
+
+// The root-cause table's worst value follows the evidence: the lowest for
+// a quantity where lower is worse (completions), none for the sample a
+// rule rests on (answered requests), the highest otherwise.
+func TestPostmortemWorstFollowsTheEvidence(t *testing.T) {
+	at := time.Date(2000, 1, 1, 0, 4, 0, 0, time.UTC)
+	r := Record{Summary: Summary{Class: "error_rate", OpenedAt: at, ResolvedAt: at.Add(3 * time.Minute)}}
+	for i, v := range []float64{8, 2, 6} {
+		now := at.Add(time.Duration(i) * time.Minute)
+		for _, e := range []detect.Evidence{
+			{Name: "completions/s", Value: v, Unit: "/s", LowerWorse: true},
+			{Name: "answered requests/s", Value: 10 * v, Unit: "/s", SampleSize: true},
+			{Name: "arrivals/s", Value: v, Unit: "/s"},
+		} {
+			r.addPoint(e, now, 0)
+		}
+	}
+	got := Postmortem(r, func(string) (string, bool) { return "", false })
+	for _, want := range []string{
+		"| completions/s | 8/s | 2/s at 00:05:00 |",
+		"| answered requests/s | 80/s | — (the sample the rule rests on) |",
+		"| arrivals/s | 8/s | 8/s at 00:04:00 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("postmortem lacks %q:\n%s", want, got)
 		}
 	}
 }

@@ -85,7 +85,13 @@ type Signal struct {
 	Threshold string  `json:"threshold,omitempty"` // the rule, as the page words it
 	Limit     float64 `json:"limit,omitempty"`     // the rule's number, the last round it had one
 	HasLimit  bool    `json:"has_limit,omitempty"`
-	Points    []Point `json:"points"`
+	// LowerIsWorse and SampleSize are the evidence's
+	// (detect.Evidence.LowerIsWorse, detect.Evidence.SampleSize): the
+	// worst point is the lowest, or there is no worst of a count the
+	// rule rests on.
+	LowerIsWorse bool    `json:"lower_is_worse,omitempty"`
+	SampleSize   bool    `json:"sample_size,omitempty"`
+	Points       []Point `json:"points"`
 }
 
 // Constant reports whether the signal's value never moved over the

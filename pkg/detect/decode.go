@@ -433,10 +433,10 @@ func (d *DecodeSlowdownDetector) report(w Window, now time.Time, ev decodeEval, 
 		f.Evidence = append(f.Evidence, ev.arrivals.evidence("arrivals/s", "/s", ""))
 	}
 	if ev.throughput.nowOK {
-		f.Evidence = append(f.Evidence, ev.throughput.evidence("generation throughput (avg)", "tokens/s", ""))
+		f.Evidence = append(f.Evidence, ev.throughput.evidence("generation throughput (avg)", "tokens/s", "").AsLowerWorse())
 	}
 	if ev.spec.nowOK {
-		f.Evidence = append(f.Evidence, ev.spec.evidence("speculative accept length (avg)", "tokens", ""))
+		f.Evidence = append(f.Evidence, ev.spec.evidence("speculative accept length (avg)", "tokens", "").AsLowerWorse())
 	}
 
 	var head string

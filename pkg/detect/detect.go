@@ -266,6 +266,9 @@ type Evidence struct {
 	// tokens, first tokens in range): context for the rule, not a signal
 	// of the incident, so a resolve gives no worst value of it.
 	SampleSize bool `json:"sample_size,omitempty"`
+	// LowerWorse marks a quantity whose lower values are the worse ones
+	// (completions, throughput) where no rule on it says so.
+	LowerWorse bool `json:"lower_worse,omitempty"`
 	// Replica is the replica e measures when it is not the finding's own
 	// (a gateway in front of it, in a joined incident); Name then starts
 	// with it too.
@@ -285,12 +288,19 @@ func (e Evidence) WithLimit(limit float64) Evidence {
 	return e
 }
 
+// AsLowerWorse returns e marked as a quantity whose lower values are the
+// worse ones.
+func (e Evidence) AsLowerWorse() Evidence {
+	e.LowerWorse = true
+	return e
+}
+
 // LowerIsWorse reports whether a lower value of e is the worse one: a rule
-// that fires below a limit ("<= 0.5x baseline"), a hit rate. An
-// incident's worst value of e is then its minimum.
+// that fires below a limit ("<= 0.5x baseline"), a hit rate, a quantity
+// marked LowerWorse. An incident's worst value of e is then its minimum.
 func (e Evidence) LowerIsWorse() bool {
 	t := strings.TrimSpace(e.Threshold)
-	return strings.HasPrefix(t, "<") || strings.HasPrefix(t, "≤") || strings.Contains(strings.ToLower(e.Name), "hit rate")
+	return e.LowerWorse || strings.HasPrefix(t, "<") || strings.HasPrefix(t, "≤") || strings.Contains(strings.ToLower(e.Name), "hit rate")
 }
 
 // Finding is one detector's verdict about one replica at one time.

@@ -222,7 +222,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			Threshold: fmt.Sprintf(">= %s%% (critical >= %s%%), with at least %s answered and %s failed requests in %s",
 				num(pct(c.WarningRatio)), num(pct(c.CriticalRatio)), num(c.MinRequests), num(c.MinFailedRequests), ShortDuration(c.Range)),
 			Limit: c.WarningRatio, HasLimit: true},
-		Evidence{Name: "answered requests/s", Value: perSec.answered, Unit: "/s"},
+		Evidence{Name: "answered requests/s", Value: perSec.answered, Unit: "/s", SampleSize: true},
 		Evidence{Name: "shed requests/s (429/503)", Value: perSec.sheds, Unit: "/s"},
 		Evidence{Name: "server errors/s (5xx except 503)", Value: perSec.serverErrors, Unit: "/s"},
 	)
@@ -232,7 +232,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	if okArr && okDone {
 		res.Evidence = append(res.Evidence,
 			Evidence{Name: "arrivals/s", Value: arrivals, Unit: "/s"},
-			Evidence{Name: "completions/s", Value: completions, Unit: "/s"})
+			Evidence{Name: "completions/s", Value: completions, Unit: "/s", LowerWorse: true})
 	}
 	if t.gateway && retries > 0 {
 		res.Evidence = append(res.Evidence, Evidence{Name: "gateway retries/s", Value: retries, Unit: "/s"})

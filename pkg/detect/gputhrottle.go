@@ -94,7 +94,7 @@ func (d *GPUThrottledDetector) Detect(w Window, now time.Time) []Finding {
 	}
 	clock := ""
 	if now, ok := w.Avg(Sel(series.DCGMSMClock), from, now); ok {
-		e := Evidence{Name: "SM clock (mean over the range)", Value: now, Unit: "MHz"}
+		e := Evidence{Name: "SM clock (mean over the range)", Value: now, Unit: "MHz", LowerWorse: true}
 		if usual, ok := w.Max(Sel(series.DCGMSMClock), from.Add(-c.Baseline), from); ok && usual > 0 {
 			e.Baseline, e.HasBaseline = usual, true
 			e.Name = "SM clock (mean over the range; baseline: its highest in the " + ShortDuration(c.Baseline) + " before)"

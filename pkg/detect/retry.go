@@ -189,7 +189,7 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	)
 	if completions.nowOK {
 		f.Evidence = append(f.Evidence,
-			completions.evidence("completions/s", "/s", ""),
+			completions.evidence("completions/s", "/s", "").AsLowerWorse(),
 			amp.evidence("arrivals per completion", "", fmt.Sprintf(">= %sx baseline (critical >= %sx)", num(c.MinAmplification), num(c.CriticalAmplification))).
 				WithLimit(c.MinAmplification*baseAmp),
 		)
