@@ -31,7 +31,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
 // WorstSummary is a finding's summary at the round that scored worst for
@@ -210,6 +212,10 @@ type Incident struct {
 	Worst     map[string]float64 `json:"worst,omitempty"`
 	PeakAt    time.Time          `json:"peak_at,omitzero"`
 	PeakScore float64            `json:"peak_score,omitempty"`
+	// Felt is the worst users felt on the incident's replica while it
+	// lasted, for a resolve to give beside the values now where no
+	// evidence did.
+	Felt Felt `json:"felt,omitzero"`
 	// CauseAtWorst is the summary of the cause's own finding at its worst
 	// round, which a resolve gives as what the incident was: the last
 	// round before a cause clears is often its mildest.
@@ -228,6 +234,41 @@ type Incident struct {
 	// mutes): a silenced incident is tracked and shown as usual, but
 	// nothing is sent.
 	SilencedBy []string `json:"silenced_by,omitempty"`
+}
+
+// Felt is the highest of each round's queue, TTFT p99 and abort rate on a
+// replica (its snapshot over the triage range: the values a trigger's
+// headline gives); zero is none seen.
+type Felt struct {
+	Queued  float64 `json:"queued,omitempty"`
+	TTFTP99 float64 `json:"ttft_p99_seconds,omitempty"`
+	Aborts  float64 `json:"aborts_per_second,omitempty"`
+}
+
+// add takes a round's snapshot of the replica into f.
+func (f *Felt) add(s assess.Snapshot) {
+	higher := func(to *float64, v *float64) {
+		if v != nil && finite(*v) && *v > *to {
+			*to = *v
+		}
+	}
+	higher(&f.Queued, s.QueuedRequests)
+	higher(&f.TTFTP99, s.TTFTP99)
+	higher(&f.Aborts, s.AbortsPerSecond)
+}
+
+// impact is f as a page's impact, without the values never seen.
+func (f Felt) impact() *notify.Impact {
+	if f == (Felt{}) {
+		return nil
+	}
+	seen := func(v float64) *float64 {
+		if v <= 0 {
+			return nil
+		}
+		return &v
+	}
+	return &notify.Impact{Queued: seen(f.Queued), TTFTP99: seen(f.TTFTP99), AbortsPerSecond: seen(f.Aborts)}
 }
 
 // Open reports whether the incident is pending or firing.

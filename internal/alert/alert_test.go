@@ -544,6 +544,46 @@ func TestResolveSaysTheCauseAtItsWorst(t *testing.T) {
 	}
 }
 
+// A resolve gives the worst users felt beside the values now where the
+// evidence gives no peak of them: the demo's GPU-throttle resolve read
+// "now queue 0, p99 TTFT 0.099 s" and nothing of the 9.76 s its pages had
+// carried. Where the evidence gives one, its peak stays the one number.
+func TestResolveGivesTheWorstUsersFelt(t *testing.T) {
+	cfg := testConfig()
+	cfg.For = 0
+	round := func(now time.Time, fs []detect.Finding, queued, ttft float64) assess.Round {
+		r := roundOf(now, fs...)
+		snap := assess.Snapshot{QueuedRequests: &queued, TTFTP99: &ttft}
+		r.Replicas = []assess.Replica{{Replica: detect.Replica{Name: "r1", Model: "m"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap, Recent: snap}}
+		return r
+	}
+	resolveOf := func(t *testing.T, f detect.Finding) notify.Event {
+		t.Helper()
+		tr := newPager(cfg, Links{})
+		var evs []notify.Event
+		for i, felt := range [][2]float64{{2, 3.1}, {50.8, 9.76}, {20, 5}} {
+			evs = append(evs, tr.Update(round(t0.Add(time.Duration(i)*10*time.Second), []detect.Finding{f}, felt[0], felt[1]))...)
+		}
+		for i := 3; i < 20 && evs[len(evs)-1].Kind != notify.KindResolve; i++ {
+			evs = append(evs, tr.Update(round(t0.Add(time.Duration(i)*10*time.Second), nil, 0, 0.099))...)
+		}
+		if res := evs[len(evs)-1]; res.Kind == notify.KindResolve {
+			return res
+		}
+		t.Fatalf("no resolve: %v", kinds(evs))
+		return notify.Event{}
+	}
+	gpu := finding("r1", detect.GPUThrottled, detect.Warning)
+	if got, want := notify.Title(resolveOf(t, gpu)), "now queue 0, p99 TTFT 0.099 s (peak queue 50.8, p99 TTFT 9.76 s)"; !strings.HasSuffix(got, want) {
+		t.Errorf("resolve title %q, want it to end %q", got, want)
+	}
+	queued := finding("r1", detect.GPUThrottled, detect.Warning)
+	queued.Evidence = []detect.Evidence{{Name: "queued requests (avg over 20s)", Value: 30, Baseline: 2, HasBaseline: true}}
+	if got, want := notify.Title(resolveOf(t, queued)), "(peak queue 30, p99 TTFT 9.76 s)"; !strings.HasSuffix(got, want) {
+		t.Errorf("resolve title %q, want it to end %q", got, want)
+	}
+}
+
 func TestConsequenceAfterItsCauseResolvedIsTheDrainNotANewPage(t *testing.T) {
 	cfg := testConfig()
 	cfg.Aftermath = 3 * time.Minute

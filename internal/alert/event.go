@@ -140,6 +140,7 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 			ev.Recovered = recovered(now)
 			ev.RecoveredSeconds = now.ObservedSeconds
 		}
+		ev.Felt = a.Felt.impact()
 	}
 	return notify.Compose(ev)
 }

@@ -355,6 +355,11 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 	}
 	grew := t.grew(a, round)
 	t.notePeak(a, g.Finding, now)
+	// Values of a replica that cannot be scraped are its last good
+	// scrape's, which the rounds before already took.
+	if snap, ok := round.Replica(a.Replica); ok && snap.Scrape.Up {
+		a.Felt.add(snap.Snapshot)
+	}
 	freeze(a, g, now)
 	renamed := -1
 	if a.Class != prevClass {

@@ -3,6 +3,7 @@ package notify
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,6 +95,7 @@ type Recovery struct {
 	Now     *Field // nil when the replica no longer reports it
 	Peak    *Field // nil when the signal was not part of the evidence
 	Summary bool   // a user-facing signal (queue, time to first token, aborts) shown in the title
+	Felt    bool   // Peak is the worst users felt (Event.Felt), not evidence
 }
 
 // Text is "name: 3 (peak 294)", "name: 3" or "name: peak 294".
@@ -195,6 +197,10 @@ func Recoveries(ev Event) []Recovery {
 					break
 				}
 			}
+			matched := slices.ContainsFunc(peaks, func(p Field) bool { ps, ok := signalOf(p); return ok && ps.key == sig.key })
+			if v := felt(ev.Felt, sig.key); !matched && v != nil && *v > now.Value {
+				r.Peak, r.Felt = &Field{Name: now.Name, Value: *v, Unit: now.Unit}, true
+			}
 		}
 		out = append(out, r)
 	}
@@ -204,6 +210,23 @@ func Recoveries(ev Event) []Recovery {
 		}
 	}
 	return out
+}
+
+// felt is the value of what users felt that measures the signal key, nil
+// when there is none.
+func felt(im *Impact, key string) *float64 {
+	if im == nil {
+		return nil
+	}
+	switch key {
+	case "queue":
+		return im.Queued
+	case "ttft_p99":
+		return im.TTFTP99
+	case "aborts":
+		return im.AbortsPerSecond
+	}
+	return nil
 }
 
 // worse reports whether f's value is worse than v: higher, or lower for a

@@ -83,7 +83,11 @@ type Event struct {
 	Evidence []Field `json:"evidence,omitempty"`
 	// Recovered are the replica's values as the incident resolves, over
 	// its last RecoveredSeconds, shown beside the peak.
-	Recovered        []Field  `json:"recovered,omitempty"`
+	Recovered []Field `json:"recovered,omitempty"`
+	// Felt is, on a resolve, the worst users felt on the replica while the
+	// incident lasted (the highest of each round's queue, TTFT p99 and
+	// abort rate): the peak of a recovered value the evidence gives none of.
+	Felt             *Impact  `json:"felt,omitempty"`
 	RecoveredSeconds float64  `json:"recovered_seconds,omitempty"`
 	Emergency        []string `json:"emergency_steps,omitempty"`
 	RootCause        []string `json:"root_cause_steps,omitempty"`

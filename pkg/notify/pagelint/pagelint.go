@@ -25,8 +25,9 @@ const (
 	// quantity, and the same number as the evidence of that quantity.
 	RuleHeadline Rule = "headline"
 	// RulePeak: a resolve shows as a peak only a signal that decided the
-	// incident (it has a rule or a baseline), at a value worse than now
-	// and not better than the trigger's.
+	// incident (it has a rule or a baseline) or what users felt at worst
+	// (queue, TTFT p99, aborts), at a value worse than now and not better
+	// than the trigger's.
 	RulePeak Rule = "peak"
 	// RuleResolve: a resolve does not say the incident goes on.
 	RuleResolve Rule = "resolve"
@@ -151,7 +152,7 @@ func Check(ev notify.Event, opts Options) []Problem {
 			if r.Peak == nil {
 				continue
 			}
-			if r.Peak.Threshold == "" && !r.Peak.HasBase {
+			if r.Peak.Threshold == "" && !r.Peak.HasBase && !r.Felt {
 				bad(RulePeak, "%q is shown at a peak but decided nothing (no rule, no baseline)", r.Name)
 			}
 		}
