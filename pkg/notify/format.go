@@ -3,7 +3,6 @@ package notify
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -93,7 +92,7 @@ func FormatField(f Field) string { return f.Name + ": " + FieldValue(f) }
 type Recovery struct {
 	Name    string
 	Now     *Field // nil when the replica no longer reports it
-	Peak    *Field // nil when the signal was not part of the evidence
+	Peak    *Field // nil when neither the evidence nor what users felt gives one
 	Summary bool   // a user-facing signal (queue, time to first token, aborts) shown in the title
 	Felt    bool   // Peak is the worst users felt (Event.Felt), not evidence
 }
@@ -183,12 +182,13 @@ func Recoveries(ev Event) []Recovery {
 		r := Recovery{Name: now.Name, Now: &now}
 		if sig, ok := signalOf(now); ok {
 			r.Summary = sig.user
+			matched := false
 			for i := range peaks {
 				if used[i] {
 					continue
 				}
 				if ps, ok := signalOf(peaks[i]); ok && ps.key == sig.key {
-					used[i] = true
+					used[i], matched = true, true
 					// A peak that is not worse than now is no peak: the
 					// incident was never worse than the replica is.
 					if worse(peaks[i], now.Value) {
@@ -197,7 +197,6 @@ func Recoveries(ev Event) []Recovery {
 					break
 				}
 			}
-			matched := slices.ContainsFunc(peaks, func(p Field) bool { ps, ok := signalOf(p); return ok && ps.key == sig.key })
 			if v := felt(ev.Felt, sig.key); !matched && v != nil && *v > now.Value {
 				r.Peak, r.Felt = &Field{Name: now.Name, Value: *v, Unit: now.Unit}, true
 			}
