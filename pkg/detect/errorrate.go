@@ -257,7 +257,14 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			// triage's queue over another span beside it.
 			res.Evidence = append(res.Evidence, Evidence{Name: avgOver("queued requests", c.Range), Value: queued})
 		}
-		diag = append(diag, "No client retries are visible (no gateway retries, and arrivals did not grow with the failures): this is more traffic than the replica can serve, not a retry loop.")
+		// Overload may well have grown the arrivals: what tells it from
+		// a retry loop is that they are fresh traffic.
+		if t.gateway {
+			diag = append(diag, fmt.Sprintf("No retries are visible (the gateway retries %s/s): this is more traffic than the workers can serve, not a retry loop.", num(retries)))
+		} else {
+			diag = append(diag, fmt.Sprintf("No client retries are visible: the fresh traffic is about %s/s (the highest rate of arrivals minus failed requests over the last %s), and retried requests would lift the arrivals to %sx that or more; they are at %s/s. So far this is more traffic than the replica can serve, not a retry loop.",
+				num(offered), ShortDuration(c.RetryLookback), num(c.RetriedArrivalRatio), num(arrivals)))
+		}
 		if !t.gateway && f.sheds > 0 {
 			diag = append(diag, "A streamed request the engine sheds gets its error as an event on an HTTP 200, so the 503 count understates the sheds; arrivals minus completions is the better measure of what is not served.")
 		}

@@ -99,6 +99,9 @@ func TestErrorRatePages(t *testing.T) {
 		if e := evidenceNamed(t, f, "shed requests/s"); !approx(e.Value, 10, 0.01) {
 			t.Errorf("sheds evidence = %+v", e)
 		}
+		// A gateway counts its own retries: its overload says so, not
+		// the engine's fresh-traffic reading.
+		contains(t, "diagnosis", f.Diagnosis, "Overload", "No retries are visible (the gateway retries 0/s)")
 	})
 }
 
@@ -275,7 +278,12 @@ func TestSimulatedOverloadWithSheddingIsNotARetryAvalanche(t *testing.T) {
 	if f.Severity != detect.Critical || f.Layer != detect.LayerQueue {
 		t.Errorf("severity %s layer %s; want critical queue", f.Severity, f.Layer)
 	}
-	contains(t, "diagnosis", f.Diagnosis, "Overload: users are failing because capacity is short", "No client retries are visible")
+	contains(t, "diagnosis", f.Diagnosis, "Overload: users are failing because capacity is short", "No client retries are visible: the fresh traffic is about ",
+		"they are at "+detect.FormatNumber(evidenceNamed(t, f, "arrivals/s").Value)+"/s")
+	// The arrivals tripled: the page must not say they did not grow.
+	if strings.Contains(f.Diagnosis, "did not grow") {
+		t.Errorf("diagnosis says the tripled arrivals did not grow: %s", f.Diagnosis)
+	}
 	contains(t, "summary", f.Summary, "overload")
 	// The queue the diagnosis cites is evidence too, over its span: the
 	// headline then gives no second queue number over the triage's span.
