@@ -253,8 +253,8 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			num(pct(share)), ShortDuration(c.Range), kinds, num(arrivals), num(completions)))
 		if okQueue {
 			diag = append(diag, fmt.Sprintf("The waiting queue averaged %s requests over the last %s.", num(queued), ShortDuration(c.Range)))
-			// In the evidence too, so the headline does not add the
-			// triage's queue over another span beside it.
+			// In the evidence too, so the headline gives this queue, the
+			// one the diagnosis cites, not the triage's over another span.
 			res.Evidence = append(res.Evidence, Evidence{Name: avgOver("queued requests", c.Range), Value: queued})
 		}
 		// Overload may well have grown the arrivals: what tells it from
