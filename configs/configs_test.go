@@ -3,9 +3,11 @@ package configs_test
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/configs"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/config"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 )
 
 // Every example must load and validate, so examples cannot rot.
@@ -78,6 +80,31 @@ func emptyToNil(v reflect.Value) {
 	case reflect.Map:
 		if v.Len() == 0 && !v.IsNil() && v.CanSet() {
 			v.Set(reflect.Zero(v.Type()))
+		}
+	}
+}
+
+// A page's triage line must describe the incident the page is about: its
+// range may not reach further back than the range of any detector whose
+// pages carry it, or its means are mostly the healthy minutes before.
+func TestTriageReadsNoFurtherBackThanItsDetectors(t *testing.T) {
+	for name, data := range configs.Files() {
+		cfg, err := config.Parse(config.Default(), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := cfg.Detectors
+		for class, rng := range map[string]time.Duration{
+			"preempt_storm":   detect.Get[detect.PreemptStormConfig](d).Range,
+			"cache_collapse":  detect.Get[detect.CacheCollapseConfig](d).Range,
+			"decode_slowdown": detect.Get[detect.DecodeSlowdownConfig](d).Range,
+			"kv_saturation":   detect.Get[detect.KVSaturationConfig](d).Range,
+			"queue_latency":   detect.Get[detect.QueueLatencyConfig](d).Range,
+			"lora_thrash":     detect.Get[detect.LoraThrashConfig](d).Range,
+		} {
+			if d.Triage.Range > rng {
+				t.Errorf("%s: triage.range %s is longer than %s.range %s", name, d.Triage.Range, class, rng)
+			}
 		}
 	}
 }
