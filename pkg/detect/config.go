@@ -254,7 +254,8 @@ func New(cfg Config) ([]Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	env := buildEnv{triage: cfg.Triage, needs: cfg.needs(), replicaDown: Get[ReplicaDownConfig](cfg)}
+	env := buildEnv{triage: cfg.Triage, needs: cfg.needs(), replicaDown: Get[ReplicaDownConfig](cfg),
+		retryAvalanche: Get[RetryAvalancheConfig](cfg)}
 	var ds []Detector
 	for _, e := range cfg.Catalog() {
 		if e.Enabled(cfg) {

@@ -20,7 +20,12 @@ const ErrorRate Class = "error_rate"
 // listed under it (Explains); alone, it is usually plain overload, and
 // the diagnosis says so when arrivals outgrow completions without any
 // sign of client retries.
-type ErrorRateDetector struct{ cfg ErrorRateConfig }
+type ErrorRateDetector struct {
+	cfg ErrorRateConfig
+	// retry is retry_avalanche's settings: an engine's fresh traffic is
+	// estimated by its rule, so both pages give one figure.
+	retry RetryAvalancheConfig
+}
 
 // Class implements Detector.
 func (d *ErrorRateDetector) Class() Class { return ErrorRate }
@@ -202,6 +207,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	// Retries: the gateway counts its own; on an engine, arrivals beyond
 	// the offered load are retried requests.
 	var retries, offered float64
+	var base measure // the engine's arrivals against their baseline
 	retrying := false
 	switch {
 	case !okArr || arrivals <= 0:
@@ -209,7 +215,8 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		retries, _ = w.Rate(t.retries, from, now)
 		retrying = retries > 0 && retries >= (c.RetriedArrivalRatio-1)*arrivals
 	default:
-		offered = offeredLoad(w, now, t.arrivals, t.retriable(), c.Range/4, c.RetryLookback, 0, 0)
+		base, _ = d.retry.engineArrivals(w, now, t)
+		offered = d.retry.freshTraffic(w, now, t, base.base)
 		retrying = arrivals >= c.RetriedArrivalRatio*offered
 	}
 	overload := okArr && okDone && arrivals > 0 && arrivals >= c.OverloadArrivalRatio*completions &&
@@ -238,7 +245,11 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		res.Evidence = append(res.Evidence, Evidence{Name: "gateway retries/s", Value: retries, Unit: "/s"})
 	}
 	if !t.gateway && retrying {
-		res.Evidence = append(res.Evidence, Evidence{Name: "offered load/s (highest fresh arrivals in the look-back)", Value: offered, Unit: "/s",
+		name := "offered load/s (highest fresh arrivals since the growth began)"
+		if !base.baseOK {
+			name = "offered load/s (highest fresh arrivals in the look-back)"
+		}
+		res.Evidence = append(res.Evidence, Evidence{Name: name, Value: offered, Unit: "/s",
 			Threshold: fmt.Sprintf("arrivals >= %sx it are retries", num(c.RetriedArrivalRatio))})
 	}
 	queued, okQueue := w.Avg(Sel(series.NumQueueReqs), now.Add(-c.Range), now)
@@ -262,8 +273,8 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		if t.gateway {
 			diag = append(diag, fmt.Sprintf("No retries are visible (the gateway retries %s/s): this is more traffic than the workers can serve, not a retry loop.", num(retries)))
 		} else {
-			diag = append(diag, fmt.Sprintf("No client retries are visible: the fresh traffic is about %s/s (the highest rate of arrivals minus failed requests over the last %s), and retried requests would lift the arrivals to %sx that or more; they are at %s/s. So far this is more traffic than the replica can serve, not a retry loop.",
-				num(offered), ShortDuration(c.RetryLookback), num(c.RetriedArrivalRatio), num(arrivals)))
+			diag = append(diag, fmt.Sprintf("No client retries are visible: the fresh traffic is about %s/s (%s), and retried requests would lift the arrivals to %sx that or more; they are at %s/s. So far this is more traffic than the replica can serve, not a retry loop.",
+				num(offered), d.retry.freshTrafficBasis(base), num(c.RetriedArrivalRatio), num(arrivals)))
 		}
 		if !t.gateway && f.sheds > 0 {
 			diag = append(diag, "A streamed request the engine sheds gets its error as an event on an HTTP 200, so the 503 count understates the sheds; arrivals minus completions is the better measure of what is not served.")
@@ -281,8 +292,8 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			"Then add capacity for the real traffic.",
 		}
 	case retrying:
-		diag = append(diag, fmt.Sprintf("Users are failing, and clients are retrying: %s requests/s arrive for about %s/s of fresh traffic (the highest rate of arrivals minus failed requests over the last %s); the rest are failed requests sent again. See the retry avalanche page for this replica.",
-			num(arrivals), num(offered), ShortDuration(c.RetryLookback)))
+		diag = append(diag, fmt.Sprintf("Users are failing, and clients are retrying: %s requests/s arrive for about %s/s of fresh traffic (%s); the rest are failed requests sent again. See the retry avalanche page for this replica.",
+			num(arrivals), num(offered), d.retry.freshTrafficBasis(base)))
 		res.Emergency = []string{
 			"Follow the retry avalanche page: make clients fail fast (a concurrency limit at the gateway answering 429/503 with Retry-After) and have them back off.",
 			"Then add capacity for the real traffic.",
@@ -358,12 +369,11 @@ type ErrorRateConfig struct {
 	// the diagnosis "overload".
 	OverloadArrivalRatio float64 `yaml:"overload_arrival_ratio" doc:"arrivals/completions at or above, no retries: \"overload\""`
 	// RetriedArrivalRatio tells retries from overload. On an engine,
-	// arrivals at least this many times the offered load (the highest
-	// rate of arrivals minus failed requests over RetryLookback) are
+	// arrivals at least this many times the offered load (estimated as
+	// retry_avalanche estimates it, with its range and baseline) are
 	// retries; on a gateway, retries at least (ratio-1) times the client
 	// requests are.
-	RetriedArrivalRatio float64       `yaml:"retried_arrival_ratio" doc:"arrivals this many times the offered load are retries"`
-	RetryLookback       time.Duration `yaml:"retry_lookback" doc:"how far back the offered load is looked for"`
+	RetriedArrivalRatio float64 `yaml:"retried_arrival_ratio" doc:"arrivals this many times the offered load (retry_avalanche's estimate) are retries"`
 }
 
 // defaults are the production settings: an availability
@@ -380,7 +390,6 @@ func (ErrorRateConfig) defaults() ErrorRateConfig {
 		CriticalRatio:        0.05,
 		OverloadArrivalRatio: 1.2,
 		RetriedArrivalRatio:  1.3,
-		RetryLookback:        time.Hour,
 	}
 }
 
@@ -388,7 +397,7 @@ func (c ErrorRateConfig) class() Class              { return ErrorRate }
 func (c ErrorRateConfig) enabled() bool             { return c.Enabled }
 func (c ErrorRateConfig) disabled() ErrorRateConfig { c.Enabled = false; return c }
 func (c ErrorRateConfig) usesTriage() bool          { return false }
-func (c ErrorRateConfig) lookback() time.Duration   { return max(c.Range, c.RetryLookback) }
+func (c ErrorRateConfig) lookback() time.Duration   { return c.Range }
 func (c ErrorRateConfig) needs() []need {
 	return []need{{class: ErrorRate, what: "responses by status",
 		anyOf: [][]string{{series.HTTPResponsesTotal}, {series.NumRequestsTotal, series.NumAbortedRequestsTotal}}, afterTraffic: true}}
@@ -396,12 +405,14 @@ func (c ErrorRateConfig) needs() []need {
 func (c ErrorRateConfig) reads() []string {
 	return append(clientTrafficFamilies(), series.NumQueueReqs, series.NumRunningReqs)
 }
-func (c ErrorRateConfig) build(buildEnv) Detector { return &ErrorRateDetector{cfg: c} }
+func (c ErrorRateConfig) build(env buildEnv) Detector {
+	return &ErrorRateDetector{cfg: c, retry: env.retryAvalanche}
+}
 
 // oneShot: the failed share needs no baseline, only enough requests in the
 // few scrapes taken.
 func (c ErrorRateConfig) oneShot(lookback time.Duration, samples int) (ErrorRateConfig, OneShot) {
-	c.Range, c.RetryLookback = lookback, lookback
+	c.Range = lookback
 	return c, OneShot{Judged: true, Note: "judged over the one-shot's span: the share of failed requests needs no history, only enough requests"}
 }
 
@@ -415,7 +426,6 @@ func (c ErrorRateConfig) validate(e *configErrors) {
 		"must be at least warning_ratio (%v) and at most 1, got %v", c.WarningRatio, c.CriticalRatio)
 	e.check(c.OverloadArrivalRatio > 1, "overload_arrival_ratio", "must be greater than 1, got %v", c.OverloadArrivalRatio)
 	e.check(c.RetriedArrivalRatio > 1, "retried_arrival_ratio", "must be greater than 1, got %v", c.RetriedArrivalRatio)
-	e.positiveDuration("retry_lookback", c.RetryLookback)
 }
 
 // severities lists what its findings can carry; its runbook describes each.

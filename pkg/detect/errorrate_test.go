@@ -331,6 +331,21 @@ func TestSimulatedRetryStormIsARetryAvalanche(t *testing.T) {
 	if strings.Contains(er.Diagnosis, "Overload") {
 		t.Errorf("a retry storm diagnosed as overload: %s", er.Diagnosis)
 	}
+	// One incident, one figure for the fresh traffic: error_rate tells
+	// retries from overload by retry_avalanche's estimate, so wherever
+	// both speak they give the same number.
+	for el, fs := range rounds {
+		ra, okRA := findingOf(fs, detect.RetryAvalanche)
+		er, okER := findingOf(fs, detect.ErrorRate)
+		if !okRA || !okER {
+			continue
+		}
+		want := evidenceNamed(t, ra, "offered load/s").Value
+		if got := evidenceNamed(t, er, "offered load/s").Value; got != want {
+			t.Errorf("at %s: error_rate's offered load %v, retry_avalanche's %v", el, got, want)
+		}
+		contains(t, "error_rate diagnosis at "+el.String(), er.Diagnosis, "for about "+detect.FormatNumber(want)+"/s of fresh traffic")
+	}
 }
 
 // ErrorRate's golden page (checkPage).

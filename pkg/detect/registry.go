@@ -190,6 +190,9 @@ type buildEnv struct {
 	// replicaDown tells replica_restarted which restarts replica_down
 	// already reports (crash loops, outages it paged).
 	replicaDown ReplicaDownConfig
+	// retryAvalanche gives error_rate the rule retry_avalanche estimates
+	// an engine's fresh traffic by.
+	retryAvalanche RetryAvalancheConfig
 }
 
 // OneShot says what a detector can judge from a one-shot observation

@@ -107,12 +107,8 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	if !ok {
 		return nil
 	}
-	arrivals := p.rate(w, t.arrivals)
+	arrivals, frozen := c.engineArrivals(w, now, t)
 	cmp := comparisonOf(w, RetryAvalanche)
-	frozen := cmp.frozen(retryArrivals)
-	if frozen {
-		cmp.onto(retryArrivals, &arrivals)
-	}
 	if !arrivals.nowOK || !arrivals.baseOK || !atLeastTimes(arrivals.now, arrivals.base, c.MinArrivalGrowth) {
 		return nil
 	}
@@ -160,7 +156,7 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	}
 
 	// Retry evidence: arrivals beyond the offered load since arrivals grew.
-	offered := offeredLoad(w, now, t.arrivals, failureSels, c.Range/4, c.Baseline, c.MinArrivalGrowth*arrivals.base, arrivals.base)
+	offered := c.freshTraffic(w, now, t, arrivals.base)
 	retried := arrivals.now - offered
 	if retried < (c.MinAmplification-1)*offered {
 		return nil // the growth is fresh traffic: overload, not a retry loop
@@ -216,8 +212,8 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 		f.Summary += fmt.Sprintf("; only %s/s complete", num(completions.now))
 	}
 	var diag strings.Builder
-	fmt.Fprintf(&diag, "Client layer: clients are timing out and retrying. Fresh traffic is about %s requests/s (the highest rate of arrivals minus failed requests since arrivals began to grow; baseline %s/s), but %s/s arrive: the other %s/s are retries of the %s failed requests/s (aborts, timeouts, 5xx/429). ",
-		num(offered), num(arrivals.base), num(arrivals.now), num(retried), num(failures.now))
+	fmt.Fprintf(&diag, "Client layer: clients are timing out and retrying. Fresh traffic is about %s requests/s (%s), but %s/s arrive: the other %s/s are retries of the %s failed requests/s (aborts, timeouts, 5xx/429). ",
+		num(offered), c.freshTrafficBasis(arrivals), num(arrivals.now), num(retried), num(failures.now))
 	if completions.nowOK {
 		fmt.Fprintf(&diag, "Arrivals per completion is %s: retried requests arrive again without adding finished work. ", vsBaseline(amp, ""))
 	}
@@ -238,6 +234,37 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 		"Set request-level timeouts at the router so abandoned requests are cancelled on the server, not computed for nobody.",
 	}
 	return []Finding{f}
+}
+
+// engineArrivals is an engine's arrival rate over the range and over the
+// baseline before it, the baseline frozen at the incident's onset while
+// one is open (frozen).
+func (c RetryAvalancheConfig) engineArrivals(w Window, now time.Time, t clientTraffic) (arrivals measure, frozen bool) {
+	arrivals = newPeriods(now, c.Range, c.Baseline).rate(w, t.arrivals)
+	cmp := comparisonOf(w, RetryAvalanche)
+	if frozen = cmp.frozen(retryArrivals); frozen {
+		cmp.onto(retryArrivals, &arrivals)
+	}
+	return arrivals, frozen
+}
+
+// freshTraffic is the offered load behind an engine's arrivals at now,
+// given their baseline rate base (0: unknown): the highest rate of
+// arrivals minus failed requests since the arrivals grew past
+// MinArrivalGrowth times base, never below base. retry_avalanche pages on
+// the arrivals beyond it, and error_rate reads the same figure to tell
+// overload from retries, so the pages of one incident give one number.
+func (c RetryAvalancheConfig) freshTraffic(w Window, now time.Time, t clientTraffic, base float64) float64 {
+	return offeredLoad(w, now, t.arrivals, t.retriable(), c.Range/4, c.Baseline, c.MinArrivalGrowth*base, base)
+}
+
+// freshTrafficBasis says, for a page, how freshTraffic estimated the fresh
+// traffic from arrivals measured by engineArrivals.
+func (c RetryAvalancheConfig) freshTrafficBasis(arrivals measure) string {
+	if !arrivals.baseOK {
+		return "the highest rate of arrivals minus failed requests over the last " + ShortDuration(c.Baseline) + "; their baseline is not known"
+	}
+	return "the highest rate of arrivals minus failed requests since arrivals began to grow; baseline " + num(arrivals.base) + "/s"
 }
 
 // offeredLoad estimates the fresh traffic behind the arrivals: the highest
