@@ -67,6 +67,9 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 					t.Errorf("error does not name %q:\n%v", w, err)
 				}
 			}
+			if strings.Contains(err.Error(), ": yaml: yaml:") {
+				t.Errorf("the decoder's prefix is given twice:\n%v", err)
+			}
 			if strings.Contains(err.Error(), "xoxb-not-printed") || strings.Contains(err.Error(), "hunter2") {
 				t.Error("error prints a secret")
 			}
