@@ -421,10 +421,15 @@ func drained(cause, g detect.Finding) detect.Finding {
 // moment after the trigger must not hold back the failures its drain
 // brings minutes later. A consequence that feeds on itself, new since the
 // last page, changes what the page leads with (its name in the headline,
-// its steps first): like a rename, it pages at once.
+// its steps first): like a rename, it pages at once. So do users failing,
+// new since the last page: the headline then leads with them, and an
+// update a moment earlier for more aborts must not hold that back.
 func (t *Tracker) grew(a *Incident, round assess.Round) bool {
 	if a.State != StateFiring {
 		return false
+	}
+	if a.Failing != "" && !slices.Contains(a.Paged.Members, detect.ErrorRate) {
+		return true
 	}
 	for _, c := range a.Explains {
 		if !slices.Contains(a.Paged.Members, c) && detect.SelfSustaining(detect.Finding{Class: c, Replica: a.Replica}) {

@@ -252,26 +252,42 @@ func TestConsequenceWithUsersFailingEscalatesADrainingIncident(t *testing.T) {
 
 // A class joining a firing incident pages one update at once; more growth
 // within update_interval waits for it; a fall of impact pages nothing.
+// Users failing are the exception: the first round they join, the
+// headline leads with them, and that pages at once whatever paged before.
 func TestImpactGrowthPagesRateLimitedUpdates(t *testing.T) {
-	cfg := testConfig()
-	cfg.For = 0
-	cfg.UpdateInterval = time.Minute
-	tr := newPager(cfg, Links{})
 	storm := finding("r1", detect.PreemptStorm, detect.Critical)
 	queue := finding("r1", detect.QueueLatency, detect.Critical)
+	decode := finding("r1", detect.DecodeSlowdown, detect.Critical)
 	errs := finding("r1", detect.ErrorRate, detect.Critical)
-	var got []string
-	for i, fs := range [][]detect.Finding{
-		{storm}, {storm, queue}, {storm, queue, errs}, {storm, queue, errs}, {storm, queue, errs},
-		{storm, queue, errs}, {storm, queue, errs}, {storm}, {storm},
+	for _, c := range []struct {
+		name   string
+		rounds [][]detect.Finding
+		want   []string
+	}{
+		{"growth waits", [][]detect.Finding{
+			{storm}, {storm, queue}, {storm, queue, decode}, {storm, queue, decode}, {storm, queue, decode},
+			{storm, queue, decode}, {storm, queue, decode}, {storm}, {storm},
+		}, []string{"trigger@0s", "update@20s", "update@1m20s"}},
+		{"users failing do not wait", [][]detect.Finding{
+			{storm}, {storm, queue}, {storm, queue, errs}, {storm, queue, errs}, {storm, queue, errs, decode},
+			{storm, queue, errs, decode}, {storm, queue, errs, decode}, {storm}, {storm},
+		}, []string{"trigger@0s", "update@20s", "update@40s", "update@1m40s"}},
 	} {
-		for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*20*time.Second)) {
-			got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String())
-		}
-	}
-	want := []string{"trigger@0s", "update@20s", "update@1m20s"}
-	if !slices.Equal(got, want) {
-		t.Errorf("pages %v, want %v: the first growth at once, the next a minute after that update, none for the fall", got, want)
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.For = 0
+			cfg.UpdateInterval = time.Minute
+			tr := newPager(cfg, Links{})
+			var got []string
+			for i, fs := range c.rounds {
+				for _, ev := range update(tr, fs, t0.Add(time.Duration(i)*20*time.Second)) {
+					got = append(got, string(ev.Kind)+"@"+ev.At.Sub(t0).String())
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("pages %v, want %v", got, c.want)
+			}
+		})
 	}
 }
 
