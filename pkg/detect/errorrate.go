@@ -285,17 +285,17 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			"Lower max_tokens for the heaviest clients or routes: shorter answers free batch slots and KV sooner, so more requests complete.",
 		}
 	case retrying && t.gateway:
-		diag = append(diag, fmt.Sprintf("Users are failing, and the gateway is retrying: %s retries/s against %s client requests/s. Retries multiply the load on the workers; see the retry avalanche page for this replica.",
+		diag = append(diag, fmt.Sprintf("Users are failing, and the gateway is retrying: %s retries/s against %s client requests/s. Retries multiply the load on the workers: this is a retry loop, and the retry avalanche runbook says how to break it.",
 			num(retries), num(arrivals)))
 		res.Emergency = []string{
-			"Follow the retry avalanche page: cap retries at the gateway (--retry-max-retries) and enforce a concurrency limit so the excess fails fast.",
+			"Follow the retry avalanche runbook: cap retries at the gateway (--retry-max-retries) and enforce a concurrency limit so the excess fails fast.",
 			"Then add capacity for the real traffic.",
 		}
 	case retrying:
-		diag = append(diag, fmt.Sprintf("Users are failing, and clients are retrying: %s requests/s arrive for about %s/s of fresh traffic (%s); the rest are failed requests sent again. See the retry avalanche page for this replica.",
+		diag = append(diag, fmt.Sprintf("Users are failing, and clients are retrying: %s requests/s arrive for about %s/s of fresh traffic (%s); the rest are failed requests sent again. This is a retry loop, and the retry avalanche runbook says how to break it.",
 			num(arrivals), num(offered), d.retry.freshTrafficBasis(base)))
 		res.Emergency = []string{
-			"Follow the retry avalanche page: make clients fail fast (a concurrency limit at the gateway answering 429/503 with Retry-After) and have them back off.",
+			"Follow the retry avalanche runbook: make clients fail fast (a concurrency limit at the gateway answering 429/503 with Retry-After) and have them back off.",
 			"Then add capacity for the real traffic.",
 		}
 	case f.serverErrors >= f.sheds+f.aborts:

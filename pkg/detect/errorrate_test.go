@@ -327,7 +327,7 @@ func TestSimulatedRetryStormIsARetryAvalanche(t *testing.T) {
 	if !detect.Explains(ra, er) {
 		t.Error("the avalanche does not explain the failing requests")
 	}
-	contains(t, "error_rate diagnosis", er.Diagnosis, "clients are retrying")
+	contains(t, "error_rate diagnosis", er.Diagnosis, "clients are retrying", "the retry avalanche runbook says how to break it")
 	if strings.Contains(er.Diagnosis, "Overload") {
 		t.Errorf("a retry storm diagnosed as overload: %s", er.Diagnosis)
 	}
