@@ -281,7 +281,11 @@ func (c TriageConfig) Classify(w Window, now time.Time, known KnownLatency) Tria
 		itl, slower := c.decodeSlower(w, now)
 		if (slower || known == DecodeSlower) && !t.WaitingHigh && !t.KVFull {
 			backlog = "the backlog of slower decode steps"
-			if slower {
+			// The decode detector's finding gives the inter-token
+			// latency against the baseline before the slowdown on the
+			// same page; a second baseline from the triage's own hour
+			// would contradict it.
+			if slower && known != DecodeSlower {
 				backlog += " (" + itl + ")"
 			}
 		} else {

@@ -313,6 +313,12 @@ func TestTriageQueueWaitBehindSlowerDecodeIsNotAdmission(t *testing.T) {
 	store.View(spell.target, func(w detect.Window) { told = detect.DefaultConfig().Triage.Classify(w, now, detect.DecodeSlower) })
 	wantVerdict(t, told, detect.TriageExecution, "")
 	contains(t, "triage line", told.String(), "over the last 1m, the backlog of slower decode steps.")
+	// Where both show it, the detector's numbers are the page's: the
+	// triage gives no inter-token figures against a baseline of its own.
+	both := engine(0.08)
+	store, now = both.run(t, detect.DefaultConfig())
+	store.View(both.target, func(w detect.Window) { told = detect.DefaultConfig().Triage.Classify(w, now, detect.DecodeSlower) })
+	contains(t, "triage line", told.String(), "over the last 1m, the backlog of slower decode steps.")
 	// A full KV pool holds admission whatever the decode speed (a
 	// preemption storm slows the decode too): still memory.
 	full := triageOf(t, engine(0.08).with(
