@@ -95,6 +95,20 @@ func (c comparison) onto(key string, ms ...*measure) {
 	}
 }
 
+// context gives m, a figure a page shows beside the rule's, the baseline
+// the rule's figures compare with: while the incident's baselines are
+// frozen, the one kept under key at its onset (none if none was), and it
+// is kept under key for that; against the peers' levels, theirs under key
+// (none if they offer none: a young replica's own baseline is the
+// incident). Otherwise an hour into an incident a context baseline has
+// absorbed it and reads as normal.
+func (c comparison) context(kept levelSet, key string, m *measure) {
+	if c.ref.Source == Frozen || c.ref.Source == Peers {
+		c.onto(key, m)
+	}
+	kept.base(key, *m)
+}
+
 // levelSet collects levels by name: the baselines a finding compared
 // against (Finding.Baselines), or the range levels a PeerObserver offers.
 type levelSet map[string]float64

@@ -3,6 +3,7 @@ package detect_test
 import (
 	"maps"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,6 +273,36 @@ func TestYoungReplicaIsJudgedByItsPeersLevels(t *testing.T) {
 				}
 			}
 			none(t, judge(t, healthy, class, peers))
+		})
+	}
+}
+
+// While an incident's baselines are frozen, every baseline its page shows
+// is the one from the onset: a context figure beside the rule's (the
+// completions, the parts of the failures, a latency) whose baseline had
+// absorbed the incident would read as if the incident were normal. The
+// only exception is a comparison a detector names as a recent one ("half a
+// range earlier": the growth of a backlog).
+func TestFrozenPagesShowOnlyOnsetBaselines(t *testing.T) {
+	for _, tt := range relative {
+		t.Run(string(tt.class), func(t *testing.T) {
+			onset := one(t, judge(t, tt.incident(), tt.class, nil))
+			frozen := detect.References{tt.class: {Source: detect.Frozen, Since: start.Add(incidentLong), Values: onset.Baselines}}
+			atOnset := map[string]float64{}
+			for _, e := range onset.Evidence {
+				if e.HasBaseline {
+					atOnset[e.Name] = e.Baseline
+				}
+			}
+			f := one(t, judge(t, tt.incident().lasting(80*minute), tt.class, frozen))
+			for _, e := range f.Evidence {
+				if !e.HasBaseline || strings.Contains(e.Name, "earlier") {
+					continue
+				}
+				if want, ok := atOnset[e.Name]; !ok || math.Abs(e.Baseline-want) > 1e-9*math.Max(1, math.Abs(want)) {
+					t.Errorf("%s: baseline %v an hour into the incident, %v (known %v) at its onset", e.Name, e.Baseline, want, ok)
+				}
+			}
 		})
 	}
 }

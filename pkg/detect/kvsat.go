@@ -230,6 +230,10 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	if lvl.min >= c.CriticalUsage && !storm {
 		sev = Critical
 	}
+	p90 := p.quantile(w, 0.9, series.GenerationTokensHist)
+	cmp.context(kept, "output_length_p90", &p90)
+	cmp.context(kept, "prefix_hit_rate", &hr)
+	cmp.context(kept, "retractions_per_second", &retractions)
 	f := finding(KVSaturation, w, sev, LayerMemory)
 	f.Baselines = kept.orNil()
 	usage := measure{now: lvl.min, nowOK: true, base: base.avg, baseOK: base.ok}
@@ -249,7 +253,6 @@ func (d *KVSaturationDetector) Detect(w Window, now time.Time) []Finding {
 	if outLen.nowOK {
 		f.Evidence = append(f.Evidence, outLen.evidence(outLenName, "tokens", fmt.Sprintf(">= %sx baseline is runaway decode", num(c.OutputLengthRatio))))
 	}
-	p90 := p.quantile(w, 0.9, series.GenerationTokensHist)
 	if p90.nowOK {
 		f.Evidence = append(f.Evidence, p90.evidence("output length p90 (generation_tokens_histogram)", "tokens", ""))
 	}

@@ -145,6 +145,14 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 	if len(kept) == 0 {
 		kept[NoBaseline] = 1
 	}
+	cost := sum(p.rate(w, Sel(series.RetractedInputTokens)), p.rate(w, Sel(series.RetractedOutputTokens)))
+	itl := p.quantile(w, 0.99, series.InterTokenLatency)
+	aborts := p.rate(w, Sel(series.NumAbortedRequestsTotal))
+	queue := p.avg(w, Sel(series.NumQueueReqs))
+	cmp.context(kept, "retracted_tokens_per_second", &cost)
+	cmp.context(kept, "itl_p99", &itl)
+	cmp.context(kept, "aborts_per_second", &aborts)
+	cmp.context(kept, "queued_requests", &queue)
 	f := finding(PreemptStorm, w, sev, LayerMemory)
 	f.Baselines = kept.orNil()
 	f.Evidence = append(f.Evidence, retractions)
@@ -155,23 +163,20 @@ func (d *PreemptStormDetector) Detect(w Window, now time.Time) []Finding {
 		kvText = fmt.Sprintf("KV cache %.0f%% full", 100*kvMax)
 		poolText = fmt.Sprintf("the pool is %.0f%% full", 100*kvMax)
 	}
-	cost := sum(p.rate(w, Sel(series.RetractedInputTokens)), p.rate(w, Sel(series.RetractedOutputTokens)))
 	if cost.nowOK {
 		f.Evidence = append(f.Evidence, cost.evidence("retracted tokens/s (recompute cost)", "/s", ""))
 	}
 	// Retractions push inter-token latency up (recompute, smaller decode
 	// steps between refills); an ITL that fell is no support for a storm
 	// (fewer requests left running decode faster), so it is not offered.
-	itl := p.quantile(w, 0.99, series.InterTokenLatency)
 	itlUp := itl.nowOK && (!itl.baseOK || itl.now > itl.base)
 	if itlUp {
 		f.Evidence = append(f.Evidence, itl.evidence("inter-token latency p99", "s", ""))
 	}
-	aborts := p.rate(w, Sel(series.NumAbortedRequestsTotal))
 	if aborts.nowOK {
 		f.Evidence = append(f.Evidence, aborts.evidence("aborted requests/s", "/s", ""))
 	}
-	if queue := p.avg(w, Sel(series.NumQueueReqs)); queue.nowOK {
+	if queue.nowOK {
 		f.Evidence = append(f.Evidence, queue.evidence(p.avgOver("queued requests"), "", ""))
 	}
 

@@ -87,6 +87,10 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 	kept.base("ttft_mean", ttftMean)
 	queueMean := p.histMean(w, series.QueueTimeSeconds)
 	queue99 := p.quantile(w, 0.99, series.QueueTimeSeconds)
+	queued := p.avg(w, Sel(series.NumQueueReqs))
+	cmp.context(kept, "queue_wait_mean", &queueMean)
+	cmp.context(kept, "queue_wait_p99", &queue99)
+	cmp.context(kept, "queued_requests", &queued)
 	tr := d.triage.Classify(w, now, LatencyHigh)
 
 	// Where the first token's time goes.
@@ -96,7 +100,6 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 		share, shareOK = ratio(queueMean.now, ttftMean.now)
 		share = min(share, 1) // different populations (queue time is observed at admission) can overshoot
 	}
-	queued := p.avg(w, Sel(series.NumQueueReqs))
 	var scheduling bool
 	how := ""
 	switch {
@@ -185,6 +188,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 			"Smooth the arrivals: rate limits per tenant and client backoff keep bursts from becoming queues.")
 	} else {
 		prompts := p.perUnit(w, Sel(series.PromptTokensTotal), Sel(series.NumRequestsTotal))
+		cmp.context(kept, "prompt_tokens_per_request", &prompts)
 		if prompts.nowOK {
 			f.Evidence = append(f.Evidence, prompts.evidence("prompt tokens per finished request", "tokens", ""))
 		}
@@ -192,6 +196,7 @@ func (d *QueueLatencyDetector) Detect(w Window, now time.Time) []Finding {
 		stage := []Match{{Label: "stage", Value: "prefill_forward"}}
 		prefill.now, prefill.nowOK = w.Quantile(0.99, perStageLatency, stage, p.rangeStart, now)
 		prefill.base, prefill.baseOK = w.Quantile(0.99, perStageLatency, stage, p.baseStart, p.rangeStart)
+		cmp.context(kept, "prefill_forward_p99", &prefill)
 		if prefill.nowOK {
 			f.Evidence = append(f.Evidence, prefill.evidence("prefill forward p99 (per_stage_req_latency_seconds)", "s", ""))
 		}

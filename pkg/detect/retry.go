@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -39,14 +40,26 @@ func (d *RetryAvalancheDetector) Class() Class { return RetryAvalanche }
 
 // Baselines keys of retry_avalanche: on an engine the arrivals, the
 // arrivals per completion and the client-visible failures; behind the
-// gateway its retries and upstream attempts per client request.
+// gateway its retries and upstream attempts per client request. The
+// context the page shows beside them is frozen alike (the rest), so no
+// baseline on the page has absorbed the incident.
 const (
 	retryArrivals    = "arrivals_per_second"
 	retryAmp         = "arrivals_per_completion"
 	retryFailures    = "failures_per_second"
 	retryRetries     = "retries_per_second"
 	retryAttemptsAmp = "attempts_per_request"
+
+	retryCompletions = "completions_per_second"
+	retryE2EP99      = "e2e_latency_p99"
+	retryClients     = "client_requests_per_second"
+	retryAttempts    = "upstream_attempts_per_second"
+	retryExhausted   = "exhausted_per_second"
 )
+
+// retryFailureParts are the keys of the client-visible failures' parts,
+// in the order of clientTraffic.retriable.
+var retryFailureParts = []string{"aborts_per_second", "error_responses_per_second"}
 
 // Detect implements Detector.
 //
@@ -117,6 +130,8 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	// Steady traffic sits near 1 (or whatever the mix makes it); retries
 	// push it up because a retried request arrives twice but completes once.
 	completions := p.rate(w, t.completions)
+	context := levelSet{}
+	cmp.context(context, retryCompletions, &completions)
 	amp := measure{}
 	baseAmp := 1.0
 	if completions.nowOK {
@@ -148,6 +163,9 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	if frozen {
 		cmp.onto(retryFailures, &failures)
 	}
+	for i := range failureParts {
+		cmp.context(context, retryFailureParts[i], &failureParts[i])
+	}
 	if !failures.nowOK || failures.now < c.MinFailuresPerSecond {
 		return nil
 	}
@@ -170,11 +188,14 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	if bl.growing || (amp.nowOK && amp.now >= c.CriticalAmplification*max(amp.base, 1)) {
 		sev = Critical
 	}
+	e2e := p.quantile(w, 0.99, series.E2ERequestLatency)
+	cmp.context(context, retryE2EP99, &e2e)
 	f := finding(RetryAvalanche, w, sev, LayerClient)
 	kept := levelSet{}
 	kept.base(retryArrivals, arrivals)
 	kept.base(retryAmp, amp)
 	kept.base(retryFailures, failures)
+	maps.Copy(kept, context)
 	f.Baselines = kept.orNil()
 	f.Evidence = append(f.Evidence,
 		Evidence{Name: "retried arrivals/s (beyond the offered load)", Value: retried, Unit: "/s",
@@ -201,7 +222,6 @@ func (d *RetryAvalancheDetector) engine(w Window, now time.Time, t clientTraffic
 	if bl.m.nowOK {
 		f.Evidence = append(f.Evidence, bl.evidence(c))
 	}
-	e2e := p.quantile(w, 0.99, series.E2ERequestLatency)
 	if e2e.nowOK {
 		f.Evidence = append(f.Evidence, e2e.evidence("end-to-end latency p99", "s", ""))
 	}
@@ -320,6 +340,7 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 	}
 	// Upstream attempts per client request: one when nothing is retried.
 	attempts := p.rate(w, t.attempts)
+	exhausted := p.rate(w, Sel(series.GatewayRetriesExhaustedTotal))
 	amp, attemptsName := measure{}, "upstream attempts per client request"
 	if attempts.nowOK && attempts.now > 0 {
 		amp.now, amp.nowOK = attempts.now/clients.now, true
@@ -339,13 +360,17 @@ func (d *RetryAvalancheDetector) gateway(w Window, now time.Time, t clientTraffi
 	if frozen {
 		amp.base, amp.baseOK = cmp.level(retryAttemptsAmp)
 	}
+	context := levelSet{}
+	cmp.context(context, retryClients, &clients)
+	cmp.context(context, retryAttempts, &attempts)
+	cmp.context(context, retryExhausted, &exhausted)
 	kept := levelSet{}
 	kept.base(retryRetries, retries)
 	kept.base(retryAttemptsAmp, amp)
 	if _, ok := kept[retryRetries]; !ok {
 		kept = levelSet{NoBaseline: 1}
 	}
-	exhausted := p.rate(w, Sel(series.GatewayRetriesExhaustedTotal))
+	maps.Copy(kept, context)
 	openBreakers, okBreakers := w.Max(Selector{Name: series.GatewayCircuitBreakerState, Combine: CombineMax}, p.rangeStart, now)
 	bl := d.backlog(w, now, t.active, "in-flight requests to workers")
 
