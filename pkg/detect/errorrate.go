@@ -285,6 +285,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			"Lower max_tokens for the heaviest clients or routes: shorter answers free batch slots and KV sooner, so more requests complete.",
 		}
 	case retrying && t.gateway:
+		res.Summary += fmt.Sprintf(" — the gateway retries %s/s of %s client requests/s", num(retries), num(arrivals))
 		diag = append(diag, fmt.Sprintf("Users are failing, and the gateway is retrying: %s retries/s against %s client requests/s. Retries multiply the load on the workers: this is a retry loop, and the retry avalanche runbook says how to break it.",
 			num(retries), num(arrivals)))
 		res.Emergency = []string{
@@ -292,6 +293,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 			"Then add capacity for the real traffic.",
 		}
 	case retrying:
+		res.Summary += fmt.Sprintf(" — clients retrying: %s requests/s arrive for about %s/s of fresh traffic", num(arrivals), num(offered))
 		diag = append(diag, fmt.Sprintf("Users are failing, and clients are retrying: %s requests/s arrive for about %s/s of fresh traffic (%s); the rest are failed requests sent again. This is a retry loop, and the retry avalanche runbook says how to break it.",
 			num(arrivals), num(offered), d.retry.freshTrafficBasis(base)))
 		res.Emergency = []string{

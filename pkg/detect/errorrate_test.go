@@ -103,6 +103,18 @@ func TestErrorRatePages(t *testing.T) {
 		// the engine's fresh-traffic reading.
 		contains(t, "diagnosis", f.Diagnosis, "Overload", "No retries are visible (the gateway retries 0/s)")
 	})
+	t.Run("gateway retrying: the headline says so", func(t *testing.T) {
+		s := newScenario(
+			counter(series.GatewayHTTPRequestsTotal, constant(40), "method", "POST", "path", chat),
+			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 40, 30), "path", chat, "status_code", "200"),
+			counter(series.GatewayHTTPResponsesTotal, stepAt(incident, 0, 10), "path", chat, "status_code", "502"),
+			counter(series.GatewayRetriesTotal, stepAt(incident, 0, 15)),
+		)
+		s.kind, s.model = "gateway", ""
+		f := one(t, run(t, s, detect.ErrorRate))
+		contains(t, "summary", f.Summary, " — the gateway retries 15/s of 40 client requests/s")
+		contains(t, "diagnosis", f.Diagnosis, "the gateway is retrying", "the retry avalanche runbook says how to break it")
+	})
 }
 
 func TestErrorRateDoesNotPage(t *testing.T) {
@@ -328,6 +340,7 @@ func TestSimulatedRetryStormIsARetryAvalanche(t *testing.T) {
 		t.Error("the avalanche does not explain the failing requests")
 	}
 	contains(t, "error_rate diagnosis", er.Diagnosis, "clients are retrying", "the retry avalanche runbook says how to break it")
+	contains(t, "error_rate summary", er.Summary, " — clients retrying: "+detect.FormatNumber(evidenceNamed(t, er, "arrivals/s").Value)+" requests/s arrive")
 	if strings.Contains(er.Diagnosis, "Overload") {
 		t.Errorf("a retry storm diagnosed as overload: %s", er.Diagnosis)
 	}
