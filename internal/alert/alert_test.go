@@ -475,7 +475,7 @@ func TestResolveKeepsThePagedSeverityAndSaysWhatEnded(t *testing.T) {
 	if res.Severity != detect.Critical {
 		t.Errorf("resolve severity %s, want the critical the incident paged at", res.Severity)
 	}
-	if res.Headline != "r1: Preemption storm over after 1 min; now queue 3, p99 TTFT 0.4 s" {
+	if res.Headline != "r1: Preemption storm over after 1 min 30 s; now queue 3, p99 TTFT 0.4 s" {
 		t.Errorf("resolve headline %q", res.Headline)
 	}
 	if len(res.Recovered) == 0 || len(res.Evidence) == 0 {

@@ -329,22 +329,33 @@ func NowLabel(ev Event) string {
 	return "last " + FormatDuration(time.Duration(ev.RecoveredSeconds*float64(time.Second)))
 }
 
-// FormatDuration renders a duration for people: "45 s", "12 min",
-// "1 h 5 min", "2 d 3 h".
+// FormatDuration renders a duration for people: "45 s", "1 min 53 s",
+// "12 min", "1 h 5 min", "2 d 3 h".
 func FormatDuration(d time.Duration) string {
-	d = d.Round(time.Second)
-	switch {
-	case d < time.Minute:
+	// Each unit is rounded to, not cut at, and a short span keeps its
+	// seconds: 1 min 53 s does not read "1 min" beside the two times it
+	// lies between.
+	if d = d.Round(time.Second); d < time.Minute {
 		return fmt.Sprintf("%d s", int(d.Seconds()))
-	case d < time.Hour:
+	}
+	if d < 10*time.Minute {
+		m, sec := int(d.Minutes()), int(d.Seconds())%60
+		if sec == 0 {
+			return fmt.Sprintf("%d min", m)
+		}
+		return fmt.Sprintf("%d min %d s", m, sec)
+	}
+	if d = d.Round(time.Minute); d < time.Hour {
 		return fmt.Sprintf("%d min", int(d.Minutes()))
-	case d < 24*time.Hour:
+	}
+	if d < 24*time.Hour {
 		h, m := int(d.Hours()), int(d.Minutes())%60
 		if m == 0 {
 			return fmt.Sprintf("%d h", h)
 		}
 		return fmt.Sprintf("%d h %d min", h, m)
 	}
+	d = d.Round(time.Hour)
 	days, h := int(d.Hours())/24, int(d.Hours())%24
 	if h == 0 {
 		return fmt.Sprintf("%d d", days)

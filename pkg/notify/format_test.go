@@ -132,11 +132,17 @@ func TestTriageShownOnce(t *testing.T) {
 
 func TestFormatDuration(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		45 * time.Second:                "45 s",
-		12*time.Minute + 30*time.Second: "12 min",
-		time.Hour:                       "1 h",
-		65 * time.Minute:                "1 h 5 min",
-		51 * time.Hour:                  "2 d 3 h",
+		45 * time.Second:                                      "45 s",
+		59*time.Second + 600*time.Millisecond:                 "1 min",
+		12*time.Minute + 29*time.Second:                       "12 min",
+		time.Minute + 53*time.Second:                          "1 min 53 s",
+		2 * time.Minute:                                       "2 min",
+		9*time.Minute + 59*time.Second + 700*time.Millisecond: "10 min",
+		59*time.Minute + 40*time.Second:                       "1 h",
+		time.Hour:                                             "1 h",
+		65 * time.Minute:                                      "1 h 5 min",
+		51 * time.Hour:                                        "2 d 3 h",
+		51*time.Hour + 40*time.Minute:                         "2 d 4 h",
 	} {
 		if got := notify.FormatDuration(d); got != want {
 			t.Errorf("FormatDuration(%s) = %q, want %q", d, got, want)
