@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -355,4 +356,38 @@ func triageAgrees(ev notify.Event) []string {
 		return []string{fmt.Sprintf("event: the evidence shows the KV pool full, the triage says room is left unused: %q", ev.Triage)}
 	}
 	return nil
+}
+
+// The README shows a page in its log form. It must be the storm's golden
+// page, shortened only where a line ends in "..." or an evidence line is
+// left out, so the user's guide cannot show wording the code no longer
+// sends.
+func TestREADMEPageIsTheGoldenPage(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "A page, in its log form:\n\n```\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("the README has no page in its log form")
+	}
+	page, err := os.ReadFile(filepath.Join("testdata", "pages", "preempt_storm.trigger.log.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := strings.Split(string(page), "\n")
+	next := 0 // README lines follow the page's order
+	for _, line := range strings.Split(strings.TrimSuffix(block, "\n"), "\n") {
+		if strings.TrimSpace(line) == "..." {
+			continue
+		}
+		want, cut := strings.CutSuffix(line, " ...")
+		at := slices.IndexFunc(golden[next:], func(g string) bool { return g == want || (cut && strings.HasPrefix(g, want)) })
+		if at < 0 {
+			t.Errorf("the README's page line is not in the golden page (in order):\n%s", line)
+			continue
+		}
+		next += at + 1
+	}
 }
