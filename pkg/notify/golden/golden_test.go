@@ -358,10 +358,10 @@ func triageAgrees(ev notify.Event) []string {
 	return nil
 }
 
-// The README shows a page in its log form. It must be the storm's golden
-// page, shortened only where a line ends in "..." or an evidence line is
-// left out, so the user's guide cannot show wording the code no longer
-// sends.
+// The README quotes a headline and shows a page in its log form. Both are
+// the storm's golden page, the page shortened only where a line ends in
+// "..." or an evidence line is left out, so the user's guide cannot show
+// wording the code no longer sends.
 func TestREADMEPageIsTheGoldenPage(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
 	if err != nil {
@@ -377,6 +377,12 @@ func TestREADMEPageIsTheGoldenPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden := strings.Split(string(page), "\n")
+	// Its opening quotes the same page's headline.
+	_, felt, _ := strings.Cut(string(readme), "**what users feel**: \"")
+	felt, _, _ = strings.Cut(felt, "\";")
+	if headline := strings.TrimSuffix(strings.TrimPrefix(golden[0], "=== [CRITICAL] "), " ==="); strings.Join(strings.Fields(felt), " ") != headline {
+		t.Errorf("the README quotes the headline %q; the page sends %q", felt, headline)
+	}
 	next := 0 // README lines follow the page's order
 	for _, line := range strings.Split(strings.TrimSuffix(block, "\n"), "\n") {
 		if strings.TrimSpace(line) == "..." {
