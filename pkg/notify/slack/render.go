@@ -330,9 +330,15 @@ func ChangeText(last, ev notify.Event) string {
 	if ev.Draining && !last.Draining {
 		parts = append(parts, "*Cause cleared*, what it caused is still here: "+Escape(ev.Summary))
 	}
+	// A class change is the cause found after its consequence paged: the
+	// reply says so, and the former class is no new member.
+	renamed := last.Fingerprint != "" && last.Class != "" && last.Class != ev.Class
+	if renamed {
+		parts = append(parts, "*Cause identified:* "+Escape(ev.Class)+"; the incident is named after it")
+	}
 	var joined []string
 	for _, c := range ev.Explains {
-		if !slices.Contains(last.Explains, c) {
+		if !slices.Contains(last.Explains, c) && !(renamed && c == last.Class) {
 			joined = append(joined, c)
 		}
 	}

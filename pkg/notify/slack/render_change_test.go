@@ -29,3 +29,21 @@ func TestChangeTextSaysWhatGrew(t *testing.T) {
 		t.Errorf("nothing grew, yet: %s", same)
 	}
 }
+
+// The cause found after its consequence paged renames the incident: the
+// reply names the cause, not the consequence as something new.
+func TestChangeTextSaysTheCauseWasIdentified(t *testing.T) {
+	last := notifytest.CacheCollapse(time.Unix(100, 0))
+	ev := notifytest.Update(notifytest.PreemptStorm(time.Unix(100, 0)), time.Unix(104, 0), detect.Critical)
+	ev.Fingerprint = last.Fingerprint
+	ev.Explains, ev.ExplainedBy = []string{"cache_collapse", "error_rate"}, nil
+	text := ChangeText(last, ev)
+	for _, want := range []string{"Cause identified:* preempt_storm; the incident is named after it", "Now also:* error_rate"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("thread reply lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "cache_collapse") {
+		t.Errorf("the former class reads as new:\n%s", text)
+	}
+}
