@@ -40,9 +40,9 @@ func (d *RetryAvalancheDetector) Class() Class { return RetryAvalanche }
 
 // Baselines keys of retry_avalanche: on an engine the arrivals, the
 // arrivals per completion and the client-visible failures; behind the
-// gateway its retries and upstream attempts per client request. The
-// context the page shows beside them is frozen alike (the rest), so no
-// baseline on the page has absorbed the incident.
+// gateway its retries and upstream attempts per client request. The keys
+// after them are the context a page shows beside those, frozen alike so
+// that no baseline on the page has absorbed the incident.
 const (
 	retryArrivals    = "arrivals_per_second"
 	retryAmp         = "arrivals_per_completion"
