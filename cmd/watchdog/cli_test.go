@@ -71,6 +71,7 @@ func startRun(t *testing.T, args []string, env map[string]string) (stderr, liste
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
 	}
+	logs.end(t)
 	return logs.text() + "\n" + stderr, listen
 }
 
@@ -167,6 +168,7 @@ func waitingDaemon(t *testing.T, args []string, env map[string]string) string {
 	if err := <-done; err != nil {
 		t.Errorf("run: %v", err)
 	}
+	logs.end(t)
 	return logs.text()
 }
 

@@ -53,6 +53,7 @@ func TestDemoStartsAndStopsCleanly(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("demo returned %v", err)
 	}
+	out.end(t) // the collector may not have read the last line yet
 	if !strings.Contains(out.text(), "demo stopped.") {
 		t.Error("no clean stop message")
 	}

@@ -161,6 +161,23 @@ func (l *lines) waitFor(t *testing.T, what string, match func(string) bool) stri
 	}
 }
 
+// end waits until the writer has closed the stream and every line it
+// wrote has been read: only then does text hold the last of them.
+func (l *lines) end(t *testing.T) {
+	t.Helper()
+	deadline := time.After(45 * time.Second)
+	for {
+		select {
+		case _, ok := <-l.ch:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the stream did not end within 45s")
+		}
+	}
+}
+
 func (l *lines) text() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
