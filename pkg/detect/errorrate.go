@@ -444,7 +444,7 @@ func (c ErrorRateConfig) doc() doc {
 	return doc{
 		name:     "Request failures",
 		means:    "users failing, whatever the cause",
-		signals:  "share of inference requests answered 5xx, shed with 429/503 or aborted over 2 min: warning ≥ 1%, critical ≥ 5%, with ≥ 60 requests and ≥ 5 failures; filed under whichever cause is firing; alone it says \"overload\" and what to do",
+		signals:  "share of inference requests answered 5xx, shed with 429/503 or aborted over 2 min: warning ≥ 1%, critical ≥ 5%, with ≥ 60 requests and ≥ 5 failures; filed under whichever cause is firing; alone it says whether it is overload or clients retrying, and what to do",
 		settings: "Users failing: the share of inference requests answered 5xx, shed with 429/503 or aborted, against an absolute objective. It is the consequence of any cause firing on the replica; alone, usually overload.",
 	}
 }
