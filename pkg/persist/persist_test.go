@@ -266,9 +266,17 @@ func TestFailingEarlierDocumentHoldsBackLaterOnes(t *testing.T) {
 		}
 
 		s.setFail("notify-slack", errors.New("configmaps is forbidden"))
+		// The writer is kept in a write of another document while the
+		// three below are saved, so that one batch holds all three (it
+		// would otherwise be free to take alerts [2] alone, and rightly
+		// write it: it was saved before the others).
+		gate := s.block()
+		r.w.Save("other", doc{V: []int{0}})
+		synctest.Wait()
 		r.w.Save("alerts", doc{V: []int{2}}) // saved first, ranked last
 		r.w.Save("notify-slack", doc{V: []int{10}})
 		r.w.Save("notify-pagerduty", doc{V: []int{20}})
+		close(gate)
 		synctest.Wait()
 		if got := s.raw("alerts"); got != `{"v":[1]}` {
 			t.Errorf("alerts = %s while notify-slack is not written; want [1] held", got)
