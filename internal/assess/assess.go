@@ -224,7 +224,7 @@ func (a *Assessor) replica(w detect.Window, now time.Time) Replica {
 	for _, d := range a.detectors {
 		st.Findings = append(st.Findings, d.Detect(w, now)...)
 	}
-	st.Triage = a.cfg.Triage.Classify(w, now, knownLatency(st.Findings))
+	st.Triage = a.triage(w, now, st.Findings)
 	st.Snapshot = ReadSnapshot(w, now.Add(-a.cfg.Triage.Range), now, a.cfg.ArrivalEndpoints)
 	st.Recent = ReadRecent(w, now.Add(-RecentSpan(a.cfg.Triage)), now)
 	st.annotate()
@@ -234,6 +234,32 @@ func (a *Assessor) replica(w detect.Window, now time.Time) Replica {
 // RecentSpan is the span of a replica's Recent snapshot: a quarter of the
 // triage range (15 s of the default minute), a few scrapes.
 func RecentSpan(c detect.TriageConfig) time.Duration { return c.Range / 4 }
+
+// triage is the replica's one layer triage at now, given its findings:
+// what they established of its latency, and the cause they name.
+func (a *Assessor) triage(w detect.Window, now time.Time, fs []detect.Finding) detect.TriageResult {
+	return a.cfg.Triage.Classify(w, now, knownLatency(fs)).ExplainedBy(latencyCause(fs))
+}
+
+// latencyCause is the class of the finding among fs that explains the
+// replica's latency, by the causal positions the detectors declare: one
+// that explains a latency finding (queue_latency) and that no other such
+// finding explains. "" when none does.
+func latencyCause(fs []detect.Finding) detect.Class {
+	latency := detect.Finding{Class: detect.QueueLatency}
+	var causes []detect.Finding
+	for _, f := range fs {
+		if detect.Explains(f, latency) {
+			causes = append(causes, f)
+		}
+	}
+	for _, c := range causes {
+		if !slices.ContainsFunc(causes, func(o detect.Finding) bool { return detect.Explains(o, c) }) {
+			return c.Class
+		}
+	}
+	return ""
+}
 
 // knownLatency is what the latency findings among fs established: a
 // slower decode, or latency high; the triage judges the rest.

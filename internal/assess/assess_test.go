@@ -3,6 +3,7 @@ package assess
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +104,37 @@ func TestRoundHasOneSnapshotAndOneTriagePerReplica(t *testing.T) {
 	}
 	if _, ok := round.Replica("nope"); ok {
 		t.Error("found a replica that does not exist")
+	}
+}
+
+// A replica whose latency goes into executing single requests is sent to
+// the finding on it that explains that latency (the root one, where one
+// explains another), not to profiling; with none, the generic walk stays.
+func TestExecutionTriageNamesTheFindingThatExplainsTheLatency(t *testing.T) {
+	for _, c := range []struct {
+		found []detect.Class
+		cause string
+	}{
+		{[]detect.Class{detect.QueueLatency}, ""},
+		{[]detect.Class{detect.QueueLatency, detect.ErrorRate}, ""},
+		{[]detect.Class{detect.QueueLatency, detect.LoraThrash}, "LoRA thrash"},
+		{[]detect.Class{detect.PreemptStorm, detect.CacheCollapse, detect.QueueLatency}, "Prefix-cache collapse"},
+	} {
+		var ds []detect.Detector
+		for _, class := range c.found {
+			ds = append(ds, findsOn{class: class, on: map[string]bool{"r2": true}, triaged: true})
+		}
+		a := New(ds, Config{Triage: detect.DefaultConfig().Triage, Correlation: correlate.DefaultConfig()})
+		r2, _ := a.Assess(store(t), t0, nil).Replica("r2")
+		tr := r2.Triage
+		if tr.Verdict != detect.TriageExecution {
+			t.Fatalf("%v: verdict %s, want the execution side (1 running, none queued, latency high)", c.found, tr.Verdict)
+		}
+		generic := strings.Contains(tr.NextStep, "only then profile")
+		named := c.cause != "" && strings.Contains(tr.NextStep, "this replica's "+c.cause+" finding explains")
+		if c.cause == "" && !generic || c.cause != "" && (generic || !named) {
+			t.Errorf("%v: next step %q, want it to point at %q (none: the generic walk)", c.found, tr.NextStep, c.cause)
+		}
 	}
 }
 

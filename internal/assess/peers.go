@@ -189,9 +189,10 @@ func median(vs []float64) float64 {
 
 // rejudge runs again the detectors refs gives a Peers reference to, on w
 // (which gives refs), and keeps st's other findings in detector order; the
-// triage is classified again only when the latency findings changed.
+// triage is classified again only when what the findings establish of the
+// latency, or the cause they name, changed.
 func (a *Assessor) rejudge(st Replica, w detect.Window, now time.Time, refs detect.References) Replica {
-	before := knownLatency(st.Findings)
+	before, beforeCause := knownLatency(st.Findings), latencyCause(st.Findings)
 	again := func(c detect.Class) bool {
 		r, ok := refs[c]
 		return ok && r.Source == detect.Peers
@@ -215,8 +216,8 @@ func (a *Assessor) rejudge(st Replica, w detect.Window, now time.Time, refs dete
 		}
 	}
 	st.Findings = fs
-	if known := knownLatency(fs); known != before {
-		st.Triage = a.cfg.Triage.Classify(w, now, known)
+	if knownLatency(fs) != before || latencyCause(fs) != beforeCause {
+		st.Triage = a.triage(w, now, fs)
 	}
 	st.annotate()
 	return st

@@ -363,6 +363,19 @@ func (c TriageConfig) Classify(w Window, now time.Time, known KnownLatency) Tria
 	return t
 }
 
+// ExplainedBy gives the execution-side verdict the cause a finding on the
+// replica names (a thrashing LoRA pool, a slower decode, a collapsed prefix
+// cache): with a cause on the page, splitting request timelines and then
+// profiling is the wrong first move, so the step points at that finding's
+// steps. The other verdicts keep their steps, which follow from the load.
+func (t TriageResult) ExplainedBy(cause Class) TriageResult {
+	if t.Verdict == TriageExecution && cause != "" {
+		t.NextStep = "neither admission nor load explains the latency, the time goes into executing single requests, which this replica's " +
+			Title(cause) + " finding explains: take its steps first, and split slow requests' timelines (sglang:per_stage_req_latency_seconds) only if the latency outlasts it"
+	}
+	return t
+}
+
 // admissionStep is the next step for requests waiting while the batch is
 // not at its cap and the KV pool not full: what it says depends on what
 // the numbers show of the cap and the pool.
