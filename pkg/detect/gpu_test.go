@@ -144,7 +144,8 @@ func TestXid79IsACriticalGPUFault(t *testing.T) {
 	}, nil)
 	f := onlyGPU(t, got, "dcgm-a/gpu1", detect.GPUFault)
 	if f.Severity != detect.Critical || !strings.Contains(f.Summary, "Xid 79") ||
-		!strings.Contains(f.Summary, "GPU 1 on node gpu-node-a (NVIDIA H100 80GB HBM3, GPU-9c3e2d14-77a0-41f9-b2c8-0e5d6a8f3b12)") ||
+		!strings.HasSuffix(f.Summary, "on GPU 1 on node gpu-node-a") ||
+		!strings.Contains(f.Diagnosis, "GPU 1 on node gpu-node-a (NVIDIA H100 80GB HBM3, GPU-9c3e2d14-77a0-41f9-b2c8-0e5d6a8f3b12)") ||
 		!strings.Contains(f.Diagnosis, "fallen off the bus") || !strings.Contains(f.Diagnosis, "pod llm/llama-70b-0") ||
 		!strings.Contains(strings.Join(f.Emergency, " "), "cordon and drain the node") {
 		t.Errorf("%s %q\n%s\n%v", f.Severity, f.Summary, f.Diagnosis, f.Emergency)
@@ -344,4 +345,28 @@ func TestGoldenPageEventsGPUThrottled(t *testing.T) {
 		gauge(series.DCGMClockEventReasons, stepAt(at, 4, 76)),
 		gauge(series.DCGMSMClock, stepAt(at, 1980, 1035)),
 		gauge(series.DCGMGPUTemp, stepAt(at, 62, 92)))})
+}
+
+// A headline names the GPU where on-call goes (index and node); its model
+// and UUID, which a hardware ticket needs, stay in the diagnosis. Without
+// index and node the UUID is the name, and without labels the target's.
+func TestGPUNameIsWhereOnCallGoes(t *testing.T) {
+	full := map[string]string{series.GPUIndex: "3", series.GPUNode: "n1", series.GPUModel: "NVIDIA H100", series.GPUUUID: "GPU-abc"}
+	for _, c := range []struct {
+		labels            map[string]string
+		name, description string
+	}{
+		{full, "GPU 3 on node n1", "GPU 3 on node n1 (NVIDIA H100, GPU-abc)"},
+		{map[string]string{series.GPUNode: "n1"}, "GPU on node n1", "GPU on node n1"},
+		{map[string]string{series.GPUUUID: "GPU-abc"}, "GPU GPU-abc", "GPU (GPU-abc)"},
+		{nil, "GPU dcgm/0", "GPU dcgm/0"},
+	} {
+		r := detect.Replica{Name: "dcgm/0", Labels: c.labels}
+		if got := detect.GPUName(r); got != c.name {
+			t.Errorf("GPUName(%v) = %q, want %q", c.labels, got, c.name)
+		}
+		if got := detect.GPUDescription(r); got != c.description {
+			t.Errorf("GPUDescription(%v) = %q, want %q", c.labels, got, c.description)
+		}
+	}
 }

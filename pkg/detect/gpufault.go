@@ -145,7 +145,7 @@ func (d *GPUFaultDetector) Detect(w Window, now time.Time) []Finding {
 		meanings = append(meanings, ft.name+": "+ft.meaning)
 		f.Evidence = append(f.Evidence, ft.evidence)
 	}
-	f.Summary = fmt.Sprintf("GPU fault: %s on %s", strings.Join(names, ", "), gpu)
+	f.Summary = fmt.Sprintf("GPU fault: %s on %s", strings.Join(names, ", "), GPUName(r))
 	f.Diagnosis = sentence(
 		fmt.Sprintf("GPU layer: %s recorded %s.", gpu, strings.Join(meanings, "; ")),
 		"Whatever runs on this GPU is slowed, stalled or killed by it: the SGLang replica that holds it shows the effect (slower tokens, a hang, a crash), not the fault.",
@@ -221,17 +221,22 @@ func risen(w Window, family string, from, now time.Time) (float64, bool) {
 	return inc, true
 }
 
-// GPUDescription names a GPU replica on a page: its index, node, model and
-// UUID, as far as the exporter says them.
+// GPUName names a GPU replica in a headline: its index and node, which is
+// where on-call goes; its UUID only when the exporter says neither.
+func GPUName(r Replica) string {
+	if s := gpuPlace(r.Labels); s != "GPU" {
+		return s
+	}
+	if u := r.Labels[series.GPUUUID]; u != "" {
+		return "GPU " + u
+	}
+	return "GPU " + r.Name
+}
+
+// GPUDescription names a GPU replica in a diagnosis: its index, node, model
+// and UUID (what a hardware ticket needs), as far as the exporter says them.
 func GPUDescription(r Replica) string {
 	l := r.Labels
-	s := "GPU"
-	if i := l[series.GPUIndex]; i != "" {
-		s += " " + i
-	}
-	if n := l[series.GPUNode]; n != "" {
-		s += " on node " + n
-	}
 	var id []string
 	if m := l[series.GPUModel]; m != "" {
 		id = append(id, m)
@@ -239,11 +244,24 @@ func GPUDescription(r Replica) string {
 	if u := l[series.GPUUUID]; u != "" {
 		id = append(id, u)
 	}
+	s := gpuPlace(l)
 	if len(id) > 0 {
-		s += " (" + strings.Join(id, ", ") + ")"
+		return s + " (" + strings.Join(id, ", ") + ")"
 	}
 	if s == "GPU" {
-		s = "GPU " + r.Name
+		return "GPU " + r.Name
+	}
+	return s
+}
+
+// gpuPlace is "GPU <index> on node <node>", as far as the labels say them.
+func gpuPlace(l map[string]string) string {
+	s := "GPU"
+	if i := l[series.GPUIndex]; i != "" {
+		s += " " + i
+	}
+	if n := l[series.GPUNode]; n != "" {
+		s += " on node " + n
 	}
 	return s
 }

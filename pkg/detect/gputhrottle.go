@@ -106,7 +106,7 @@ func (d *GPUThrottledDetector) Detect(w Window, now time.Time) []Finding {
 	if temp, ok := w.Max(Sel(series.DCGMGPUTemp), from, now); ok {
 		f.Evidence = append(f.Evidence, Evidence{Name: "GPU temperature (highest in the range)", Value: temp, Unit: "°C"})
 	}
-	f.Summary = fmt.Sprintf("GPU throttled: %s on %s for %s of the last %s", strings.Join(names, ", "), gpu, pct(shares[0]), ShortDuration(c.Range))
+	f.Summary = fmt.Sprintf("GPU throttled: %s on %s for %s of the last %s", strings.Join(names, ", "), GPUName(r), pct(shares[0]), ShortDuration(c.Range))
 	f.Diagnosis = sentence(
 		fmt.Sprintf("GPU layer: %s held its clocks down in most scrapes of the last %s: %s.", gpu, ShortDuration(c.Range), strings.Join(meanings, "; ")),
 		strings.TrimSpace(clock),
