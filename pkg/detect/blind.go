@@ -281,14 +281,14 @@ type MetricsBlindConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Grace after a replica is first seen or restarts: a starting server's
 	// first scrapes may be partial.
-	Grace time.Duration `yaml:"grace"`
+	Grace time.Duration `yaml:"grace" doc:"no verdict this long after a replica is first seen or restarts"`
 	// Range: a family counts as missing when it had no value in the whole
 	// range (or since the start, when younger).
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"a family is missing when it had no value in the whole range"`
 	// FailuresToReport is how many consecutive unusable answers of /metrics
 	// (an HTTP error, an HTML page, a truncated exposition) make the target
 	// blind.
-	FailuresToReport int `yaml:"failures_to_report"`
+	FailuresToReport int `yaml:"failures_to_report" doc:"consecutive unusable answers of /metrics: blind"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.

@@ -574,9 +574,9 @@ type CacheCollapseConfig struct {
 	// Range is the recent window the hit rate is computed over (from
 	// counters: hit tokens / prompt tokens). Longer than the other
 	// detectors' because hit rates of a few batches are noisy.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"recent window the hit rate is read over (from counters)"`
 	// Baseline is the window just before Range the hit rate is compared to.
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"the \"normal\" window just before it"`
 	// MinPromptTokens is the fewest prompt tokens in Range (and in Baseline)
 	// for a verdict: a quiet replica's hit rate means nothing.
 	MinPromptTokens float64 `yaml:"min_prompt_tokens" doc:"fewer prompt tokens in range or baseline: no verdict"`

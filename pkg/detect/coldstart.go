@@ -233,21 +233,21 @@ type ColdStartConfig struct {
 	// StartupBudget is how long a replica may take from its (re)start to
 	// serving. Large models load for minutes; CUDA graph capture adds up to
 	// a minute.
-	StartupBudget time.Duration `yaml:"startup_budget"`
+	StartupBudget time.Duration `yaml:"startup_budget" doc:"from a (re)start to serving; longer: a warning"`
 	// CriticalAfter makes the finding critical.
-	CriticalAfter time.Duration `yaml:"critical_after"`
+	CriticalAfter time.Duration `yaml:"critical_after" doc:"up but serving nothing this long after a start: critical"`
 	// DemandRange: requests must have been waiting (queued or in flight)
 	// over this whole recent range to count as demand that is not served.
-	DemandRange time.Duration `yaml:"demand_range"`
+	DemandRange time.Duration `yaml:"demand_range" doc:"requests waiting over this whole range are unserved demand"`
 	// InferenceEndpoints are the endpoint label values whose in-flight
 	// requests count as demand, "|"-separated.
-	InferenceEndpoints string `yaml:"inference_endpoints"`
+	InferenceEndpoints string `yaml:"inference_endpoints" doc:"endpoint values whose in-flight requests count as demand"`
 	// MinProbes is the fewest /health_generate probes since the start, all
 	// failed, for the probe to say "not ready".
-	MinProbes int `yaml:"min_probes"`
+	MinProbes int `yaml:"min_probes" doc:"failed /health_generate probes since the start for \"not ready\""`
 	// FreshRequests: at most this many finished requests since the start
 	// (the warm-up) still counts as a fresh process.
-	FreshRequests float64 `yaml:"fresh_requests"`
+	FreshRequests float64 `yaml:"fresh_requests" doc:"finished requests since the start that still count as warming up"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.

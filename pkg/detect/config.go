@@ -57,33 +57,33 @@ func Edit[T settings[T]](c *Config, edit func(*T)) {
 }
 
 // triageDoc is the comment over the triage's section of configs/watchdog.yaml.
-const triageDoc = "Layer triage attached to latency-type findings: running vs waiting vs latency."
+const triageDoc = "The layer triage every replica carries (not a detector: no enabled): running vs waiting vs latency."
 
 // TriageConfig tunes the layer triage (running vs waiting vs latency).
 type TriageConfig struct {
 	// Range is the recent window running and queued requests are averaged
 	// over.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"running and queued requests are averaged over it"`
 	// CapacityLookback: without max_running_requests exposed, the running
 	// batch is compared with its highest value in this lookback.
 	CapacityLookback time.Duration `yaml:"capacity_lookback" doc:"the batch cap is estimated from the highest running count seen"`
 	// RunningHighFraction of the capacity is "running high".
-	RunningHighFraction float64 `yaml:"running_high_fraction"`
+	RunningHighFraction float64 `yaml:"running_high_fraction" doc:"of the batch cap is \"running high\""`
 	// MinRunning: fewer running requests are never "high".
-	MinRunning float64 `yaml:"min_running"`
+	MinRunning float64 `yaml:"min_running" doc:"fewer running requests are never \"high\""`
 	// MinQueued and QueuedToRunning: "waiting high" is at least MinQueued
 	// queued requests and at least QueuedToRunning per running one.
-	MinQueued       float64 `yaml:"min_queued"`
-	QueuedToRunning float64 `yaml:"queued_to_running"`
+	MinQueued       float64 `yaml:"min_queued" doc:"\"waiting high\": at least this many queued ..."`
+	QueuedToRunning float64 `yaml:"queued_to_running" doc:"... and this many per running request"`
 	// KVFullUsage: KV usage at or above it means admission is bound by
 	// memory.
-	KVFullUsage float64 `yaml:"kv_full_usage"`
+	KVFullUsage float64 `yaml:"kv_full_usage" doc:"KV usage at which admission is bound by memory"`
 	// LatencyRatio and LatencyBaseline: for a triage on its own (not
 	// attached to a latency finding), latency is "high" when a p99 (TTFT,
 	// inter-token, end-to-end) over Range is at least LatencyRatio times
 	// its value in the LatencyBaseline before.
-	LatencyRatio    float64       `yaml:"latency_ratio"`
-	LatencyBaseline time.Duration `yaml:"latency_baseline"`
+	LatencyRatio    float64       `yaml:"latency_ratio" doc:"a latency p99 or mean this many times its baseline is \"high\" ..."`
+	LatencyBaseline time.Duration `yaml:"latency_baseline" doc:"... the baseline being this span before the range"`
 	// SlowTTFT and SlowInterToken judge latency when no baseline covers
 	// the range (a young replica, a one-shot `diagnose`): a p99 at or above
 	// them is "high". They are for the triage only; nothing pages on them.

@@ -544,28 +544,28 @@ type DecodeSlowdownConfig struct {
 	// Enabled turns the detector on.
 	Enabled bool `yaml:"enabled"`
 	// Range is the recent window inter-token latency is read over.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"recent window inter-token latency is read over"`
 	// Baseline is the window just before Range that "normal" is taken from.
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"the \"normal\" window just before it"`
 	// MinTokens is the fewest inter-token observations in Range.
-	MinTokens float64 `yaml:"min_tokens"`
+	MinTokens float64 `yaml:"min_tokens" doc:"fewer inter-token observations in range: no verdict"`
 	// ITLRatio: inter-token latency (p99 or mean) at least this many times
 	// its baseline ...
-	ITLRatio float64 `yaml:"itl_ratio"`
+	ITLRatio float64 `yaml:"itl_ratio" doc:"inter-token p99 or mean this many times its baseline ..."`
 	// MinITLSeconds: ... with the p99 at least this long.
-	MinITLSeconds float64 `yaml:"min_itl_seconds"`
+	MinITLSeconds float64 `yaml:"min_itl_seconds" doc:"... with the p99 at least this long"`
 	// BatchTolerance is "roughly unchanged": running requests and the
 	// batch's summed sequence length within this fraction of the baseline.
 	// A batch that grew with the arrivals is load, not a slowdown.
 	BatchTolerance float64 `yaml:"batch_tolerance" doc:"batch size change still counted as \"unchanged\""`
 	// ArrivalEndpoints are the endpoints whose arrivals tell load growth
 	// from a backlog that the slowdown itself built, "|"-separated.
-	ArrivalEndpoints string `yaml:"arrival_endpoints"`
+	ArrivalEndpoints string `yaml:"arrival_endpoints" doc:"endpoints whose arrivals tell load growth from the backlog a slowdown builds"`
 	// RetractionsPerSecond: at or above it the slowdown is a preemption
 	// storm's (preempt_storm pages), not the GPU's.
-	RetractionsPerSecond float64 `yaml:"retractions_per_second"`
+	RetractionsPerSecond float64 `yaml:"retractions_per_second" doc:"at or above: the slowdown is a preemption storm's (preempt_storm pages)"`
 	// CriticalITLRatio makes the finding critical.
-	CriticalITLRatio float64 `yaml:"critical_itl_ratio"`
+	CriticalITLRatio float64 `yaml:"critical_itl_ratio" doc:"p99 or mean this many times its baseline: critical"`
 	// RecoveredRatio: an established slowdown (an incident's, its baseline
 	// frozen at onset, or one whose onset is still in the window) holds
 	// while the p99 or the mean stays at least this many times the

@@ -352,11 +352,11 @@ type ErrorRateConfig struct {
 	// Enabled turns the detector on.
 	Enabled bool `yaml:"enabled"`
 	// Range is the window the failed share is computed over.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"window the failed share is computed over"`
 	// InferenceEndpoints are the endpoint (engine) or path (gateway) label
 	// values that carry inference traffic, "|"-separated; health checks
 	// and /metrics are not users' requests.
-	InferenceEndpoints string `yaml:"inference_endpoints"`
+	InferenceEndpoints string `yaml:"inference_endpoints" doc:"endpoint (engine) or path (gateway) values that carry inference traffic"`
 	// MinRequests is the fewest answered requests in Range for a verdict:
 	// on a quiet replica one failure is a large share and no outage.
 	MinRequests float64 `yaml:"min_requests" doc:"fewer answered requests in range: no verdict"`

@@ -296,10 +296,10 @@ type GPUFaultConfig struct {
 	// Range is how long a fault stays on the page after the GPU recorded
 	// it (a row-remap failure stays while the flag is set); an Xid code is
 	// an event when it was not there in the Range before it.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"a fault stays on the page this long; an Xid code not seen in the range before is new"`
 	// MinNVLinkErrors is the smallest rise of an NVLink error counter over
 	// the range that counts.
-	MinNVLinkErrors float64 `yaml:"min_nvlink_errors"`
+	MinNVLinkErrors float64 `yaml:"min_nvlink_errors" doc:"smallest rise of an NVLink error counter over the range that counts"`
 }
 
 func (GPUFaultConfig) defaults() GPUFaultConfig {

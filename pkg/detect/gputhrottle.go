@@ -140,15 +140,15 @@ type GPUThrottledConfig struct {
 	// Enabled turns the detector on.
 	Enabled bool `yaml:"enabled"`
 	// Range is how long the GPU must be throttled.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"how long the GPU must be throttled"`
 	// MinShare is the share of the range's scrapes that must carry the
 	// reason: most of the range, not one scrape.
-	MinShare float64 `yaml:"min_share"`
+	MinShare float64 `yaml:"min_share" doc:"share of the range's scrapes that must carry the reason"`
 	// MinScrapes is the fewest scrapes of the bitmask in the range.
-	MinScrapes int `yaml:"min_scrapes"`
+	MinScrapes int `yaml:"min_scrapes" doc:"fewer scrapes of the reasons in range: no verdict"`
 	// Baseline is the span before the range whose highest SM clock is the
 	// GPU's usual one (evidence only).
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"span before the range whose highest SM clock is the usual one (evidence only)"`
 }
 
 func (GPUThrottledConfig) defaults() GPUThrottledConfig {

@@ -231,7 +231,7 @@ type EngineHangConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Range is how long the progress counter must stay flat while requests
 	// are in flight. Longer than SGLang's own 20 s health-check timeout.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"how long progress must stay flat with requests in flight"`
 	// FallbackRange applies to releases without realtime_tokens_total:
 	// their counters move only when requests finish, so a long generation
 	// can look flat for a while; the fallback needs a longer silence and a
@@ -240,20 +240,20 @@ type EngineHangConfig struct {
 	// InferenceEndpoints are the endpoint label values whose in-flight
 	// requests count (the watchdog's own /metrics and /health_generate
 	// requests do not), "|"-separated.
-	InferenceEndpoints string `yaml:"inference_endpoints"`
+	InferenceEndpoints string `yaml:"inference_endpoints" doc:"endpoint values whose in-flight requests count"`
 	// MinInFlight is the fewest requests that must stay in flight over the
 	// range (active HTTP requests, or the running batch).
-	MinInFlight float64 `yaml:"min_in_flight"`
+	MinInFlight float64 `yaml:"min_in_flight" doc:"fewest requests in flight over the whole range"`
 	// MaxProgressTokens is how many tokens may still be processed in the
 	// range for it to count as flat.
-	MaxProgressTokens float64 `yaml:"max_progress_tokens"`
+	MaxProgressTokens float64 `yaml:"max_progress_tokens" doc:"tokens still processed in range that count as flat"`
 	// MinProbes is the fewest failed /health_generate probes in the range
 	// for the probe to count as failing.
 	MinProbes int `yaml:"min_probes" doc:"failed /health_generate probes (when probing is on)"`
 	// FreshRequests: a process that finished at most this many requests
 	// since it started and made no progress is still starting (cold_start),
 	// not hung.
-	FreshRequests float64 `yaml:"fresh_requests"`
+	FreshRequests float64 `yaml:"fresh_requests" doc:"a process with at most this many finished requests is starting (cold_start), not hung"`
 }
 
 // defaults are the production settings, tuned for a 5 s scrape interval.

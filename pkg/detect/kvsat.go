@@ -350,9 +350,9 @@ type KVSaturationConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Range is how long KV usage must stay pinned: its lowest value in
 	// Range must reach UsageThreshold.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"the lowest usage in range must reach usage_threshold"`
 	// Baseline is the window just before Range that "normal" is taken from.
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"the \"normal\" window just before it"`
 	// UsageThreshold is "pinned near full" (0-1).
 	UsageThreshold float64 `yaml:"usage_threshold" doc:"KV usage counted as pinned"`
 	// MinRise: without a runaway-decode signal, the baseline's average usage
@@ -362,19 +362,19 @@ type KVSaturationConfig struct {
 	MinRise float64 `yaml:"min_rise" doc:"above its baseline by at least this much"`
 	// CriticalUsage makes the finding critical (no headroom at all) unless
 	// retractions are already running (preempt_storm pages for those).
-	CriticalUsage float64 `yaml:"critical_usage"`
+	CriticalUsage float64 `yaml:"critical_usage" doc:"critical, unless retractions already run (preempt_storm pages)"`
 	// OutputLengthRatio: output tokens per finished request at least this
 	// many times the baseline is runaway decode.
 	OutputLengthRatio float64 `yaml:"output_length_ratio" doc:"generated tokens per request vs baseline: runaway decode"`
 	// MinRequests is the fewest finished requests in Range (and Baseline)
 	// for an output-length comparison.
-	MinRequests float64 `yaml:"min_requests"`
+	MinRequests float64 `yaml:"min_requests" doc:"finished requests in range and baseline for the output-length comparison"`
 	// SeqLenRatio: the decode batch's summed sequence length per running
 	// request at least this many times the baseline, at a running count
 	// within RunningTolerance of it, is runaway decode too (sequences grow
 	// while the batch does not).
 	SeqLenRatio      float64 `yaml:"seq_len_ratio" doc:"decode sequence lengths vs baseline at the same batch size"`
-	RunningTolerance float64 `yaml:"running_tolerance"`
+	RunningTolerance float64 `yaml:"running_tolerance" doc:"running count within this of the baseline's for the seq_len_ratio comparison"`
 	// RetractionsPerSecond: at or above it the pool is already retracting;
 	// preempt_storm covers the acute effect and this finding stays a
 	// warning.

@@ -238,21 +238,21 @@ type LoraThrashConfig struct {
 	// Enabled turns the detector on.
 	Enabled bool `yaml:"enabled"`
 	// Range is the recent window the pool and latency are read over.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"recent window the pool and latency are read over"`
 	// Baseline is the window just before Range that "normal" is taken from.
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"the \"normal\" window just before it"`
 	// FullUtilization is "every adapter slot taken" (0-1): the pool's
 	// lowest utilization in Range must reach it.
-	FullUtilization float64 `yaml:"full_utilization"`
+	FullUtilization float64 `yaml:"full_utilization" doc:"the pool's lowest utilization in range: every slot taken"`
 	// LatencyRatio: inter-token p99, its spread (p99/p50) or its mean at
 	// least this many times the baseline.
-	LatencyRatio float64 `yaml:"latency_ratio"`
+	LatencyRatio float64 `yaml:"latency_ratio" doc:"inter-token p99, spread (p99/p50) or mean this many times the baseline"`
 	// MinTokens is the fewest inter-token observations in Range.
-	MinTokens float64 `yaml:"min_tokens"`
+	MinTokens float64 `yaml:"min_tokens" doc:"fewer inter-token observations in range: no verdict"`
 	// FallbackShareRise: where cuda_graph_passes_total is exposed, the share
 	// of decode passes run without a CUDA graph must have risen by at least
 	// this much (adapter switches break graph replay).
-	FallbackShareRise float64 `yaml:"fallback_share_rise"`
+	FallbackShareRise float64 `yaml:"fallback_share_rise" doc:"rise of the share of decode passes run without a CUDA graph (where exposed)"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`

@@ -152,18 +152,18 @@ type PDTransferFailureConfig struct {
 	// Enabled turns the detector on.
 	Enabled bool `yaml:"enabled"`
 	// Range is the recent window failure rates are read over.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"recent window failure rates are read over"`
 	// Baseline is the window just before Range that "normal" is taken from.
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"the \"normal\" window just before it"`
 	// MinFailuresPerSecond is the absolute floor (bootstrap + transfer
 	// failures).
-	MinFailuresPerSecond float64 `yaml:"min_failures_per_second"`
+	MinFailuresPerSecond float64 `yaml:"min_failures_per_second" doc:"absolute floor (bootstrap + transfer failures)"`
 	// BaselineRatio: failures per second at least this many times the
 	// baseline.
-	BaselineRatio float64 `yaml:"baseline_ratio"`
+	BaselineRatio float64 `yaml:"baseline_ratio" doc:"and at least this many times the baseline rate"`
 	// CriticalFailureShare: failures over (failures + finished requests)
 	// at or above it make the finding critical.
-	CriticalFailureShare float64 `yaml:"critical_failure_share"`
+	CriticalFailureShare float64 `yaml:"critical_failure_share" doc:"failures over failures plus finished requests: critical"`
 	// BaselineCoverage is what the baseline must hold before a ratio to
 	// it counts (see BaselineCoverage).
 	BaselineCoverage BaselineCoverage `yaml:"baseline_coverage" doc:"before any ratio to the baseline counts, the baseline"`

@@ -288,30 +288,30 @@ type QueueLatencyConfig struct {
 	// Enabled turns the detector on.
 	Enabled bool `yaml:"enabled"`
 	// Range is the recent window TTFT and queue time are read over.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"recent window TTFT and queue time are read over"`
 	// Baseline is the window just before Range that "normal" is taken from.
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"the \"normal\" window just before it"`
 	// MinRequests is the fewest first tokens (TTFT observations) in Range
 	// for a verdict; a p99 of a handful of requests is noise.
-	MinRequests float64 `yaml:"min_requests"`
+	MinRequests float64 `yaml:"min_requests" doc:"fewer first tokens in range: no verdict"`
 	// TTFTRatio: TTFT p99 (or mean) now at least this many times its
 	// baseline ...
-	TTFTRatio float64 `yaml:"ttft_ratio"`
+	TTFTRatio float64 `yaml:"ttft_ratio" doc:"TTFT p99 (or mean) this many times its baseline ..."`
 	// MinTTFTSeconds: ... and at least this long (nobody is paged for
 	// 50 ms -> 120 ms).
-	MinTTFTSeconds float64 `yaml:"min_ttft_seconds"`
+	MinTTFTSeconds float64 `yaml:"min_ttft_seconds" doc:"... and the p99 at least this long"`
 	// MinMeanTTFTSeconds: the mean TTFT at TTFTRatio times its baseline
 	// also counts (it keeps the verdict once a lasting incident has lifted
 	// the baseline's p99), but only at or above this mean: near saturation
 	// a healthy replica's mean swings several-fold while staying well
 	// under a second.
-	MinMeanTTFTSeconds float64 `yaml:"min_mean_ttft_seconds"`
+	MinMeanTTFTSeconds float64 `yaml:"min_mean_ttft_seconds" doc:"the mean counts only at or above this"`
 	// QueueShare splits the diagnosis: mean queue time over mean TTFT at or
 	// above it means the time goes into waiting for admission (scheduling
 	// side); below it, prefill itself is slow.
 	QueueShare float64 `yaml:"queue_share" doc:"queue wait share of TTFT that means \"scheduling side\""`
 	// CriticalTTFTRatio makes the finding critical.
-	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio"`
+	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio" doc:"TTFT p99 or mean this many times its baseline: critical"`
 	// RecoveredRatio: an incident's finding, compared with the TTFT frozen
 	// at its onset, persists while the p99 (or the mean) stays at least
 	// this many times the frozen level and above its floor.

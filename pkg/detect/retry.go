@@ -440,14 +440,14 @@ type RetryAvalancheConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Range is the recent window rates are read over; backlog growth
 	// compares its last quarter with the quarter ending half a Range ago.
-	Range time.Duration `yaml:"range"`
+	Range time.Duration `yaml:"range" doc:"recent window rates are read over"`
 	// Baseline is the window just before Range that "normal" is taken from.
-	Baseline time.Duration `yaml:"baseline"`
+	Baseline time.Duration `yaml:"baseline" doc:"the \"normal\" window just before it"`
 	// ArrivalEndpoints are the endpoint (engine) or path (gateway) label
 	// values that carry inference traffic, "|"-separated. Health checks,
 	// /metrics and /v1/loads are excluded on purpose: the watchdog's own
 	// polling must not count as arrivals.
-	ArrivalEndpoints string `yaml:"arrival_endpoints" doc:"Endpoint (engine) or path (gateway) label values that carry inference traffic."`
+	ArrivalEndpoints string `yaml:"arrival_endpoints" doc:"endpoint (engine) or path (gateway) values that carry inference traffic"`
 	// MinRequests is the fewest arrivals in Range for a verdict; below it
 	// ratios are noise.
 	MinRequests float64 `yaml:"min_requests" doc:"fewer arrivals in range: no verdict"`
