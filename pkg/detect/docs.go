@@ -12,7 +12,8 @@ import (
 
 // The documentation that repeats the registry is generated from it
 // (scripts/generate, run by `go generate ./...`): the README's table of
-// incident classes and the detectors section of configs/watchdog.yaml.
+// incident classes, the detectors section of configs/watchdog.yaml and
+// the settings tables of docs/configuration.md.
 // Each detector describes itself in its own file (its doc method, and a
 // `doc` tag on each setting worth a comment).
 
@@ -96,6 +97,22 @@ type yamlLine struct {
 // yaml tag, nested structs as nested mappings) at the indent given, in
 // block; blocks counts the blocks numbered so far.
 func settingLines(lines *[]yamlLine, blocks *int, block int, indent string, v reflect.Value) {
+	eachSetting(v, func(key, comment string, fv reflect.Value) {
+		if fv.Kind() == reflect.Struct {
+			// A nested mapping's key aligns its comment with its own
+			// settings'.
+			*blocks++
+			*lines = append(*lines, yamlLine{text: indent + key + ":", comment: comment, block: *blocks})
+			settingLines(lines, blocks, *blocks, indent+"  ", fv)
+			return
+		}
+		*lines = append(*lines, yamlLine{text: indent + key + ": " + scalar(fv), comment: comment, block: block})
+	})
+}
+
+// eachSetting calls fn with the YAML key, `doc` tag and value of each
+// field of the settings struct v that has a yaml tag, in order.
+func eachSetting(v reflect.Value, fn func(key, comment string, fv reflect.Value)) {
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -103,18 +120,45 @@ func settingLines(lines *[]yamlLine, blocks *int, block int, indent string, v re
 		if key == "" || key == "-" || !f.IsExported() {
 			continue
 		}
-		comment := f.Tag.Get("doc")
-		fv := v.Field(i)
-		if fv.Kind() == reflect.Struct {
-			// A nested mapping's key aligns its comment with its own
-			// settings'.
-			*blocks++
-			*lines = append(*lines, yamlLine{text: indent + key + ":", comment: comment, block: *blocks})
-			settingLines(lines, blocks, *blocks, indent+"  ", fv)
-			continue
-		}
-		*lines = append(*lines, yamlLine{text: indent + key + ": " + scalar(fv), comment: comment, block: block})
+		fn(key, f.Tag.Get("doc"), v.Field(i))
 	}
+}
+
+// SettingsTables is the detectors part of docs/configuration.md: every
+// detector of c in c's order, then the triage, each under the comment its
+// section has in configs/watchdog.yaml, with a table of its settings, their
+// defaults and `doc` tags. A nested mapping is one row listing its keys;
+// `enabled` has a row only where it is off by default.
+func (c Catalog) SettingsTables() string {
+	var b strings.Builder
+	for _, e := range c {
+		writeTable(&b, string(e.Class()), e.doc().settings, reflect.ValueOf(e.defaults()))
+	}
+	writeTable(&b, triageKey, triageDoc, reflect.ValueOf(c.DefaultConfig().Triage))
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// writeTable writes one section's settings as a Markdown table.
+func writeTable(b *strings.Builder, key, comment string, settings reflect.Value) {
+	cell := strings.NewReplacer("|", `\|`, "\n", " ")
+	fmt.Fprintf(b, "`%s`: %s\n\n| key | default | meaning |\n| --- | --- | --- |\n", key, comment)
+	eachSetting(settings, func(k, doc string, fv reflect.Value) {
+		if k == "enabled" && fv.Bool() {
+			return // the page says once that every detector is on by default
+		}
+		def := "`" + scalar(fv) + "`"
+		if fv.Kind() == reflect.Struct {
+			// Its keys' comments continue its own, as in the YAML.
+			var defs, docs []string
+			eachSetting(fv, func(k, d string, v reflect.Value) {
+				defs = append(defs, "`"+k+": "+scalar(v)+"`")
+				docs = append(docs, d)
+			})
+			def, doc = strings.Join(defs, ", "), strings.Join(append([]string{doc}, docs...), " ")
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %s |\n", k, cell.Replace(def), cell.Replace(doc))
+	})
+	b.WriteString("\n")
 }
 
 // scalar writes a setting's value as it is configured: durations the

@@ -1,6 +1,7 @@
 package detect_test
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -55,6 +56,40 @@ func TestClassTableHasARowPerDetector(t *testing.T) {
 		}
 		if strings.Count(rows[2+i], " | ") != 3 {
 			t.Errorf("row %q does not have four cells", rows[2+i])
+		}
+	}
+}
+
+// The settings tables of docs/configuration.md have a row for every
+// setting the generated YAML section has, with its default, in the
+// section of its detector ("enabled" only where it is off by default).
+func TestSettingsTablesListEverySetting(t *testing.T) {
+	reg := detect.Registry()
+	var file struct {
+		Detectors map[string]map[string]any `yaml:"detectors"`
+	}
+	if err := yaml.Unmarshal([]byte(reg.SettingsYAML()), &file); err != nil {
+		t.Fatal(err)
+	}
+	tables := "\n" + reg.SettingsTables()
+	for section, settings := range file.Detectors {
+		start := strings.Index(tables, "\n`"+section+"`: ")
+		if start < 0 {
+			t.Errorf("no table for %s", section)
+			continue
+		}
+		table := tables[start+1:]
+		if end := strings.Index(table, "\n\n`"); end >= 0 {
+			table = table[:end]
+		}
+		for key, value := range settings {
+			row := "\n| `" + key + "` | "
+			if _, nested := value.(map[string]any); !nested {
+				row += "`" + strings.ReplaceAll(fmt.Sprint(value), "|", `\|`) + "`"
+			}
+			if has := strings.Contains(table, row); has != (key != "enabled" || value != true) {
+				t.Errorf("%s: row %q present: %v", section, row, has)
+			}
 		}
 	}
 }

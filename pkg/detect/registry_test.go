@@ -162,6 +162,9 @@ func TestADetectorIsItsFileAndOneRegistryLine(t *testing.T) {
 	if !strings.Contains(reg.SettingsYAML(), "\n  queue_backlog:\n    enabled: true\n    range: 2m ") {
 		t.Errorf("settings:\n%s", reg.SettingsYAML())
 	}
+	if !strings.Contains(reg.SettingsTables(), "\n`queue_backlog`: ") || !strings.Contains(reg.SettingsTables(), "\n| `min_queued` | `100` | ") {
+		t.Errorf("settings tables:\n%s", reg.SettingsTables())
+	}
 	// Its causal position came with it: a hang explains the backlog, the
 	// backlog the slow first tokens.
 	backlog := detect.Finding{Class: detect.QueueBacklog, Layer: detect.LayerQueue}

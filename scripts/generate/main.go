@@ -6,6 +6,8 @@
 //     incident classes, from detect.Registry().
 //   - configs/watchdog.yaml, between its "detector settings" markers: the
 //     detectors section with every default, from detect.Registry().
+//   - docs/configuration.md, between its "detector settings" markers: a
+//     table of each detector's settings, from detect.Registry().
 //   - deploy/helm/sglang-watchdog/files/grafana-dashboard.json: a copy of
 //     deploy/grafana/sglang-watchdog.json (Helm reads only files inside the
 //     chart).
@@ -38,6 +40,8 @@ const (
 	readmeEnd   = "<!-- END GENERATED: detector classes -->"
 	configBegin = "# BEGIN GENERATED: detector settings (go generate)"
 	configEnd   = "# END GENERATED: detector settings"
+	docsBegin   = "<!-- BEGIN GENERATED: detector settings (go generate) -->"
+	docsEnd     = "<!-- END GENERATED: detector settings -->"
 )
 
 const (
@@ -65,6 +69,9 @@ func generate(root string, detectors detect.Catalog) error {
 	}))
 	errs = append(errs, rewrite(at("configs/watchdog.yaml"), func(b []byte) ([]byte, error) {
 		return splice(b, configBegin, configEnd, detectors.SettingsYAML())
+	}))
+	errs = append(errs, rewrite(at("docs/configuration.md"), func(b []byte) ([]byte, error) {
+		return splice(b, docsBegin, docsEnd, detectors.SettingsTables())
 	}))
 	errs = append(errs, derive(at(dashboard), at(chartDashboard), func(src []byte) ([]byte, error) { return src, nil }))
 	errs = append(errs, derive(at(chartRules), at(plainRule), prometheusRule))

@@ -71,6 +71,7 @@ func TestGenerateIsIdempotent(t *testing.T) {
 	}
 	write("README.md", "intro\n"+readmeBegin+"\n"+readmeEnd+"\nend\n")
 	write("configs/watchdog.yaml", "scrape: {}\n"+configBegin+"\n"+configEnd+"\nalerts: {}\n")
+	write("docs/configuration.md", "# Configuration\n"+docsBegin+"\n"+docsEnd+"\n## alerts\n")
 	write(dashboard, `{"panels": []}`+"\n")
 	write(chartRules, "# canonical\ngroups:\n  - name: g\n    rules: []\n")
 	reg := detect.Registry()
@@ -86,7 +87,7 @@ func TestGenerateIsIdempotent(t *testing.T) {
 		return string(b)
 	}
 	first := map[string]string{}
-	for _, p := range []string{"README.md", "configs/watchdog.yaml", chartDashboard, plainRule} {
+	for _, p := range []string{"README.md", "configs/watchdog.yaml", "docs/configuration.md", chartDashboard, plainRule} {
 		first[p] = read(p)
 	}
 	if !strings.Contains(first["README.md"], "\n"+readmeBegin+"\n"+reg.ClassTable()+readmeEnd+"\nend\n") {
@@ -94,6 +95,9 @@ func TestGenerateIsIdempotent(t *testing.T) {
 	}
 	if !strings.Contains(first["configs/watchdog.yaml"], configBegin+"\n"+reg.SettingsYAML()+configEnd+"\nalerts: {}\n") {
 		t.Errorf("configs/watchdog.yaml:\n%s", first["configs/watchdog.yaml"])
+	}
+	if !strings.Contains(first["docs/configuration.md"], docsBegin+"\n"+reg.SettingsTables()+docsEnd+"\n## alerts\n") {
+		t.Errorf("docs/configuration.md:\n%s", first["docs/configuration.md"])
 	}
 	if first[chartDashboard] != read(dashboard) {
 		t.Errorf("the chart's dashboard is %q", first[chartDashboard])
