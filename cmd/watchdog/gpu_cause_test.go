@@ -58,8 +58,11 @@ func TestGPUThermalThrottlePagesOnceNamedAfterTheGPU(t *testing.T) {
 				continue
 			}
 			named = true
-			if !strings.Contains(ev.Headline, "sim-node-0") || !strings.Contains(ev.Headline, "GPU-") || !regexp.MustCompile(`(?i)thermal`).MatchString(ev.Headline) {
-				t.Errorf("the headline does not name the GPU (node, UUID) and the thermal throttle: %s", line)
+			if !strings.Contains(ev.Headline, "GPU 0 on node sim-node-0") || !regexp.MustCompile(`(?i)thermal`).MatchString(ev.Headline) {
+				t.Errorf("the headline does not name the GPU (index, node) and the thermal throttle: %s", line)
+			}
+			if !strings.Contains(ev.Diagnosis, "GPU-") {
+				t.Errorf("the diagnosis does not give the GPU's UUID for the hardware ticket: %s", ev.Diagnosis)
 			}
 		}
 		last := triggers[len(triggers)-1]
