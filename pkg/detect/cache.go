@@ -261,7 +261,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	pageSize, pageSizeOK := w.Last(Selector{Name: series.PageSize, Combine: CombineMax})
 
 	sev := Warning
-	if !fromGauge && ttft99.nowOK && ttft99.baseOK && ttft99.base > 0 && ttft99.now >= c.CriticalTTFTRatio*ttft99.base {
+	if !fromGauge && ttft99.nowOK && ttft99.baseOK && ttft99.base > 0 && ttft99.now >= c.CriticalTTFTRatio*ttft99.base && ttft99.now >= c.CriticalMinTTFT.Seconds() {
 		sev = Critical
 	}
 	layer := LayerPrefill
@@ -294,7 +294,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 			fmt.Sprintf(">= %sx the %s tokens the lost hits explain means memory pressure", num(unexplainedKVGrowth), num(ev.kvExpected))))
 	}
 	if ttft99.nowOK {
-		f.Evidence = append(f.Evidence, ttft99.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline for critical", num(c.CriticalTTFTRatio))))
+		f.Evidence = append(f.Evidence, ttft99.evidence("TTFT p99", "s", fmt.Sprintf(">= %sx baseline and >= %s s for critical", num(c.CriticalTTFTRatio), num(c.CriticalMinTTFT.Seconds()))))
 	}
 	if ttft50.nowOK {
 		f.Evidence = append(f.Evidence, ttft50.evidence("TTFT p50", "s", ""))
@@ -593,9 +593,10 @@ type CacheCollapseConfig struct {
 	// RestartGrace: no verdict for this long after a restart — a restarted
 	// replica starts with an empty cache and a low hit rate is expected.
 	RestartGrace time.Duration `yaml:"restart_grace" doc:"a restarted replica's cache is cold: no verdict"`
-	// CriticalTTFTRatio makes the finding critical when TTFT p99 in Range is
-	// at least this many times its baseline (users feel it).
-	CriticalTTFTRatio float64 `yaml:"critical_ttft_ratio" doc:"TTFT p99 this many times baseline: critical"`
+	// CriticalTTFTRatio and CriticalMinTTFT make it critical: TTFT p99 this
+	// many times its baseline and this long (users feel 2 s, not 0.2 s).
+	CriticalTTFTRatio float64       `yaml:"critical_ttft_ratio" doc:"TTFT p99 this many times baseline ..."`
+	CriticalMinTTFT   time.Duration `yaml:"critical_min_ttft" doc:"... and at least this long: critical"`
 	// RecoveredRatio: an incident's finding, compared with the baseline
 	// frozen at its onset, persists until the hit rate is back at this
 	// share of that baseline ...
@@ -619,6 +620,7 @@ func (CacheCollapseConfig) defaults() CacheCollapseConfig {
 		KVUsageThreshold:   0.85,
 		RestartGrace:       15 * time.Minute,
 		CriticalTTFTRatio:  2,
+		CriticalMinTTFT:    time.Second,
 		RecoveredRatio:     0.8,
 		HealthyHitRate:     0.7,
 		BaselineCoverage:   DefaultBaselineCoverage(),
@@ -642,10 +644,7 @@ func (c CacheCollapseConfig) reads() []string {
 	return append(append(hitRateFamilies(), kvUsageFamilies()...), series.EvictedTokensTotal, series.TTFTSeconds,
 		series.NumQueueReqs, series.NumRunningReqs, series.PageSize, series.NumRequestsTotal)
 }
-func (c CacheCollapseConfig) lookback() time.Duration {
-	return max(c.Range+c.Baseline, c.RestartGrace)
-}
-
+func (c CacheCollapseConfig) lookback() time.Duration { return max(c.Range+c.Baseline, c.RestartGrace) }
 func (c CacheCollapseConfig) build(env buildEnv) Detector {
 	return &CacheCollapseDetector{cfg: c, triage: env.triage}
 }
@@ -665,6 +664,7 @@ func (c CacheCollapseConfig) validate(e *configErrors) {
 	e.fraction("kv_usage_threshold", c.KVUsageThreshold)
 	e.check(c.RestartGrace >= 0, "restart_grace", "must not be negative, got %s", c.RestartGrace)
 	e.check(c.CriticalTTFTRatio > 1, "critical_ttft_ratio", "must be greater than 1, got %v", c.CriticalTTFTRatio)
+	e.positiveDuration("critical_min_ttft", c.CriticalMinTTFT)
 	e.check(c.RecoveredRatio > 0 && c.RecoveredRatio <= 1, "recovered_ratio", "must be in (0,1], got %v", c.RecoveredRatio)
 	if c.MaxRatioToBaseline > 0 && c.MaxRatioToBaseline < 1 {
 		// Clearing below the onset's level would page and clear at once.

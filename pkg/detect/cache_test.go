@@ -94,6 +94,24 @@ func TestCacheCollapseUnderPressureDoesNotCiteFallingEvictions(t *testing.T) {
 	}
 }
 
+// A collapse that multiplies a fast TTFT p99 (0.08 s -> 0.6 s, 7.5x) is a
+// warning: critical pages wake someone, and nobody is woken for a p99
+// under critical_min_ttft. The same rise past it is critical.
+func TestCacheCollapseIsCriticalOnlyWhereUsersFeelTheTTFT(t *testing.T) {
+	for _, c := range []struct {
+		ttft float64
+		want detect.Severity
+	}{{0.6, detect.Warning}, {1.5, detect.Critical}} {
+		s := healthyEngine().with(hitRateChange(incidentLong, 0.05)...).with(
+			hist(series.TTFTSeconds, ttftBounds, constant(10), stepAt(incidentLong, 0.08, c.ttft)))
+		f := one(t, run(t, s, detect.CacheCollapse))
+		e := evidenceNamed(t, f, "TTFT p99")
+		if f.Severity != c.want || !(e.Value >= 2*e.Baseline) || !strings.Contains(e.Threshold, ">= 1 s for critical") {
+			t.Errorf("TTFT p99 %v s against %v s (%q): %s, want %s", e.Value, e.Baseline, e.Threshold, f.Severity, c.want)
+		}
+	}
+}
+
 func TestCacheCollapsePromptChange(t *testing.T) {
 	// KV usage stays normal; every prompt became unique (a timestamp in the
 	// system prompt): hit rate 0.7 -> 0.05.
