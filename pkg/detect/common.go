@@ -529,6 +529,11 @@ func pctVsBaseline(m measure) string {
 // ShortDuration renders a duration for humans: "5m", "1h", "2m30s".
 // Runbooks name windows in the words pages use.
 func ShortDuration(d time.Duration) string {
+	if d >= time.Second {
+		// A span measured between scrapes (diagnose's) reads 12.5s, not
+		// 12.503623485s; a configured one is whole tenths anyway.
+		d = d.Round(100 * time.Millisecond)
+	}
 	s := d.String()
 	if t, ok := strings.CutSuffix(s, "m0s"); ok {
 		s = t + "m"

@@ -3,6 +3,7 @@ package detect_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/series"
@@ -191,6 +192,19 @@ func TestEvidenceLowerIsWorse(t *testing.T) {
 	} {
 		if got := tt.e.LowerIsWorse(); got != tt.want {
 			t.Errorf("%q (rule %q): LowerIsWorse = %v, want %v", tt.e.Name, tt.e.Threshold, got, tt.want)
+		}
+	}
+}
+
+// Durations on pages and in docs read as configured; one measured between
+// scrapes is rounded to a tenth of a second, not printed to the nanosecond.
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		2 * time.Minute: "2m", time.Hour: "1h", 150 * time.Second: "2m30s", 2500 * time.Millisecond: "2.5s",
+		200 * time.Millisecond: "200ms", 12503623485: "12.5s",
+	} {
+		if got := detect.ShortDuration(d); got != want {
+			t.Errorf("ShortDuration(%d) = %q, want %q", d, got, want)
 		}
 	}
 }
