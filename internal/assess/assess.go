@@ -98,6 +98,9 @@ type Replica struct {
 	// Findings are the detectors' verdicts on this replica, before
 	// correlation.
 	Findings []detect.Finding `json:"findings,omitempty"`
+	// SLI are the objectives' events on this replica this round (the
+	// round's SLI sums them per model): what an incident on it spent.
+	SLI []slo.Sample `json:"-"`
 }
 
 // Round is the one result of an evaluation round.
@@ -164,6 +167,7 @@ func (a *Assessor) Assess(ws Windows, now time.Time, refs map[string]detect.Refe
 		if !held[i] {
 			continue // removed since Replicas listed it
 		}
+		st.SLI = sli[i]
 		round.Replicas = append(round.Replicas, st)
 		all = append(all, st.Findings...)
 	}

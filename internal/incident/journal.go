@@ -312,11 +312,23 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 	}
 }
 
-// noteBudgets adds the round's bad events of the model's objectives to
-// what the incident spent, against each objective's budget as the round
-// assessed it.
+// noteBudgets adds the round's bad events of the model's objectives on
+// the incident's replicas to what it spent, against each objective's
+// budget (the model's) as the round assessed it. Another replica's
+// incident at the same time spends its own events, not this one's, even
+// where this one carries the model's burn on its page; an SLO burning on
+// its own is the model's incident and spends the model's events.
 func noteBudgets(r *Record, round assess.Round) {
-	for _, s := range round.SLI {
+	samples := round.SLI
+	if r.Class != correlate.SLOBurn {
+		samples = nil
+		for _, rep := range round.Replicas {
+			if slices.Contains(r.Replicas, rep.Replica.Name) {
+				samples = append(samples, rep.SLI...)
+			}
+		}
+	}
+	for _, s := range samples {
 		if s.Model != r.Model {
 			continue
 		}

@@ -3,6 +3,7 @@ package incident
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -15,6 +16,7 @@ import (
 	"github.com/sglang-watchdog/sglang-watchdog/internal/alert"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
+	"github.com/sglang-watchdog/sglang-watchdog/internal/slo"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/state"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
@@ -302,5 +304,48 @@ func TestIncidentAPI(t *testing.T) {
 	}
 	if body := getJSON("/incidents/"+all.Incidents[1].ID+"/postmortem.md", 200, nil); !strings.HasPrefix(body, "# Incident: preempt storm on r1") {
 		t.Errorf("postmortem.md: %s", body)
+	}
+}
+
+// An incident spends the SLO events of its own replicas: while r1's storm
+// runs, r2 of the same model misses the objective for reasons of its own,
+// and those misses are not the storm's, though the storm's page carries
+// the model's burn. A burn of the model standing alone spends the model's
+// events.
+func TestIncidentSpendsTheBudgetOfItsOwnReplicas(t *testing.T) {
+	sli := func(total, good float64) []slo.Sample {
+		return []slo.Sample{{Objective: "ttft", Model: "m", Events: slo.Events{Good: good, Total: total}}}
+	}
+	status := []slo.Status{{Objective: "ttft", Title: "TTFT ≤ 1s for 99%", Model: "m", Target: 0.99, Period: 24 * time.Hour,
+		Held: 24 * time.Hour, PeriodEvents: slo.Events{Good: 99000, Total: 100000}}}
+	burn := correlate.Burn{Finding: detect.Finding{Class: correlate.SLOBurn, Severity: detect.Critical,
+		Replica: correlate.FleetReplica("m"), Model: "m", Summary: "burning"}, Headline: "burning"}
+	for _, c := range []struct {
+		name     string
+		findings []detect.Finding
+		want     float64
+	}{
+		{"the storm on r1", []detect.Finding{storm(2)}, 6 * 10},
+		{"the model's burn alone", nil, 6 * 70},
+	} {
+		h := newHarness(t, Options{})
+		for i := range 6 {
+			at := t0.Add(time.Duration(i) * 10 * time.Second)
+			round := assess.Round{At: at, Replicas: []assess.Replica{
+				{Replica: detect.Replica{Name: "r1", Model: "m"}, SLI: sli(100, 90)},
+				{Replica: detect.Replica{Name: "r2", Model: "m"}, SLI: sli(100, 40)},
+			}, SLI: sli(200, 130), SLOs: status}
+			groups := correlate.Correlate(correlate.DefaultConfig(), c.findings, []detect.Replica{{Name: "r1", Model: "m"}})
+			round.Groups = correlate.FileBurns(groups, []correlate.Burn{burn})
+			changes := h.tr.Update(round)
+			h.j.Observe(round, h.tr.Incidents(), changes, h.links.Events(changes, round), at)
+		}
+		recs := h.j.Incidents()
+		if len(recs) != 1 || len(recs[0].Budgets) != 1 || math.Abs(recs[0].Budgets[0].Allowed-1000) > 1e-6 {
+			t.Fatalf("%s: %d incidents, budgets %+v; want one, against the model's 1000 allowed", c.name, len(recs), recs)
+		}
+		if got := recs[0].Budgets[0].Bad; got != c.want {
+			t.Errorf("%s (%s on %v): spent %v bad events, want %v", c.name, recs[0].Class, recs[0].Replicas, got, c.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/extension"
 
+	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
@@ -75,8 +76,12 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 		if !ok || bs.Bad <= 0 {
 			continue
 		}
-		p("- Error budget consumed: %s of the %s budget of the SLO %s (%s): %s of %s events outside it during the incident",
-			pct(consumed), notify.FormatDuration(bs.Period), md(strconv.Quote(bs.Objective)), md(bs.Title), num(bs.Bad), num(bs.Total))
+		whose := "on its replicas"
+		if r.Class == correlate.SLOBurn {
+			whose = "of the model"
+		}
+		p("- Error budget consumed: %s of the %s budget of the SLO %s (%s): %s of %s events %s outside it during the incident",
+			pct(consumed), notify.FormatDuration(bs.Period), md(strconv.Quote(bs.Objective)), md(bs.Title), num(bs.Bad), num(bs.Total), whose)
 		if bs.Held < bs.Period {
 			p(" (the budget as the SLO memory held the period: %s of it)", notify.FormatDuration(bs.Held))
 		}
