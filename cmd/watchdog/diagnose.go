@@ -23,8 +23,9 @@ the trouble sits in, and any incident found with its evidence and next steps.
 URL is a server's base URL (http://host:30000, /metrics is appended), a full metrics
 URL, or host:port; prefix name= to name it (name=http://host:30000).
 
-Exit status: 0 no incident, 3 incident found (a warning/critical finding, a target
-down, a failed /health_generate), 2 usage error, 1 other errors.
+Exit status: 0 no incident (the report ends UNDER PRESSURE where a replica's triage
+shows requests waiting or latency high), 3 incident found (a warning/critical finding,
+a target down, a failed /health_generate), 2 usage error, 1 other errors.
 With WATCHDOG_CONFIG set, the daemon's detector settings and runbook links are used.
 
 flags:

@@ -113,7 +113,11 @@ type Report struct {
 	Samples  int       `json:"samples"`
 	Span     float64   `json:"span_seconds"` // first to last scrape
 	Incident bool      `json:"incident"`
-	Summary  string    `json:"summary"`
+	// UnderPressure names the replicas without an incident whose layer
+	// triage shows load pressure (requests waiting, or latency high): a
+	// one-shot cannot judge the detectors that would page on it.
+	UnderPressure []string `json:"under_pressure,omitempty"`
+	Summary       string   `json:"summary"`
 	// Targets holds one entry per replica: a target usually is one
 	// replica; a gateway's /engine_metrics has one per worker.
 	Targets []TargetReport `json:"targets"`
@@ -559,12 +563,23 @@ func (r *Report) summarize() {
 		if t.Layer.Verdict == detect.TriageStuck {
 			stuck++
 		}
+		switch t.Layer.Verdict {
+		case detect.TriageAdmission, detect.TriageSaturated, detect.TriageExecution:
+			r.UnderPressure = append(r.UnderPressure, t.Name+": "+t.Layer.Label)
+		}
 	}
 	r.Incident = crit+warn+down+blind+health+stuck > 0
 	if !r.Incident {
 		r.Summary = fmt.Sprintf("no incident on %d replica(s)", len(r.Targets))
+		if len(r.UnderPressure) > 0 {
+			// "OK" beside a full queue would be read as "nothing wrong";
+			// what is not known is whether it is worse than usual.
+			r.Summary = fmt.Sprintf("no incident found on %d replica(s), but %d under load pressure — %s. Whether that is worse than usual needs the history the daemon keeps",
+				len(r.Targets), len(r.UnderPressure), strings.Join(r.UnderPressure, "; "))
+		}
 		return
 	}
+	r.UnderPressure = nil
 	var parts []string
 	add := func(n int, what string) {
 		if n > 0 {

@@ -37,8 +37,8 @@ func healthyPair() (a, b engineState) {
 func TestDiagnoseHealthyHeavyLoad(t *testing.T) {
 	a, b := healthyPair()
 	rep := diagnoseOne(t, 10*time.Second, observe(t, "e", 10*time.Second, expo(a), expo(b)))
-	if rep.Incident || rep.Err() != nil {
-		t.Fatalf("healthy engine reported an incident: %s", rep.Summary)
+	if rep.Incident || rep.Err() != nil || len(rep.UnderPressure) > 0 {
+		t.Fatalf("healthy engine reported an incident or pressure: %s", rep.Summary)
 	}
 	tr := rep.Targets[0]
 	if len(tr.Findings) != 0 || tr.Layer.Verdict != detect.TriageNoPressure || !tr.Up {
@@ -134,6 +134,36 @@ func TestDiagnoseQueueWaitDominates(t *testing.T) {
 	l := rep.Targets[0].Layer
 	if l.Verdict != detect.TriageAdmission || !strings.Contains(l.Reason, "queue wait") || !strings.Contains(l.NextStep, "scheduling side") {
 		t.Errorf("layer %+v, want the scheduling side with queue wait 2.3s of 2.8s", l)
+	}
+}
+
+// A full queue with no finding is not "OK": the one-shot cannot judge the
+// detectors that would page on it, and the verdict and summary say the
+// replica is under load pressure. It is not an incident (exit status 0);
+// the healthy replica beside it is not named.
+func TestDiagnosePressureWithoutAFindingIsNotOK(t *testing.T) {
+	pressed := engineState{running: 58, queued: 135, kvUsage: 0.99, decode: 1e6, finished: 100,
+		ttft: repeat(0.3, 50), queueTime: repeat(0.01, 50), itl: repeat(0.03, 500), e2e: repeat(4, 50)}
+	next := pressed
+	next.decode += 15000
+	next.finished += 1
+	a, b := healthyPair()
+	rep, err := Diagnose(Observation{Interval: 10 * time.Second, Samples: 2, Targets: []TargetObservation{
+		observe(t, "full", 10*time.Second, expo(pressed), expo(next)),
+		observe(t, "calm", 10*time.Second, expo(a), expo(b)),
+	}}, detect.DefaultConfig(), Options{Interval: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Incident || rep.Err() != nil || len(rep.UnderPressure) != 1 || !strings.HasPrefix(rep.UnderPressure[0], "full: admission bottleneck") {
+		t.Fatalf("incident %v, under pressure %q: want no incident and the full replica named", rep.Incident, rep.UnderPressure)
+	}
+	var text bytes.Buffer
+	if err := WriteText(&text, rep); err != nil {
+		t.Fatal(err)
+	}
+	if want := "\nUNDER PRESSURE: no incident found on 2 replica(s), but 1 under load pressure — full: admission bottleneck"; !strings.Contains(text.String(), want) {
+		t.Errorf("no %q in:\n%s", want, text.String())
 	}
 }
 

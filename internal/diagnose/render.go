@@ -46,8 +46,11 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 	}
 	verdict := "OK"
-	if r.Incident {
+	switch {
+	case r.Incident:
 		verdict = "INCIDENT"
+	case len(r.UnderPressure) > 0:
+		verdict = "UNDER PRESSURE"
 	}
 	p.f("\n%s: %s\n", verdict, r.Summary)
 	return p.err
