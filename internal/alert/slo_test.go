@@ -2,6 +2,7 @@ package alert
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,8 +21,9 @@ func burnRound(now time.Time, findings ...detect.Finding) assess.Round {
 }
 
 // A burn paged on its own is renamed after the cause found later on a
-// replica of its model (an update, not a second page), and drains in
-// the cause's incident when it outlasts it.
+// replica of its model (an update, not a second page) and moves to that
+// replica, so the page names where to act; it drains in the cause's
+// incident when it outlasts it.
 func TestBurnAloneIsRenamedAfterItsCauseAndDrainsInIt(t *testing.T) {
 	p := newPager(testConfig(), Links{})
 	var evs []notify.Event
@@ -55,8 +57,13 @@ func TestBurnAloneIsRenamedAfterItsCauseAndDrainsInIt(t *testing.T) {
 	if !renamed {
 		t.Errorf("events %v: the storm did not rename the burn's incident", kinds(evs))
 	}
+	for _, ev := range evs {
+		if ev.Class == string(detect.PreemptStorm) && (ev.Replica != "r1" || !strings.HasPrefix(ev.Headline, "r1: ")) {
+			t.Errorf("the storm's %s names replica %q (%q), want r1, where the storm is", ev.Kind, ev.Replica, ev.Headline)
+		}
+	}
 	inc := p.Incidents()
-	if len(inc) != 1 || inc[0].Class != detect.PreemptStorm || !inc[0].Open() {
-		t.Errorf("incidents %+v: want the storm's, open while the burn lasts", inc)
+	if len(inc) != 1 || inc[0].Class != detect.PreemptStorm || !inc[0].Open() || inc[0].Replica != "r1" {
+		t.Errorf("incidents %+v: want the storm's on r1, open while the burn lasts", inc)
 	}
 }

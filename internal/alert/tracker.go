@@ -336,6 +336,12 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 	switch {
 	case !a.Draining:
 		a.Finding, a.Class, a.Cleared = g.Finding, g.Cause(), nil
+		if a.Replica == correlate.FleetReplica(a.Model) && !a.Fleet && !g.Fleet && g.Finding.Replica != a.Replica {
+			// The incident a burn opened alone moves to the replica its
+			// cause was found on: the page names where to act, and from
+			// now on that replica's rounds continue it.
+			a.Replica = g.Finding.Replica
+		}
 	case a.Cleared == nil:
 		cause := a.Finding
 		a.Cleared = &cause

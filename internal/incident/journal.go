@@ -244,6 +244,11 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 			j.event(r, Event{At: now, Kind: EventJoined, Text: fmt.Sprintf("%s joined as a consequence of %s", c, r.Class)})
 		}
 	}
+	if fleet := correlate.FleetReplica(r.Model); !a.Fleet && a.Replica != fleet {
+		// A burn's incident that moved to its cause's replica covers
+		// that replica, not the model as a whole.
+		r.Replicas = slices.DeleteFunc(r.Replicas, func(rep string) bool { return rep == fleet })
+	}
 	for _, rep := range replicasOf(a, seen, absorbed) {
 		if !slices.Contains(r.Replicas, rep) {
 			r.Replicas = append(r.Replicas, rep)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -311,7 +312,8 @@ func TestIncidentAPI(t *testing.T) {
 // runs, r2 of the same model misses the objective for reasons of its own,
 // and those misses are not the storm's, though the storm's page carries
 // the model's burn. A burn of the model standing alone spends the model's
-// events.
+// events, until its cause is found on a replica and the incident moves
+// there.
 func TestIncidentSpendsTheBudgetOfItsOwnReplicas(t *testing.T) {
 	sli := func(total, good float64) []slo.Sample {
 		return []slo.Sample{{Objective: "ttft", Model: "m", Events: slo.Events{Good: good, Total: total}}}
@@ -322,11 +324,18 @@ func TestIncidentSpendsTheBudgetOfItsOwnReplicas(t *testing.T) {
 		Replica: correlate.FleetReplica("m"), Model: "m", Summary: "burning"}, Headline: "burning"}
 	for _, c := range []struct {
 		name     string
-		findings []detect.Finding
+		findings func(i int) []detect.Finding
 		want     float64
+		replicas []string
 	}{
-		{"the storm on r1", []detect.Finding{storm(2)}, 6 * 10},
-		{"the model's burn alone", nil, 6 * 70},
+		{"the storm on r1", func(int) []detect.Finding { return []detect.Finding{storm(2)} }, 6 * 10, []string{"r1"}},
+		{"the model's burn alone", func(int) []detect.Finding { return nil }, 6 * 70, []string{correlate.FleetReplica("m")}},
+		{"the burn, then its cause on r1", func(i int) []detect.Finding {
+			if i < 4 {
+				return nil
+			}
+			return []detect.Finding{storm(2)}
+		}, 4*70 + 2*10, []string{"r1"}},
 	} {
 		h := newHarness(t, Options{})
 		for i := range 6 {
@@ -335,7 +344,7 @@ func TestIncidentSpendsTheBudgetOfItsOwnReplicas(t *testing.T) {
 				{Replica: detect.Replica{Name: "r1", Model: "m"}, SLI: sli(100, 90)},
 				{Replica: detect.Replica{Name: "r2", Model: "m"}, SLI: sli(100, 40)},
 			}, SLI: sli(200, 130), SLOs: status}
-			groups := correlate.Correlate(correlate.DefaultConfig(), c.findings, []detect.Replica{{Name: "r1", Model: "m"}})
+			groups := correlate.Correlate(correlate.DefaultConfig(), c.findings(i), []detect.Replica{{Name: "r1", Model: "m"}})
 			round.Groups = correlate.FileBurns(groups, []correlate.Burn{burn})
 			changes := h.tr.Update(round)
 			h.j.Observe(round, h.tr.Incidents(), changes, h.links.Events(changes, round), at)
@@ -344,8 +353,8 @@ func TestIncidentSpendsTheBudgetOfItsOwnReplicas(t *testing.T) {
 		if len(recs) != 1 || len(recs[0].Budgets) != 1 || math.Abs(recs[0].Budgets[0].Allowed-1000) > 1e-6 {
 			t.Fatalf("%s: %d incidents, budgets %+v; want one, against the model's 1000 allowed", c.name, len(recs), recs)
 		}
-		if got := recs[0].Budgets[0].Bad; got != c.want {
-			t.Errorf("%s (%s on %v): spent %v bad events, want %v", c.name, recs[0].Class, recs[0].Replicas, got, c.want)
+		if got := recs[0].Budgets[0].Bad; got != c.want || !slices.Equal(recs[0].Replicas, c.replicas) {
+			t.Errorf("%s (%s on %v): spent %v bad events, want %v on %v", c.name, recs[0].Class, recs[0].Replicas, got, c.want, c.replicas)
 		}
 	}
 }
