@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -310,6 +311,7 @@ func TestReportRendering(t *testing.T) {
 	b := a
 	b.retracted += 30
 	b.decode += 3000
+	b.itl = append(slices.Clone(a.itl), repeat(0.05, 100)...)
 	to := observe(t, "storm", 10*time.Second, expo(a), expo(b))
 	to.Health = &scrape.HealthProbe{Up: true, Status: 200, Duration: 30 * time.Millisecond}
 	rep, err := Diagnose(Observation{Interval: 10 * time.Second, Samples: 2, Targets: []TargetObservation{
@@ -317,6 +319,11 @@ func TestReportRendering(t *testing.T) {
 	}}, detect.DefaultConfig(), Options{Interval: 10 * time.Second, RunbookBase: "https://watchdog.example/"})
 	if err != nil {
 		t.Fatal(err)
+	}
+
+	// Without a baseline, seconds still read as on every page.
+	if f := rep.Targets[0].Findings; len(f) == 0 || !regexp.MustCompile(`latency p99 is 0\.0\d+ s \(no baseline\)`).MatchString(f[0].Diagnosis) {
+		t.Errorf("findings %+v: want the inter-token p99 in seconds as pages give them, \"0.05 s (no baseline)\"", f)
 	}
 
 	var text bytes.Buffer

@@ -258,11 +258,11 @@ func FormatNumber(v float64) string {
 
 // vsBaseline renders "X (baseline Y)" or "X (no baseline)".
 func vsBaseline(m measure, unit string) string {
-	if !m.baseOK {
-		return num(m.now) + unit + " (no baseline)"
-	}
 	if unit == "s" {
 		unit = " s" // seconds read "0.4 s" on every page
+	}
+	if !m.baseOK {
+		return num(m.now) + unit + " (no baseline)"
 	}
 	return fmt.Sprintf("%s%s (baseline %s%s)", num(m.now), unit, num(m.base), unit)
 }
