@@ -168,12 +168,28 @@ func impactLine(b *strings.Builder, r Record, name, label string) {
 		fmt.Fprintf(b, "- %s: not exposed by the replicas.\n", label)
 		return
 	}
-	pk, first := peak(s.Points), s.Points[0]
-	when := "at the first finding"
-	if first.At.Before(r.OpenedAt) {
-		when = "just before the incident (" + clock(first.At) + ")"
+	first := s.Points[0]
+	if !first.At.Before(r.OpenedAt) {
+		pk := peak(s.Points)
+		fmt.Fprintf(b, "- %s: peak %s at %s, against %s at the first finding.\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit))
+		return
 	}
-	fmt.Fprintf(b, "- %s: peak %s at %s, against %s %s.\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit), when)
+	// The point before the incident is its reference, not its peak: a
+	// peak "at" a moment before the incident began reads as its worst.
+	if len(s.Points) == 1 {
+		fmt.Fprintf(b, "- %s: %s just before the incident (%s); not read during it.\n", label, value(first.Value, s.Unit), clock(first.At))
+		return
+	}
+	pk := peak(s.Points[1:])
+	if pk.Value <= first.Value {
+		most := ""
+		if pk.Value < first.Value {
+			most = " (at most " + value(pk.Value, s.Unit) + ")"
+		}
+		fmt.Fprintf(b, "- %s: %s just before the incident (%s), no higher during it%s.\n", label, value(first.Value, s.Unit), clock(first.At), most)
+		return
+	}
+	fmt.Fprintf(b, "- %s: peak %s at %s, against %s just before the incident (%s).\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit), clock(first.At))
 }
 
 // worst is the signal's point furthest on the bad side: the lowest where

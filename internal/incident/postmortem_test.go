@@ -34,6 +34,35 @@ func TestPostmortemAbortsLine(t *testing.T) {
 	}
 }
 
+// An impact line's peak is read during the incident: the round before it
+// is the reference, and a value no higher than that reference is said to
+// be so, not given as a peak at a moment before the incident began.
+func TestPostmortemImpactPeakIsDuringTheIncident(t *testing.T) {
+	opened := time.Date(2000, 1, 1, 0, 4, 0, 0, time.UTC)
+	record := func(values ...float64) Record {
+		s := Signal{Name: ImpactITL, Unit: "s"}
+		for i, v := range values {
+			s.Points = append(s.Points, Point{At: opened.Add(time.Duration(i-1) * time.Minute), Value: v})
+		}
+		return Record{Summary: Summary{Class: "preempt_storm", OpenedAt: opened, ResolvedAt: opened.Add(3 * time.Minute)}, Impact: []Signal{s}}
+	}
+	none := func(string) (string, bool) { return "", false }
+	for _, tt := range []struct {
+		name   string
+		values []float64
+		want   string
+	}{
+		{"rose", []float64{0.05, 0.2, 0.1}, "- Inter-token latency p99: peak 0.2 s at 00:04:00, against 0.05 s just before the incident (00:03:00).\n"},
+		{"never above the round before", []float64{0.165, 0.16, 0.12},
+			"- Inter-token latency p99: 0.165 s just before the incident (00:03:00), no higher during it (at most 0.16 s).\n"},
+		{"unchanged", []float64{0.165, 0.165}, "- Inter-token latency p99: 0.165 s just before the incident (00:03:00), no higher during it.\n"},
+	} {
+		if got := Postmortem(record(tt.values...), none); !strings.Contains(got, tt.want) {
+			t.Errorf("%s: postmortem lacks %q:\n%s", tt.name, tt.want, got)
+		}
+	}
+}
+
 // The root-cause table's worst value follows the evidence: the lowest for
 // a quantity where lower is worse (completions), none for the sample a
 // rule rests on (answered requests), the highest otherwise.
