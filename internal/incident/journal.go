@@ -232,7 +232,7 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 			seen = &tr.Group
 		}
 	}
-	r.Class = a.Class
+	r.Class, r.Replica = a.Class, a.Replica
 	joined := slices.Clone(a.Members)
 	for _, b := range absorbed {
 		joined = append(joined, b.Class)

@@ -353,8 +353,8 @@ func TestIncidentSpendsTheBudgetOfItsOwnReplicas(t *testing.T) {
 		if len(recs) != 1 || len(recs[0].Budgets) != 1 || math.Abs(recs[0].Budgets[0].Allowed-1000) > 1e-6 {
 			t.Fatalf("%s: %d incidents, budgets %+v; want one, against the model's 1000 allowed", c.name, len(recs), recs)
 		}
-		if got := recs[0].Budgets[0].Bad; got != c.want || !slices.Equal(recs[0].Replicas, c.replicas) {
-			t.Errorf("%s (%s on %v): spent %v bad events, want %v on %v", c.name, recs[0].Class, recs[0].Replicas, got, c.want, c.replicas)
+		if got := recs[0].Budgets[0].Bad; got != c.want || !slices.Equal(recs[0].Replicas, c.replicas) || recs[0].Replica != c.replicas[0] {
+			t.Errorf("%s (%s on %s, replicas %v): spent %v bad events, want %v on %v", c.name, recs[0].Class, recs[0].Replica, recs[0].Replicas, got, c.want, c.replicas)
 		}
 	}
 }
