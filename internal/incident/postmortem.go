@@ -71,6 +71,9 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 	}
 	impactLine(&b, r, ImpactTTFT, "Time to first token p99")
 	impactLine(&b, r, ImpactITL, "Inter-token latency p99")
+	// A page's peak (the detector's evidence, over the detector's range)
+	// can differ from these: the reader is told which is which.
+	p("- These are the replicas' snapshots, round by round. Where a detector's evidence reads the same quantity, the pages and the root-cause table give its number, read over its own range, which can differ.\n")
 	for _, bs := range r.Budgets {
 		consumed, ok := bs.Consumed()
 		if !ok || bs.Bad <= 0 {
