@@ -258,7 +258,9 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	// average would be a second number for the same quantity.
 	queue := p.avg(w, Sel(series.NumQueueReqs))
 	running := p.avg(w, Sel(series.NumRunningReqs))
+	// A one-token page matches prefixes at any length: no boundary to explain.
 	pageSize, pageSizeOK := w.Last(Selector{Name: series.PageSize, Combine: CombineMax})
+	pagedMatch := !pageSizeOK || pageSize > 1
 
 	sev := Warning
 	if !fromGauge && ttft99.nowOK && ttft99.baseOK && ttft99.base > 0 && ttft99.now >= c.CriticalTTFTRatio*ttft99.base && ttft99.now >= c.CriticalMinTTFT.Seconds() {
@@ -305,7 +307,7 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	if running.nowOK {
 		f.Evidence = append(f.Evidence, Evidence{Name: p.avgOver("running requests"), Value: running.now})
 	}
-	if pageSizeOK {
+	if pageSizeOK && pagedMatch {
 		f.Evidence = append(f.Evidence, Evidence{Name: "KV page size", Value: pageSize, Unit: "tokens"})
 	}
 
@@ -378,11 +380,13 @@ func (d *CacheCollapseDetector) Detect(w Window, now time.Time) []Finding {
 	} else {
 		diag.WriteString("Most often the prompt changed upstream: a timestamp, request id or user id in the system prompt makes every prompt unique. ")
 		diag.WriteString("Other causes: chat template rendering (whitespace, newlines) after a client or tokenizer upgrade, different LoRA adapter ids (caches are not shared across adapters), a router no longer routing by prefix. ")
-		diag.WriteString("Prefix matching happens only on page boundaries")
-		if pageSizeOK {
-			fmt.Fprintf(&diag, " (page size %s tokens)", num(pageSize))
+		if pagedMatch {
+			diag.WriteString("Prefix matching happens only on page boundaries")
+			if pageSizeOK {
+				fmt.Fprintf(&diag, " (page size %s tokens)", num(pageSize))
+			}
+			diag.WriteString(": a change inside the first page, or a shared prefix shorter than a page, is not reused. ")
 		}
-		diag.WriteString(": a change inside the first page, or a shared prefix shorter than a page, is not reused. ")
 		if ttft99.nowOK {
 			fmt.Fprintf(&diag, "Impact: TTFT p99 %s. ", vsBaseline(ttft99, "s"))
 		}
@@ -557,14 +561,6 @@ func (ev collapseEvictions) unknownReason() string {
 	default:
 		return "the eviction counter has no rate over the range"
 	}
-}
-
-// baselinePct renders ", baseline X%" of a share, or nothing.
-func baselinePct(m measure) string {
-	if !m.baseOK {
-		return ""
-	}
-	return " (baseline " + pct(m.base) + ")"
 }
 
 // CacheCollapseConfig tunes the prefix-cache hit-rate collapse detector.

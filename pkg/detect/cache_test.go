@@ -3,6 +3,7 @@ package detect_test
 import (
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,31 @@ func TestCacheCollapsePromptChange(t *testing.T) {
 	}
 	// 500 evicted tokens/s against 9500 computed anew: the pool was not full.
 	contains(t, "diagnosis", f.Diagnosis, "the cache had room", "500 evicted tokens/s are 5% of the prompt tokens while 95% were computed anew")
+}
+
+// Page boundaries explain a missed prefix only where a page holds more
+// than one token; with one-token pages (SGLang's default) the sentence and
+// the page-size line would be advice that fits nothing. A release without
+// the page-size gauge keeps the sentence, without a size.
+func TestCacheCollapsePageBoundariesOnlyWherePagesHoldTokens(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		scenario *scenario
+		sentence bool
+		evidence bool
+	}{
+		{"page size 16", healthyEngine(), true, true},
+		{"page size 1", healthyEngine().with(gauge(series.PageSize, constant(1))), false, false},
+		{"no page-size gauge", healthyEngine().without(series.PageSize), true, false},
+	} {
+		f := one(t, run(t, c.scenario.with(hitRateChange(incidentLong, 0.05)...), detect.CacheCollapse))
+		if got := strings.Contains(f.Diagnosis, "page boundaries"); got != c.sentence {
+			t.Errorf("%s: page-boundary sentence %v, want %v: %s", c.name, got, c.sentence, f.Diagnosis)
+		}
+		if got := slices.ContainsFunc(f.Evidence, func(e detect.Evidence) bool { return e.Name == "KV page size" }); got != c.evidence {
+			t.Errorf("%s: page-size evidence %v, want %v: %+v", c.name, got, c.evidence, f.Evidence)
+		}
+	}
 }
 
 // Every hit-rate source of the reference's version table gives the verdict.

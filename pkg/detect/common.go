@@ -518,6 +518,14 @@ func pct(v float64) string { return FormatNumber(100*v) + "%" }
 // pctPoints is a difference of two shares, in percentage points.
 func pctPoints(v float64) string { return FormatNumber(100*v) + " points" }
 
+// baselinePct renders " (baseline X%)" of a share, or nothing.
+func baselinePct(m measure) string {
+	if !m.baseOK {
+		return ""
+	}
+	return " (baseline " + pct(m.base) + ")"
+}
+
 // pctVsBaseline renders a share measure in percent next to its baseline.
 func pctVsBaseline(m measure) string {
 	if !m.baseOK {
