@@ -131,7 +131,14 @@ func joinGateway(worker, gw Group, u *detect.Upstream, addrs map[string]string, 
 	if out := slices.ContainsFunc(u.Failing, func(w detect.UpstreamWorker) bool {
 		return addrs[w.Worker] == worker.Finding.Replica && w.OutOfRotation()
 	}); out {
-		b.WriteString(" and took it out of rotation: its traffic lands on the other workers")
+		if u.Workers == 1 {
+			b.WriteString(" and took it out of rotation, its only worker")
+		} else {
+			b.WriteString(" and took it out of rotation: its traffic lands on the other workers")
+		}
+		// Steps that say to drain the worker are already done: what is left
+		// to act on first is whether the others carry its share.
+		worker.Finding.Emergency = append([]string{rotatedOutStep(gw.Finding.Replica, u.Workers, len(elsewhere))}, worker.Finding.Emergency...)
 	}
 	b.WriteString(".")
 	if len(elsewhere) > 0 {
@@ -147,6 +154,23 @@ func joinGateway(worker, gw Group, u *detect.Upstream, addrs map[string]string, 
 	}
 	worker.Finding.Diagnosis = strings.TrimSpace(worker.Finding.Diagnosis + b.String())
 	return worker
+}
+
+// rotatedOutStep is the first step once gateway took the worker out of
+// rotation, of workers in all (0: not reported), failing others of them.
+func rotatedOutStep(gateway string, workers, failing int) string {
+	done := "The gateway " + gateway + " has already taken this worker out of rotation"
+	switch others := workers - 1; {
+	case workers == 0:
+		return done + ": check that the other workers (queue, TTFT) carry its traffic."
+	case others == 0:
+		return done + " and has no other worker: every request through it fails until this worker is back."
+	case failing > 0:
+		return fmt.Sprintf("%s: its traffic lands on the other %d %s, and %d of them %s too.", done, others,
+			pronoun(others, "worker", "workers"), failing, pronoun(failing, "fails", "fail"))
+	default:
+		return fmt.Sprintf("%s: check that the other %d %s (queue, TTFT) carry its traffic.", done, others, pronoun(others, "worker", "workers"))
+	}
 }
 
 func pronoun(n int, one, many string) string {

@@ -132,3 +132,40 @@ func TestGatewayFailuresFromOneSaturatedWorkerJoinIt(t *testing.T) {
 		t.Errorf("the breaker stayed closed, yet the page says the worker was taken out of rotation:\n%s", out[0].Finding.Diagnosis)
 	}
 }
+
+// Once the gateway took the worker out of rotation, the page's first
+// step is no longer to drain it but whether the rest carry its traffic,
+// in the numbers the gateway reports.
+func TestGatewayRotationOutComesFirstInTheSteps(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		workers int
+		failing []detect.UpstreamWorker
+		want    string
+	}{
+		{"healthy others", 3, []detect.UpstreamWorker{open("10.0.0.0:30000")}, "check that the other 2 workers (queue, TTFT) carry its traffic"},
+		{"another fails", 3, []detect.UpstreamWorker{open("10.0.0.0:30000"), open("10.0.0.1:30000")}, "lands on the other 2 workers, and 1 of them fails too"},
+		{"only worker", 1, []detect.UpstreamWorker{open("10.0.0.0:30000")}, "has no other worker: every request through it fails"},
+		{"count not reported", 0, []detect.UpstreamWorker{open("10.0.0.0:30000")}, "check that the other workers (queue, TTFT)"},
+	} {
+		down := f("w0", "m", detect.ReplicaDown, detect.LayerProcess, detect.Critical)
+		down.Emergency = []string{"Confirm from outside the watchdog."}
+		out := Correlate(DefaultConfig(), []detect.Finding{down, gatewayFinding(detect.ErrorRate, c.workers, c.failing...)}, gatewayFleet(3))
+		i := slices.IndexFunc(out, func(g Group) bool { return g.Cause() == detect.ReplicaDown })
+		if i < 0 {
+			t.Fatalf("%s: no replica_down incident in %v", c.name, classes(out))
+		}
+		steps := out[i].Finding.Emergency
+		if len(steps) != 2 || !strings.Contains(steps[0], "gw has already taken this worker out of rotation") || !strings.Contains(steps[0], c.want) {
+			t.Errorf("%s: steps %q, want first the rotation step with %q, then the detector's", c.name, steps, c.want)
+		}
+	}
+	// A closed breaker leaves the steps as the detector wrote them.
+	down := f("w0", "m", detect.ReplicaDown, detect.LayerProcess, detect.Critical)
+	down.Emergency = []string{"Confirm from outside the watchdog."}
+	out := Correlate(DefaultConfig(), []detect.Finding{down, gatewayFinding(detect.ErrorRate, 3,
+		detect.UpstreamWorker{Worker: "10.0.0.0:30000", FailuresPerSecond: 5})}, gatewayFleet(3))
+	if len(out) != 1 || len(out[0].Finding.Emergency) != 1 {
+		t.Errorf("breaker closed: steps %q, want the detector's alone", out[0].Finding.Emergency)
+	}
+}
