@@ -128,10 +128,17 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 		// diagnosis was written for a replica in trouble, in the present
 		// tense, and the last summary is often the mildest. A detector
 		// that said how the condition ended (a replica serving again after
-		// an outage, and whether it restarted) is heard instead.
+		// an outage, and whether it restarted) is heard after it, as such.
 		ev.Diagnosis = f.Summary
-		if w := a.CauseAtWorst; w.Class == a.Class && w.Summary != "" && !f.Resolving {
+		if w := a.CauseAtWorst; w.Class == a.Class && w.Summary != "" {
 			ev.Diagnosis = w.Summary
+		}
+		if f.Resolving {
+			ended := "How it ended: " + f.Summary + "."
+			if ev.Diagnosis != f.Summary {
+				ended = ev.Diagnosis + ". " + ended
+			}
+			ev.Diagnosis = ended
 		}
 		ev.Status = notify.StatusResolved
 		ev.EndsAt = tr.At
