@@ -217,7 +217,10 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	default:
 		base, _ = d.retry.engineArrivals(w, now, t)
 		offered = d.retry.freshTraffic(w, now, t, base.base)
-		retrying = arrivals >= c.RetriedArrivalRatio*offered
+		// Without the arrivals' baseline the estimate has no floor, and the
+		// failures of a backlog that queued before the range (a storm's
+		// aborts) take it to about zero: every arrival would look retried.
+		retrying = base.baseOK && arrivals >= c.RetriedArrivalRatio*offered
 	}
 	overload := okArr && okDone && arrivals > 0 && arrivals >= c.OverloadArrivalRatio*completions &&
 		f.sheds+f.aborts >= f.serverErrors && !retrying
@@ -245,11 +248,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		res.Evidence = append(res.Evidence, Evidence{Name: "gateway retries/s", Value: retries, Unit: "/s"})
 	}
 	if !t.gateway && retrying {
-		name := "offered load/s (highest fresh arrivals since the growth began)"
-		if !base.baseOK {
-			name = "offered load/s (highest fresh arrivals in the look-back)"
-		}
-		res.Evidence = append(res.Evidence, Evidence{Name: name, Value: offered, Unit: "/s",
+		res.Evidence = append(res.Evidence, Evidence{Name: "offered load/s (highest fresh arrivals since the growth began)", Value: offered, Unit: "/s",
 			Threshold: fmt.Sprintf("arrivals >= %sx it are retries", num(c.RetriedArrivalRatio))})
 	}
 	queued, okQueue := w.Avg(Sel(series.NumQueueReqs), now.Add(-c.Range), now)
@@ -272,6 +271,8 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		// a retry loop is that they are fresh traffic.
 		if t.gateway {
 			diag = append(diag, fmt.Sprintf("No retries are visible (the gateway retries %s/s): this is more traffic than the workers can serve, not a retry loop.", num(retries)))
+		} else if !base.baseOK {
+			diag = append(diag, "Whether clients retry is not known: the arrivals have no baseline yet to weigh the fresh traffic against.")
 		} else {
 			diag = append(diag, fmt.Sprintf("No client retries are visible: the fresh traffic is about %s/s (%s), and retried requests would lift the arrivals to %sx that or more; they are at %s/s. So far this is more traffic than the replica can serve, not a retry loop.",
 				num(offered), d.retry.freshTrafficBasis(base), num(c.RetriedArrivalRatio), num(arrivals)))

@@ -365,3 +365,26 @@ func TestSimulatedRetryStormIsARetryAvalanche(t *testing.T) {
 func TestGoldenPageEventsErrorRate(t *testing.T) {
 	checkPage(t, pageCase{class: detect.ErrorRate, scenario: failing("503", 1.5)})
 }
+
+// A storm on a replica too young for an arrivals baseline: clients that
+// waited out their timeout abort requests that queued before the range,
+// so arrivals minus failures is about zero though no client retries.
+// Without a baseline to floor the fresh traffic that is no evidence of
+// retries: the page gives the overload it sees and says it cannot tell
+// (`watchdog diagnose` during the demo's storm read "clients retrying: 6
+// requests/s arrive for about 0/s of fresh traffic").
+func TestErrorRateWithoutAnArrivalsBaselineClaimsNoRetries(t *testing.T) {
+	young := healthyEngine().with(
+		counter(series.HTTPRequestsTotal, constant(6), "endpoint", chat, "method", "POST"),
+		counter(series.HTTPResponsesTotal, constant(4), "endpoint", chat, "method", "POST", "status_code", "200"),
+		counter(series.NumRequestsTotal, constant(0.1)),
+		counter(series.NumAbortedRequestsTotal, constant(5.7)),
+	)
+	young.length = 90 * time.Second
+	f := one(t, run(t, young, detect.ErrorRate))
+	if strings.Contains(f.Summary, "clients retrying") || strings.Contains(f.Diagnosis, "clients are retrying") {
+		t.Errorf("no arrivals baseline, yet the page calls the aborts retries: %s\n%s", f.Summary, f.Diagnosis)
+	}
+	contains(t, "summary", f.Summary, "overload: 6 requests/s arrive")
+	contains(t, "diagnosis", f.Diagnosis, "Whether clients retry is not known")
+}

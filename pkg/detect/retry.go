@@ -279,11 +279,8 @@ func (c RetryAvalancheConfig) freshTraffic(w Window, now time.Time, t clientTraf
 }
 
 // freshTrafficBasis says, for a page, how freshTraffic estimated the fresh
-// traffic from arrivals measured by engineArrivals.
+// traffic from arrivals measured by engineArrivals, with their baseline.
 func (c RetryAvalancheConfig) freshTrafficBasis(arrivals measure) string {
-	if !arrivals.baseOK {
-		return "the highest rate of arrivals minus failed requests over the last " + ShortDuration(c.Baseline) + "; their baseline is not known"
-	}
 	return "the highest rate of arrivals minus failed requests since arrivals began to grow; baseline " + num(arrivals.base) + "/s"
 }
 
