@@ -179,7 +179,7 @@ func TestSLOStormPagesOnceNamedAfterTheStorm(t *testing.T) {
 			math.Abs(record.Budgets[0].Allowed-284) > 10 {
 			t.Errorf("the incident's budgets: %+v; want about 4800 bad events against a budget of 284", record.Budgets)
 		}
-		if !strings.Contains(postmortem, `- Error budget consumed: `) || !strings.Contains(postmortem, `of the 1 d budget of the SLO "chat-ttft" (TTFT ≤ 1s for 99%)`) {
+		if !strings.Contains(postmortem, `- Error budget consumed: `) || !strings.Contains(postmortem, `held of the 1 d period of the SLO "chat-ttft" (TTFT ≤ 1s for 99%)`) {
 			t.Errorf("the postmortem draft does not say what the storm cost the SLO:\n%s", postmortem)
 		}
 		evs := run.events()

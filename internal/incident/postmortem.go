@@ -83,12 +83,15 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 		if r.Class == correlate.SLOBurn {
 			whose = "of the model"
 		}
-		p("- Error budget consumed: %s of the %s budget of the SLO %s (%s): %s of %s events %s outside it during the incident",
-			pct(consumed), notify.FormatDuration(bs.Period), md(strconv.Quote(bs.Objective)), md(bs.Title), num(bs.Bad), num(bs.Total), whose)
+		// A memory younger than the period (a restart without history)
+		// has the budget of what it holds: the share says so up front,
+		// in the words of the burn pages.
+		budget := "the " + notify.FormatDuration(bs.Period) + " budget"
 		if bs.Held < bs.Period {
-			p(" (the budget as the SLO memory held the period: %s of it)", notify.FormatDuration(bs.Held))
+			budget = "the budget of the " + notify.FormatDuration(bs.Held) + " held of the " + notify.FormatDuration(bs.Period) + " period"
 		}
-		p(".\n")
+		p("- Error budget consumed: %s of %s of the SLO %s (%s): %s of %s events %s outside it during the incident.\n",
+			pct(consumed), budget, md(strconv.Quote(bs.Objective)), md(bs.Title), num(bs.Bad), num(bs.Total), whose)
 	}
 	p("\n")
 
