@@ -179,14 +179,15 @@ func driveFleet(ctx context.Context, fleet *sim.Fleet, out io.Writer) {
 }
 
 // dryRun stands in for an integration without credentials: it prints one
-// line per event it would have sent.
+// line per event it would have sent, numbered as the page it belongs to
+// (deliveries run beside the console, so the line can come first).
 type dryRun struct {
 	name string
 	w    io.Writer
 }
 
 func (d dryRun) Notify(_ context.Context, ev notify.Event) error {
-	fmt.Fprintf(d.w, "   [would send to %s] %s %s %s on %s (dedup key %s)\n", d.name, ev.Kind, ev.Severity, ev.Class, ev.Replica, ev.Fingerprint)
+	fmt.Fprintf(d.w, "   [would send to %s] %s %s %s on %s #%d (dedup key %s)\n", d.name, ev.Kind, ev.Severity, ev.Class, ev.Replica, ev.Seq, ev.Fingerprint)
 	return nil
 }
 

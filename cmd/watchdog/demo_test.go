@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
+	"github.com/sglang-watchdog/sglang-watchdog/pkg/notify"
 )
 
 // The demo starts the simulated fleet and the real daemon, and a Ctrl-C
@@ -70,5 +73,18 @@ func TestUsageErrors(t *testing.T) {
 	// waits for one it can use.
 	if logs := waitingDaemon(t, []string{"run"}, map[string]string{}); !strings.Contains(logs, "targets: no targets; set WATCHDOG_TARGETS") {
 		t.Errorf("no targets: the log does not say so:\n%s", logs)
+	}
+}
+
+// Deliveries run beside the console, so a dry-run line can print before
+// the page block it belongs to: it carries the page's number to match.
+func TestDemoDryRunLineNamesItsPage(t *testing.T) {
+	var b strings.Builder
+	ev := notify.Event{Kind: notify.KindUpdate, Severity: detect.Critical, Class: "preempt_storm", Replica: "sim-0", Seq: 2, Fingerprint: "f8bc"}
+	if err := (dryRun{name: "Slack", w: &b}).Notify(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	if want := "   [would send to Slack] update critical preempt_storm on sim-0 #2 (dedup key f8bc)\n"; b.String() != want {
+		t.Errorf("dry-run line %q, want %q", b.String(), want)
 	}
 }
