@@ -208,7 +208,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	// the offered load are retried requests.
 	var retries, offered float64
 	var base measure // the engine's arrivals against their baseline
-	retrying := false
+	retrying, retriesUnknown := false, false
 	switch {
 	case !okArr || arrivals <= 0:
 	case t.gateway:
@@ -221,6 +221,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		// failures of a backlog that queued before the range (a storm's
 		// aborts) take it to about zero: every arrival would look retried.
 		retrying = base.baseOK && arrivals >= c.RetriedArrivalRatio*offered
+		retriesUnknown = !base.baseOK
 	}
 	overload := okArr && okDone && arrivals > 0 && arrivals >= c.OverloadArrivalRatio*completions &&
 		f.sheds+f.aborts >= f.serverErrors && !retrying
@@ -256,23 +257,37 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	kinds := failureKinds(perSec)
 	res.Summary = fmt.Sprintf("%s%% of requests failing over %s (%s)", num(pct(share)), ShortDuration(c.Range), kinds)
 	var diag []string
-	switch {
-	case overload:
-		res.Summary += fmt.Sprintf(" — overload: %s requests/s arrive, %s/s complete", num(arrivals), num(completions))
-		diag = append(diag, fmt.Sprintf("Overload: users are failing because capacity is short. %s%% of the requests of the last %s failed (%s), while requests arrive at %s/s and complete at %s/s.",
-			num(pct(share)), ShortDuration(c.Range), kinds, num(arrivals), num(completions)))
+	queueLine := func() {
 		if okQueue {
 			diag = append(diag, fmt.Sprintf("The waiting queue averaged %s requests over the last %s.", num(queued), ShortDuration(c.Range)))
 			// In the evidence too, so the headline gives this queue, the
 			// one the diagnosis cites, not the triage's over another span.
 			res.Evidence = append(res.Evidence, Evidence{Name: avgOver("queued requests", c.Range), Value: queued})
 		}
+	}
+	switch {
+	case overload && retriesUnknown:
+		// More arrive than complete, but fresh traffic cannot be told
+		// from retries: the steps lead with what helps both.
+		res.Summary += fmt.Sprintf(" — %s requests/s arrive, %s/s complete (retries not known)", num(arrivals), num(completions))
+		diag = append(diag, fmt.Sprintf("Users are failing: %s%% of the requests of the last %s failed (%s), while requests arrive at %s/s and complete at %s/s.",
+			num(pct(share)), ShortDuration(c.Range), kinds, num(arrivals), num(completions)))
+		queueLine()
+		diag = append(diag, "Whether that is more traffic than the replica can serve or clients retrying is not known: the arrivals have no baseline yet to weigh the fresh traffic against. Ask the calling services (or the gateway) whether they retry on timeout: a retry loop ends when clients fail fast and back off, not with capacity alone (the retry avalanche runbook).")
+		res.Emergency = []string{
+			"Shed at the gateway: a concurrency limit that answers the excess at once with 429/503 and Retry-After, so clients fail fast instead of waiting into a timeout; it breaks a retry loop and protects an overloaded replica alike.",
+			"If the callers do not retry, scale out: add replicas, or move traffic to replicas with headroom.",
+			"Lower max_tokens for the heaviest clients or routes: shorter answers free batch slots and KV sooner, so more requests complete.",
+		}
+	case overload:
+		res.Summary += fmt.Sprintf(" — overload: %s requests/s arrive, %s/s complete", num(arrivals), num(completions))
+		diag = append(diag, fmt.Sprintf("Overload: users are failing because capacity is short. %s%% of the requests of the last %s failed (%s), while requests arrive at %s/s and complete at %s/s.",
+			num(pct(share)), ShortDuration(c.Range), kinds, num(arrivals), num(completions)))
+		queueLine()
 		// Overload may well have grown the arrivals: what tells it from
 		// a retry loop is that they are fresh traffic.
 		if t.gateway {
 			diag = append(diag, fmt.Sprintf("No retries are visible (the gateway retries %s/s): this is more traffic than the workers can serve, not a retry loop.", num(retries)))
-		} else if !base.baseOK {
-			diag = append(diag, "Whether clients retry is not known: the arrivals have no baseline yet to weigh the fresh traffic against.")
 		} else {
 			diag = append(diag, fmt.Sprintf("No client retries are visible: the fresh traffic is about %s/s (%s), and retried requests would lift the arrivals to %sx that or more; they are at %s/s. So far this is more traffic than the replica can serve, not a retry loop.",
 				num(offered), d.retry.freshTrafficBasis(base), num(c.RetriedArrivalRatio), num(arrivals)))
