@@ -292,6 +292,9 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 			for _, e := range seen.Finding.Evidence {
 				r.addPoint(e, round.At, j.opts.MaxPoints)
 			}
+			if seen.Cause() == a.Class {
+				r.Signals = causeFirst(r.Signals, seen.Finding.Evidence)
+			}
 		}
 		if len(r.Impact) == 0 && j.prev.At.Before(round.At) {
 			j.noteImpact(r, j.prev)
@@ -486,6 +489,21 @@ func bounded[T any](s []T, limit int) []T {
 
 func (r *Record) addPoint(e detect.Evidence, at time.Time, maxPoints int) {
 	r.Signals = appendPoint(r.Signals, e, at, maxPoints, r)
+}
+
+// causeFirst orders signals as the evidence of a round the incident's
+// cause led lists them, the others after in their order: a cause found
+// after its consequence paged leads the root-cause table and the
+// incident page's plots, as it leads the chain.
+func causeFirst(signals []Signal, evidence []detect.Evidence) []Signal {
+	rank := func(s Signal) int {
+		if i := slices.IndexFunc(evidence, func(e detect.Evidence) bool { return e.Name == s.Name }); i >= 0 {
+			return i
+		}
+		return len(evidence)
+	}
+	slices.SortStableFunc(signals, func(a, b Signal) int { return rank(a) - rank(b) })
+	return signals
 }
 
 // appendPoint adds e's value at at to its signal in signals.

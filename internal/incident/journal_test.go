@@ -358,3 +358,40 @@ func TestIncidentSpendsTheBudgetOfItsOwnReplicas(t *testing.T) {
 		}
 	}
 }
+
+// A cause found after its consequence paged leads the record's signals,
+// as it leads the chain: the demo's storm page led its plots with the
+// cache collapse's hit rate, under "what decided the finding", and the
+// postmortem's root-cause table with it, while the headline named the
+// storm's retractions.
+func TestSignalsOfACauseFoundLaterComeFirst(t *testing.T) {
+	h := newHarness(t, Options{MaxIncidents: 10, MaxPoints: 100})
+	collapse := detect.Finding{Class: detect.CacheCollapse, Severity: detect.Critical, Replica: "r1", Model: "m", Summary: "collapse", Layer: detect.LayerMemory,
+		Evidence: []detect.Evidence{{Name: "prefix cache hit rate", Value: 0.3, Baseline: 0.8, HasBaseline: true, Unit: "ratio", Threshold: "<= 0.5x baseline"}}}
+	var id string
+	for i := range 4 {
+		for _, ev := range h.round(t0.Add(time.Duration(i)*10*time.Second), collapse) {
+			id = ev.Incident
+		}
+	}
+	for i := 4; i < 7; i++ {
+		h.round(t0.Add(time.Duration(i)*10*time.Second), collapse, storm(float64(i)))
+	}
+	for i := 7; i < 20; i++ {
+		h.round(t0.Add(time.Duration(i) * 10 * time.Second))
+	}
+	r, ok := h.j.Incident(id)
+	if !ok {
+		t.Fatalf("no record %q", id)
+	}
+	var names []string
+	for _, s := range r.Signals {
+		names = append(names, s.Name)
+	}
+	if r.Open() || r.Class != detect.PreemptStorm || !slices.Equal(names, []string{"retracted requests/s", "prefix cache hit rate"}) {
+		t.Errorf("incident %s (%s) with signals %q, want a resolved preempt_storm with its retractions first", r.Class, r.State, names)
+	}
+	if pm := Postmortem(r, func(string) (string, bool) { return "", false }); strings.Index(pm, "| retracted requests/s") > strings.Index(pm, "| prefix cache hit rate") {
+		t.Errorf("the root-cause table does not lead with the cause's evidence:\n%s", pm)
+	}
+}

@@ -54,7 +54,8 @@ type Record struct {
 	Runbook   string   `json:"runbook"`
 
 	// Signals are the evidence of the incident's findings, one per
-	// evidence name, over the incident's span.
+	// evidence name, over the incident's span: in the order of the last
+	// round its cause led, then the others as first seen.
 	Signals []Signal `json:"signals"`
 	// Impact is what users felt over the incident's span, from its
 	// replicas' snapshots (queued, running and aborted requests summed;

@@ -42,9 +42,9 @@ type evidence struct {
 // when the detector stated a rule for it (Signal.Threshold: the journal
 // keeps the last rule any round's evidence gave it) — the number the
 // finding's firing, severity or layer was decided against — and its value
-// moved over the incident. The first maxDecisive of those, in the order
-// the journal first saw them (the cause's evidence before what joined it,
-// each detector's in its own order, its trigger first), lead. A signal
+// moved over the incident. The first maxDecisive of those, in the
+// journal's order (the cause's evidence first, as the last round it led
+// listed it, its trigger first; then the rest), lead. A signal
 // whose every point holds the same value is a fact, never a plot: a flat
 // line says no more than the number, and a constant (a page size, a pool
 // size) is not evidence of change. decisive false lays every moving signal
