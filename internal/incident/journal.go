@@ -292,7 +292,9 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 			for _, e := range seen.Finding.Evidence {
 				r.addPoint(e, round.At, j.opts.MaxPoints)
 			}
-			if seen.Cause() == a.Class {
+			// How a cause ended (a replica serving again) lists other
+			// numbers than the ones it fired on: those keep the lead.
+			if seen.Cause() == a.Class && !seen.Finding.Resolving {
 				r.Signals = causeFirst(r.Signals, seen.Finding.Evidence)
 			}
 		}

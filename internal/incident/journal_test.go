@@ -395,3 +395,27 @@ func TestSignalsOfACauseFoundLaterComeFirst(t *testing.T) {
 		t.Errorf("the root-cause table does not lead with the cause's evidence:\n%s", pm)
 	}
 }
+
+// How a cause ended lists other numbers than the ones it fired on: the
+// demo's crash postmortem led its root-cause table with "seconds down",
+// the recovery's evidence, instead of the failed scrapes that paged.
+func TestSignalsOfHowACauseEndedDoNotTakeTheLead(t *testing.T) {
+	h := newHarness(t, Options{MaxIncidents: 10, MaxPoints: 100})
+	down := detect.Finding{Class: detect.ReplicaDown, Severity: detect.Critical, Replica: "r1", Model: "m", Summary: "down", Layer: detect.LayerProcess}
+	var id string
+	for i := range 5 {
+		f := down
+		f.Evidence = []detect.Evidence{{Name: "consecutive failed scrapes", Value: float64(3 + i), Threshold: ">= 3"}}
+		for _, ev := range h.round(t0.Add(time.Duration(i)*10*time.Second), f) {
+			id = ev.Incident
+		}
+	}
+	back := down
+	back.Resolving = true
+	back.Evidence = []detect.Evidence{{Name: "seconds down", Value: 50, Unit: "s"}}
+	h.round(t0.Add(50*time.Second), back)
+	r, ok := h.j.Incident(id)
+	if !ok || len(r.Signals) != 2 || r.Signals[0].Name != "consecutive failed scrapes" {
+		t.Errorf("record %q (found %v) with signals %+v, want the failed scrapes first", id, ok, r.Signals)
+	}
+}
