@@ -176,8 +176,13 @@ func impactLine(b *strings.Builder, r Record, name, label string) {
 	}
 	first := s.Points[0]
 	if !first.At.Before(r.OpenedAt) {
-		pk := peak(s.Points)
-		fmt.Fprintf(b, "- %s: peak %s at %s, against %s at the first finding.\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit))
+		// No round before the incident: the first finding's is the
+		// reference, and a value that never rose above it has no peak.
+		if pk := peak(s.Points); pk.Value > first.Value {
+			fmt.Fprintf(b, "- %s: peak %s at %s, against %s at the first finding.\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit))
+			return
+		}
+		fmt.Fprintf(b, "- %s: %s at the first finding (%s), no higher during it.\n", label, value(first.Value, s.Unit), clock(first.At))
 		return
 	}
 	// The point before the incident is its reference, not its peak: a
