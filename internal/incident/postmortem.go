@@ -176,13 +176,18 @@ func impactLine(b *strings.Builder, r Record, name, label string) {
 	}
 	first := s.Points[0]
 	if !first.At.Before(r.OpenedAt) {
-		// No round before the incident: the first finding's is the
-		// reference, and a value that never rose above it has no peak.
+		// No round before the incident: its first value is the reference,
+		// read at the first finding or, on a replica that could not be
+		// read then (down), later; a value that never rose has no peak.
+		ref := "at the first finding"
+		if first.At.After(r.OpenedAt) {
+			ref = "when first read"
+		}
 		if pk := peak(s.Points); pk.Value > first.Value {
-			fmt.Fprintf(b, "- %s: peak %s at %s, against %s at the first finding.\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit))
+			fmt.Fprintf(b, "- %s: peak %s at %s, against %s %s (%s).\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit), ref, clock(first.At))
 			return
 		}
-		fmt.Fprintf(b, "- %s: %s at the first finding (%s), no higher during it.\n", label, value(first.Value, s.Unit), clock(first.At))
+		fmt.Fprintf(b, "- %s: %s %s (%s), no higher during it.\n", label, value(first.Value, s.Unit), ref, clock(first.At))
 		return
 	}
 	// The point before the incident is its reference, not its peak: a

@@ -61,20 +61,23 @@ func TestPostmortemImpactPeakIsDuringTheIncident(t *testing.T) {
 			t.Errorf("%s: postmortem lacks %q:\n%s", tt.name, tt.want, got)
 		}
 	}
-	// Without a round before it (the demo's crash: "Queued requests: peak
-	// 0 at 10:00:57, against 0 at the first finding"), the first finding's
-	// value is the reference in the same words.
+	// Without a round before it, the first value is the reference in the
+	// same words, named by when it was read: the demo's crash read "Queued
+	// requests: peak 0 at 10:00:57, against 0 at the first finding", its
+	// first value read 23 s after the first finding, the replica down.
 	for _, tt := range []struct {
 		name   string
+		shift  time.Duration
 		values []float64
 		want   string
 	}{
-		{"rose", []float64{0.05, 0.2}, "- Inter-token latency p99: peak 0.2 s at 00:05:00, against 0.05 s at the first finding.\n"},
-		{"never rose", []float64{0, 0, 0}, "- Inter-token latency p99: 0 s at the first finding (00:04:00), no higher during it.\n"},
+		{"rose", time.Minute, []float64{0.05, 0.2}, "- Inter-token latency p99: peak 0.2 s at 00:05:00, against 0.05 s at the first finding (00:04:00).\n"},
+		{"never rose", time.Minute, []float64{0, 0, 0}, "- Inter-token latency p99: 0 s at the first finding (00:04:00), no higher during it.\n"},
+		{"first read later", 2 * time.Minute, []float64{0, 0}, "- Inter-token latency p99: 0 s when first read (00:05:00), no higher during it.\n"},
 	} {
 		r := record(tt.values...)
 		for i := range r.Impact[0].Points {
-			r.Impact[0].Points[i].At = r.Impact[0].Points[i].At.Add(time.Minute)
+			r.Impact[0].Points[i].At = r.Impact[0].Points[i].At.Add(tt.shift)
 		}
 		if got := Postmortem(r, none); !strings.Contains(got, tt.want) {
 			t.Errorf("no round before, %s: postmortem lacks %q:\n%s", tt.name, tt.want, got)
