@@ -174,38 +174,36 @@ func impactLine(b *strings.Builder, r Record, name, label string) {
 		fmt.Fprintf(b, "- %s: not exposed by the replicas.\n", label)
 		return
 	}
-	first := s.Points[0]
-	if !first.At.Before(r.OpenedAt) {
-		// No round before the incident: its first value is the reference,
-		// read at the first finding or, on a replica that could not be
-		// read then (down), later; a value that never rose has no peak.
-		ref := "at the first finding"
-		if first.At.After(r.OpenedAt) {
-			ref = "when first read"
-		}
-		if pk := peak(s.Points); pk.Value > first.Value {
-			fmt.Fprintf(b, "- %s: peak %s at %s, against %s %s (%s).\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit), ref, clock(first.At))
-			return
-		}
-		fmt.Fprintf(b, "- %s: %s %s (%s), no higher during it.\n", label, value(first.Value, s.Unit), ref, clock(first.At))
+	// The first point is the reference: the round before the incident,
+	// else the first finding's, else (a replica that could not be read
+	// then, down) the first read. A peak "at" a moment before the
+	// incident began would read as its worst, and a value that never
+	// rose above the reference has no peak.
+	first, rest := s.Points[0], s.Points[1:]
+	before := first.At.Before(r.OpenedAt)
+	ref := "just before the incident"
+	switch {
+	case first.At.After(r.OpenedAt):
+		ref = "when first read"
+	case !before:
+		ref = "at the first finding"
+	}
+	ref += " (" + clock(first.At) + ")"
+	if before && len(rest) == 0 {
+		fmt.Fprintf(b, "- %s: %s %s; not read during it.\n", label, value(first.Value, s.Unit), ref)
 		return
 	}
-	// The point before the incident is its reference, not its peak: a
-	// peak "at" a moment before the incident began reads as its worst.
-	if len(s.Points) == 1 {
-		fmt.Fprintf(b, "- %s: %s just before the incident (%s); not read during it.\n", label, value(first.Value, s.Unit), clock(first.At))
+	if pk := peak(s.Points); pk.Value > first.Value {
+		fmt.Fprintf(b, "- %s: peak %s at %s, against %s %s.\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit), ref)
 		return
 	}
-	pk := peak(s.Points[1:])
-	if pk.Value <= first.Value {
-		most := ""
-		if pk.Value < first.Value {
+	most := ""
+	if before { // rest holds a point: the single-point case returned above
+		if pk := peak(rest); pk.Value < first.Value {
 			most = " (at most " + value(pk.Value, s.Unit) + ")"
 		}
-		fmt.Fprintf(b, "- %s: %s just before the incident (%s), no higher during it%s.\n", label, value(first.Value, s.Unit), clock(first.At), most)
-		return
 	}
-	fmt.Fprintf(b, "- %s: peak %s at %s, against %s just before the incident (%s).\n", label, value(pk.Value, s.Unit), clock(pk.At), value(first.Value, s.Unit), clock(first.At))
+	fmt.Fprintf(b, "- %s: %s %s, no higher during it%s.\n", label, value(first.Value, s.Unit), ref, most)
 }
 
 // worst is the signal's point furthest on the bad side: the lowest where

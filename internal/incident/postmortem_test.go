@@ -56,6 +56,7 @@ func TestPostmortemImpactPeakIsDuringTheIncident(t *testing.T) {
 		{"never above the round before", []float64{0.165, 0.16, 0.12},
 			"- Inter-token latency p99: 0.165 s just before the incident (00:03:00), no higher during it (at most 0.16 s).\n"},
 		{"unchanged", []float64{0.165, 0.165}, "- Inter-token latency p99: 0.165 s just before the incident (00:03:00), no higher during it.\n"},
+		{"only the round before", []float64{0.165}, "- Inter-token latency p99: 0.165 s just before the incident (00:03:00); not read during it.\n"},
 	} {
 		if got := Postmortem(record(tt.values...), none); !strings.Contains(got, tt.want) {
 			t.Errorf("%s: postmortem lacks %q:\n%s", tt.name, tt.want, got)
