@@ -216,12 +216,15 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		retrying = retries > 0 && retries >= (c.RetriedArrivalRatio-1)*arrivals
 	default:
 		base, _ = d.retry.engineArrivals(w, now, t)
-		offered = d.retry.freshTraffic(w, now, t, base.base)
-		// Without the arrivals' baseline the estimate has no floor, and the
-		// failures of a backlog that queued before the range (a storm's
-		// aborts) take it to about zero: every arrival would look retried.
-		retrying = base.baseOK && arrivals >= c.RetriedArrivalRatio*offered
+		// Without the arrivals' baseline the fresh-traffic estimate has no
+		// floor, and the failures of a backlog that queued before the
+		// range (a storm's aborts) take it to about zero: every arrival
+		// would look retried.
 		retriesUnknown = !base.baseOK
+		if !retriesUnknown {
+			offered = d.retry.freshTraffic(w, now, t, base.base)
+			retrying = arrivals >= c.RetriedArrivalRatio*offered
+		}
 	}
 	overload := okArr && okDone && arrivals > 0 && arrivals >= c.OverloadArrivalRatio*completions &&
 		f.sheds+f.aborts >= f.serverErrors && !retrying
@@ -257,6 +260,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 	kinds := failureKinds(perSec)
 	res.Summary = fmt.Sprintf("%s%% of requests failing over %s (%s)", num(pct(share)), ShortDuration(c.Range), kinds)
 	var diag []string
+	const lowerMaxTokens = "Lower max_tokens for the heaviest clients or routes: shorter answers free batch slots and KV sooner, so more requests complete."
 	queueLine := func() {
 		if okQueue {
 			diag = append(diag, fmt.Sprintf("The waiting queue averaged %s requests over the last %s.", num(queued), ShortDuration(c.Range)))
@@ -277,7 +281,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		res.Emergency = []string{
 			"Shed at the gateway: a concurrency limit that answers the excess at once with 429/503 and Retry-After, so clients fail fast instead of waiting into a timeout; it breaks a retry loop and protects an overloaded replica alike.",
 			"If the callers do not retry, scale out: add replicas, or move traffic to replicas with headroom.",
-			"Lower max_tokens for the heaviest clients or routes: shorter answers free batch slots and KV sooner, so more requests complete.",
+			lowerMaxTokens,
 		}
 	case overload:
 		res.Summary += fmt.Sprintf(" — overload: %s requests/s arrive, %s/s complete", num(arrivals), num(completions))
@@ -298,7 +302,7 @@ func (d *ErrorRateDetector) Detect(w Window, now time.Time) []Finding {
 		res.Emergency = []string{
 			"Scale out: add replicas, or move traffic to replicas with headroom.",
 			"Shed at the gateway instead of the engine: a concurrency or rate limit at the router answers the excess at once with 429 and Retry-After, before it queues.",
-			"Lower max_tokens for the heaviest clients or routes: shorter answers free batch slots and KV sooner, so more requests complete.",
+			lowerMaxTokens,
 		}
 	case retrying && t.gateway:
 		res.Summary += fmt.Sprintf(" — the gateway retries %s/s of %s client requests/s", num(retries), num(arrivals))
