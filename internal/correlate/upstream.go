@@ -156,7 +156,7 @@ func joinGateway(worker, gw Group, u *detect.Upstream, addrs map[string]string, 
 	return worker
 }
 
-// rotatedOutStep is the first step once gateway took the worker out of
+// rotatedOutStep is the first step once the gateway took the worker out of
 // rotation, of workers in all (0: not reported), failing others of them.
 func rotatedOutStep(gateway string, workers, failing int) string {
 	done := "The gateway " + gateway + " has already taken this worker out of rotation"
