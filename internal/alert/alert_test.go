@@ -581,7 +581,11 @@ func TestResolveGivesTheWorstUsersFelt(t *testing.T) {
 	}
 	queued := finding("r1", detect.GPUThrottled, detect.Warning)
 	queued.Evidence = []detect.Evidence{{Name: "queued requests (avg over 20s)", Value: 30, Baseline: 2, HasBaseline: true}}
-	if got, want := notify.Title(resolveOf(t, queued)), "(peak queue 30, p99 TTFT 9.76 s)"; !strings.HasSuffix(got, want) {
+	if got, want := notify.Title(resolveOf(t, queued)), "(peak queue 50.8, p99 TTFT 9.76 s)"; !strings.HasSuffix(got, want) {
+		t.Errorf("resolve title %q, want it to end %q", got, want)
+	}
+	queued.Evidence[0].Value = 80
+	if got, want := notify.Title(resolveOf(t, queued)), "(peak queue 80, p99 TTFT 9.76 s)"; !strings.HasSuffix(got, want) {
 		t.Errorf("resolve title %q, want it to end %q", got, want)
 	}
 }

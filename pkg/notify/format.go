@@ -171,42 +171,59 @@ func signalOf(f Field) (signal, bool) {
 }
 
 // Recoveries pairs a resolve's recovered values with its peak evidence,
-// signal by signal: first every recovered value (with its peak when the
-// evidence has the same signal), then the peak evidence nothing recovered
-// matched. Non-finite values are left out.
+// signal by signal: first every recovered value, with its peak, then the
+// peak evidence no recovered value measures. A signal's peak is the worst
+// of every evidence that measures it and of what users felt ("KV cache
+// usage (max in range)" and "KV cache usage (avg)" are one line, at the
+// higher), so no page of the incident gave a worse number than its
+// resolve calls the peak. Non-finite values are left out.
 func Recoveries(ev Event) []Recovery {
 	peaks := Shown(ev.Evidence)
 	used := make([]bool, len(peaks))
+	// worstOf takes in every peak not yet taken that measures signal key
+	// and gives the worst of them.
+	worstOf := func(key string) *Field {
+		var w *Field
+		for i := range peaks {
+			if ps, ok := signalOf(peaks[i]); used[i] || !ok || ps.key != key {
+				continue
+			}
+			used[i] = true
+			if w == nil || worse(peaks[i], w.Value) {
+				w = &peaks[i]
+			}
+		}
+		return w
+	}
 	var out []Recovery
 	for _, now := range Shown(ev.Recovered) {
 		r := Recovery{Name: now.Name, Now: &now}
 		if sig, ok := signalOf(now); ok {
 			r.Summary = sig.user
-			matched := false
-			for i := range peaks {
-				if used[i] {
-					continue
-				}
-				if ps, ok := signalOf(peaks[i]); ok && ps.key == sig.key {
-					used[i], matched = true, true
-					// A peak that is not worse than now is no peak: the
-					// incident was never worse than the replica is.
-					if worse(peaks[i], now.Value) {
-						r.Peak = &peaks[i]
-					}
-					break
-				}
+			peak := worstOf(sig.key)
+			if v := felt(ev.Felt, sig.key); v != nil && (peak == nil || *v > peak.Value) {
+				peak, r.Felt = &Field{Name: now.Name, Value: *v, Unit: now.Unit}, true
 			}
-			if v := felt(ev.Felt, sig.key); !matched && v != nil && *v > now.Value {
-				r.Peak, r.Felt = &Field{Name: now.Name, Value: *v, Unit: now.Unit}, true
+			// A peak that is not worse than now is no peak: the
+			// incident was never worse than the replica is.
+			if peak != nil && worse(*peak, now.Value) {
+				r.Peak = peak
+			} else {
+				r.Felt = false
 			}
 		}
 		out = append(out, r)
 	}
 	for i := range peaks {
-		if !used[i] {
-			out = append(out, Recovery{Name: peaks[i].Name, Peak: &peaks[i]})
+		if used[i] {
+			continue
 		}
+		p := &peaks[i]
+		if sig, ok := signalOf(*p); ok {
+			p = worstOf(sig.key)
+		}
+		used[i] = true
+		out = append(out, Recovery{Name: p.Name, Peak: p})
 	}
 	return out
 }

@@ -114,6 +114,44 @@ func TestTitle(t *testing.T) {
 	}
 }
 
+// A resolve gives each signal once, at the worst any evidence of it or
+// what users felt reached: the demo's storm resolve read "KV cache usage:
+// 13.4% (peak 91.2%)" under a headline of a pool 100% full, because the
+// average's evidence came before the maximum's.
+func TestRecoveryPeakIsTheWorstOfEveryMeasure(t *testing.T) {
+	aborts, queue := 8.26, 40.0
+	ev := notify.Event{Kind: notify.KindResolve, Status: notify.StatusResolved,
+		Evidence: []notify.Field{
+			{Name: "KV cache usage (avg)", Value: 0.912, Baseline: 0.11, HasBase: true, Unit: "ratio"},
+			{Name: "aborted requests/s", Value: 2.26, Baseline: 0, HasBase: true, Unit: "/s"},
+			{Name: "KV cache usage (max in range)", Value: 0.999, Threshold: ">= 90%", Unit: "ratio"},
+			{Name: "aborted requests/s (clients gave up)", Value: 5.37, Threshold: ">= 1/s", Unit: "/s"},
+			{Name: "queued requests (avg over 20s)", Value: 229, Baseline: 6, HasBase: true},
+			{Name: "ttft p99 (worst replica)", Value: 12, Threshold: ">= 1 s", Unit: "s"},
+			{Name: "TTFT p99", Value: 19.8, Baseline: 0.1, HasBase: true, Unit: "s"},
+		},
+		Recovered: []notify.Field{
+			{Name: "queued requests", Value: 0},
+			{Name: "KV cache usage", Value: 0.134, Unit: "ratio"},
+			{Name: "aborted requests", Value: 0, Unit: "/s"},
+		},
+		Felt: &notify.Impact{AbortsPerSecond: &aborts, Queued: &queue},
+	}
+	var got []string
+	for _, r := range notify.Recoveries(ev) {
+		got = append(got, r.Text())
+	}
+	want := []string{
+		"queued requests: 0 (peak 229)",
+		"KV cache usage: 13.4% (peak 99.9%)",
+		"aborted requests: 0/s (peak 8.26/s)",
+		"TTFT p99: peak 19.8 s",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("recoveries\n got %q\nwant %q", got, want)
+	}
+}
+
 func TestTriageShownOnce(t *testing.T) {
 	ev := notify.Event{Diagnosis: "KV pool full.", Triage: "admission bottleneck: 3 running, 200 queued"}
 	if notify.Triage(ev) != ev.Triage {
