@@ -204,14 +204,17 @@ type Incident struct {
 	QuietUntil time.Time `json:"quiet_until,omitzero"`
 	After      string    `json:"after,omitempty"`
 	AfterID    string    `json:"after_incident,omitempty"`
-	// Peak is the evidence at the incident's worst round; Worst is each
-	// evidence's worst value over the incident's life (its maximum, or its
+	// Peak is every evidence the incident's findings carried, one entry a
+	// name as last seen, the cause's own evidence first; Worst is each
+	// one's worst value over the incident's life (its maximum, or its
 	// minimum where lower is worse): the resolve shows the signals that
 	// decided the incident at their worst beside the recovered values.
-	Peak      []detect.Evidence  `json:"peak,omitempty"`
-	Worst     map[string]float64 `json:"worst,omitempty"`
-	PeakAt    time.Time          `json:"peak_at,omitzero"`
-	PeakScore float64            `json:"peak_score,omitempty"`
+	// Taking one round's evidence instead would drop what another member
+	// carried: a preemption storm renamed from the prefix-cache collapse
+	// it explains resolved with the collapse's average KV usage as its
+	// peak, under a headline of a pool 100% full.
+	Peak  []detect.Evidence  `json:"peak,omitempty"`
+	Worst map[string]float64 `json:"worst,omitempty"`
 	// Felt is the worst users felt on the incident's replica while it
 	// lasted, for a resolve to give beside the values now where no
 	// evidence did.

@@ -544,12 +544,37 @@ func TestResolveSaysTheCauseAtItsWorst(t *testing.T) {
 	if res.Class != string(detect.PreemptStorm) || res.Diagnosis != "Preemption storm: 0.5 retracted requests/s" {
 		t.Errorf("renamed incident resolves as %s, while it fired: %q; want preempt_storm at its worst (0.5/s)", res.Class, res.Diagnosis)
 	}
+
+	// The peaks are every signal the incident's findings carried, each at
+	// its worst, not one round's: the demo's storm, renamed from the
+	// prefix-cache collapse it explains, resolved under "KV cache 100%
+	// full" with the collapse round's average KV usage (91%) as the peak
+	// and no peak of retractions at all.
+	collapse := finding("r1", detect.CacheCollapse, detect.Critical)
+	collapse.Layer = detect.LayerMemory // eviction under KV pressure: the storm explains it
+	collapse.Evidence = []detect.Evidence{
+		{Name: "prefix cache hit rate", Value: 0.33, Baseline: 0.815, HasBaseline: true, Unit: "ratio"},
+		{Name: "KV cache usage (avg)", Value: 0.91, Baseline: 0.11, HasBaseline: true, Unit: "ratio"},
+	}
+	full := storm(detect.Critical, 0.3)
+	full.Evidence[0].Baseline = 0 // as the demo's: no retractions before
+	full.Evidence = append(full.Evidence, detect.Evidence{Name: "KV cache usage (max in range)", Value: 0.999, Threshold: ">= 90%", Unit: "ratio"})
+	res = resolveOf(t, []detect.Finding{collapse}, []detect.Finding{collapse, storm(detect.Critical, 0.05)}, []detect.Finding{full})
+	var lines []string
+	for _, r := range notify.Recoveries(res) {
+		lines = append(lines, r.Text())
+	}
+	if got, want := strings.Join(lines, "; "), "retracted requests/s: peak 0.3/s; KV cache usage (max in range): peak 99.9%; "+
+		"prefix cache hit rate: lowest 33%"; got != want {
+		t.Errorf("renamed storm resolves with peaks %q, want %q", got, want)
+	}
 }
 
 // A resolve gives the worst users felt beside the values now where the
 // evidence gives no peak of them: the demo's GPU-throttle resolve read
 // "now queue 0, p99 TTFT 0.099 s" and nothing of the 9.76 s its pages had
-// carried. Where the evidence gives one, its peak stays the one number.
+// carried. Where the evidence gives one too, the worse of the two is the
+// one number: no page of the incident said worse than its resolve's peak.
 func TestResolveGivesTheWorstUsersFelt(t *testing.T) {
 	cfg := testConfig()
 	cfg.For = 0

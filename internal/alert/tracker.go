@@ -360,7 +360,7 @@ func (t *Tracker) continueWith(a *Incident, g correlate.Group, round assess.Roun
 		a.Severity = g.Finding.Severity
 	}
 	grew := t.grew(a, round)
-	t.notePeak(a, g.Finding, now)
+	t.notePeak(a, g.Finding)
 	// Values of a replica that cannot be scraped are its last good
 	// scrape's, which the rounds before already took.
 	if snap, ok := round.Replica(a.Replica); ok && snap.Scrape.Up {
@@ -504,9 +504,15 @@ func (t *Tracker) References() map[string]detect.References {
 	return out
 }
 
-// notePeak keeps the evidence of the incident's worst round: the highest
-// severity, then the largest departure of its first number from baseline.
-func (t *Tracker) notePeak(a *Incident, f detect.Finding, now time.Time) {
+// notePeak takes finding f's evidence into the incident's peak, and keeps
+// the cause's own finding at its worst round (the highest severity, then
+// the largest departure of its first number from baseline).
+func (t *Tracker) notePeak(a *Incident, f detect.Finding) {
+	// Only the cause's own findings: a renamed incident starts over, a
+	// backlog draining under the cause's name is not the cause, and a
+	// finding that says how the condition ended (Resolving) is no worst.
+	own := f.Class == a.Class && !a.Draining && !f.Resolving
+	a.Peak = mergePeak(a.Peak, f.Evidence, own)
 	score := float64(f.Severity) * 1e6
 	if len(f.Evidence) > 0 {
 		e := f.Evidence[0]
@@ -518,13 +524,7 @@ func (t *Tracker) notePeak(a *Incident, f detect.Finding, now time.Time) {
 			score += min(d, 1e5)
 		}
 	}
-	if a.Peak == nil || score > a.PeakScore {
-		a.Peak, a.PeakAt, a.PeakScore = slices.Clone(f.Evidence), now, score
-	}
-	// Only the cause's own findings: a renamed incident starts over, a
-	// backlog draining under the cause's name is not the cause, and a
-	// finding that says how the condition ended (Resolving) is no worst.
-	if w := a.CauseAtWorst; f.Class == a.Class && !a.Draining && !f.Resolving && (w.Class != a.Class || score > w.Score) {
+	if w := a.CauseAtWorst; own && (w.Class != a.Class || score > w.Score) {
 		a.CauseAtWorst = WorstSummary{Class: a.Class, Summary: f.Summary, Score: score}
 	}
 	for _, e := range f.Evidence {
@@ -539,6 +539,34 @@ func (t *Tracker) notePeak(a *Incident, f detect.Finding, now time.Time) {
 			a.Worst[e.Name] = e.Value
 		}
 	}
+}
+
+// mergePeak is peak with evidence es taken in: each name once, as last
+// seen. The evidence of the cause's own finding (own) leads, in its
+// order, so that a resolve pairs what it recovers with the cause's
+// measure of it first; other evidence keeps its place or is added after.
+func mergePeak(peak, es []detect.Evidence, own bool) []detect.Evidence {
+	var lead, rest []detect.Evidence
+	if own {
+		lead = slices.Clone(es)
+	}
+	for _, p := range peak {
+		i := slices.IndexFunc(es, func(e detect.Evidence) bool { return e.Name == p.Name })
+		switch {
+		case i < 0:
+			rest = append(rest, p)
+		case !own:
+			rest = append(rest, es[i])
+		}
+	}
+	if !own {
+		for _, e := range es {
+			if !slices.ContainsFunc(rest, func(p detect.Evidence) bool { return p.Name == e.Name }) {
+				rest = append(rest, e)
+			}
+		}
+	}
+	return append(lead, rest...)
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
