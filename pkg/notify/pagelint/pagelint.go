@@ -27,7 +27,7 @@ const (
 	// RulePeak: a resolve shows as a peak only a signal that decided the
 	// incident (it has a rule or a baseline) or what users felt at worst
 	// (queue, TTFT p99, aborts), at a value worse than now and not better
-	// than the trigger's.
+	// than any page of the incident gave for the same quantity.
 	RulePeak Rule = "peak"
 	// RuleResolve: a resolve does not say the incident goes on.
 	RuleResolve Rule = "resolve"
@@ -35,7 +35,8 @@ const (
 	RuleTriage Rule = "triage"
 	// RulePercent: shares are printed in percent.
 	RulePercent Rule = "percent"
-	// RuleDuplicate: no quantity is given twice in the evidence.
+	// RuleDuplicate: no quantity is given twice in the evidence (a
+	// resolve: in what it recovered).
 	RuleDuplicate Rule = "duplicate"
 	// RuleUnits: numbers carry their units the house way ("3.98 s").
 	RuleUnits Rule = "units"
@@ -135,20 +136,33 @@ func Check(ev notify.Event, opts Options) []Problem {
 			bad(RulePercent, "%s is shown in percent but its rule %q is a fraction", f.Name, r)
 		}
 	}
-	seen := map[string]string{}
+	// The quantities the page lists: a resolve's are what it recovered
+	// and their peaks, taken from every evidence of the incident.
+	names := make([]string, 0, len(ev.Evidence))
 	for _, f := range ev.Evidence {
-		key := evidenceKey(f.Name)
+		names = append(names, f.Name)
+	}
+	recoveries := notify.Recoveries(ev)
+	if resolved {
+		names = names[:0]
+		for _, r := range recoveries {
+			names = append(names, r.Name)
+		}
+	}
+	seen := map[string]string{}
+	for _, name := range names {
+		key := evidenceKey(name)
 		if prev, ok := seen[key]; ok {
-			bad(RuleDuplicate, "the evidence gives %q and %q", prev, f.Name)
+			bad(RuleDuplicate, "the evidence gives %q and %q", prev, name)
 			continue
 		}
-		seen[key] = f.Name
+		seen[key] = name
 	}
 	if resolved {
 		if m := stillOpen.FindString(text); m != "" {
 			bad(RuleResolve, "a resolve says %q", m)
 		}
-		for _, r := range notify.Recoveries(ev) {
+		for _, r := range recoveries {
 			if r.Peak == nil {
 				continue
 			}
@@ -170,24 +184,32 @@ func Check(ev notify.Event, opts Options) []Problem {
 }
 
 // CheckIncident checks one incident's events in the order they were sent:
-// each on its own, and a resolve's peaks against the trigger's values.
+// each on its own, and a resolve's peaks against what the pages before it
+// said of the same quantity (a peak of "KV cache usage" against a page's
+// "KV cache usage (max in range)").
 func CheckIncident(evs []notify.Event, opts Options) []Problem {
 	var out []Problem
-	var trigger *notify.Event
 	for i, ev := range evs {
 		out = append(out, Check(ev, opts)...)
-		switch {
-		case ev.Kind == notify.KindTrigger && trigger == nil:
-			trigger = &evs[i]
-		case notify.Resolved(ev) && trigger != nil:
-			for _, p := range notify.Shown(ev.Evidence) {
-				for _, t := range notify.Shown(trigger.Evidence) {
-					if t.Name != p.Name {
+		if !notify.Resolved(ev) {
+			continue
+		}
+		for _, r := range notify.Recoveries(ev) {
+			if r.Peak == nil {
+				continue
+			}
+			p := *r.Peak
+			for _, before := range evs[:i] {
+				for _, t := range notify.Shown(before.Evidence) {
+					if evidenceKey(t.Name) != evidenceKey(p.Name) && evidenceKey(t.Name) != evidenceKey(r.Name) || t.Unit != p.Unit {
 						continue
 					}
 					if (p.LowerIsWorse && p.Value > t.Value) || (!p.LowerIsWorse && p.Value < t.Value) {
-						out = append(out, Problem{RulePeak, fmt.Sprintf("%s peaks at %s, better than the %s its trigger said",
-							p.Name, notify.FormatValue(p.Value, p.Unit), notify.FormatValue(t.Value, t.Unit))})
+						bad := Problem{RulePeak, fmt.Sprintf("%s peaks at %s, better than the %s its %s #%d said", r.Name,
+							notify.FormatValue(p.Value, p.Unit), notify.FormatValue(t.Value, t.Unit), before.Kind, before.Seq)}
+						if !slices.Contains(out, bad) {
+							out = append(out, bad)
+						}
 					}
 				}
 			}

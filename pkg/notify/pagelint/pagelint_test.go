@@ -97,6 +97,17 @@ func TestEachRuleCatchesItsBreak(t *testing.T) {
 			return []notify.Event{page(), res}
 		}},
 		{pagelint.RulePeak, func() []notify.Event {
+			// An update said the pool was 99.9% full; the resolve's peak
+			// of KV usage is another measure's 91%.
+			update := page()
+			update.Seq, update.Kind = 2, notify.KindUpdate
+			update.Evidence[1].Value = 0.999
+			res := resolve()
+			res.Seq = 3
+			res.Evidence[1] = notify.Field{Name: "KV cache usage (avg)", Value: 0.91, Baseline: 0.1, HasBase: true, Unit: "ratio"}
+			return []notify.Event{page(), update, res}
+		}},
+		{pagelint.RulePeak, func() []notify.Event {
 			res := resolve()
 			res.Evidence = append(res.Evidence, notify.Field{Name: "queued requests", Value: 60})
 			res.Recovered = append(res.Recovered, notify.Field{Name: "queued requests", Value: 2})
