@@ -64,6 +64,8 @@ func TestEndpoints(t *testing.T) {
 		{Fingerprint: "f1", Class: detect.PreemptStorm, Replica: "r1", State: alert.StateFiring, Severity: detect.Critical,
 			Finding: detect.Finding{Summary: "storm", Diagnosis: "KV full", Evidence: []detect.Evidence{{Name: "retractions/s", Value: 3}}, Emergency: []string{"lower --max-running-requests"}}},
 		{Fingerprint: "f2", Class: detect.CacheCollapse, Replica: "r1", State: alert.StateResolved},
+		{Fingerprint: "f3", Class: detect.PreemptStorm, Replica: "r2", State: alert.StateFiring, Severity: detect.Critical, Draining: true,
+			Failing: "40% of requests failing over 20s", Finding: detect.Finding{Summary: "40% of requests failing over 20s"}},
 	}}
 	reloads := 0
 	fa.round = assess.New(nil, assess.Config{Triage: detect.DefaultConfig().Triage}).Assess(store, now, nil)
@@ -103,8 +105,13 @@ func TestEndpoints(t *testing.T) {
 	_, body := get(t, base+"/api/v1/watchdog/alerts?state=firing")
 	var alerts struct{ Alerts []apiAlert }
 	json.Unmarshal([]byte(body), &alerts)
-	if len(alerts.Alerts) != 1 || alerts.Alerts[0].Diagnosis != "KV full" || len(alerts.Alerts[0].Evidence) != 1 || len(alerts.Alerts[0].Emergency) != 1 {
+	if len(alerts.Alerts) != 2 || alerts.Alerts[0].Diagnosis != "KV full" || len(alerts.Alerts[0].Evidence) != 1 || len(alerts.Alerts[0].Emergency) != 1 {
 		t.Errorf("alerts: %s", body)
+	}
+	// A storm that cleared while its failures drain says so: its summary
+	// is the failures', not the storm's.
+	if a := alerts.Alerts[1]; len(alerts.Alerts) == 2 && (!a.Draining || a.Failing == "" || alerts.Alerts[0].Draining) {
+		t.Errorf("draining alert: %s", body)
 	}
 
 	_, body = get(t, base+"/api/v1/watchdog/targets")
