@@ -180,12 +180,12 @@ func signalOf(f Field) (signal, bool) {
 func Recoveries(ev Event) []Recovery {
 	peaks := Shown(ev.Evidence)
 	used := make([]bool, len(peaks))
-	// worstOf takes in every peak not yet taken that measures signal key
-	// and gives the worst of them.
+	// worstOf takes in every peak not yet taken that measures key and
+	// gives the worst of them.
 	worstOf := func(key string) *Field {
 		var w *Field
 		for i := range peaks {
-			if ps, ok := signalOf(peaks[i]); used[i] || !ok || ps.key != key {
+			if used[i] || peakKey(peaks[i]) != key {
 				continue
 			}
 			used[i] = true
@@ -218,14 +218,21 @@ func Recoveries(ev Event) []Recovery {
 		if used[i] {
 			continue
 		}
-		p := &peaks[i]
-		if sig, ok := signalOf(*p); ok {
-			p = worstOf(sig.key)
-		}
-		used[i] = true
+		p := worstOf(peakKey(peaks[i]))
 		out = append(out, Recovery{Name: p.Name, Peak: p})
 	}
 	return out
+}
+
+// peakKey is what a peak measures: its signal, else its name without a
+// parenthesized qualifier ("retracted tokens/s (recompute cost)"), the
+// way detectors name one quantity read over different spans.
+func peakKey(f Field) string {
+	if sig, ok := signalOf(f); ok {
+		return sig.key
+	}
+	name, _, _ := strings.Cut(f.Name, " (")
+	return "quantity:" + strings.ToLower(strings.TrimSpace(name)) + "/" + f.Unit
 }
 
 // felt is the value of what users felt that measures the signal key, nil

@@ -129,6 +129,8 @@ func TestRecoveryPeakIsTheWorstOfEveryMeasure(t *testing.T) {
 			{Name: "queued requests (avg over 20s)", Value: 229, Baseline: 6, HasBase: true},
 			{Name: "ttft p99 (worst replica)", Value: 12, Threshold: ">= 1 s", Unit: "s"},
 			{Name: "TTFT p99", Value: 19.8, Baseline: 0.1, HasBase: true, Unit: "s"},
+			{Name: "evicted tokens/s (last range)", Value: 900, Baseline: 100, HasBase: true, Unit: "/s"},
+			{Name: "evicted tokens/s", Value: 1200, Baseline: 100, HasBase: true, Unit: "/s"},
 		},
 		Recovered: []notify.Field{
 			{Name: "queued requests", Value: 0},
@@ -146,6 +148,7 @@ func TestRecoveryPeakIsTheWorstOfEveryMeasure(t *testing.T) {
 		"KV cache usage: 13.4% (peak 99.9%)",
 		"aborted requests: 0/s (peak 8.26/s)",
 		"TTFT p99: peak 19.8 s",
+		"evicted tokens/s: peak 1200/s",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("recoveries\n got %q\nwant %q", got, want)
