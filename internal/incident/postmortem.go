@@ -86,12 +86,12 @@ func Postmortem(r Record, runbooks RunbookChecks) string {
 		// A memory younger than the period (a restart without history)
 		// has the budget of what it holds: the share says so up front,
 		// in the words of the burn pages.
-		budget := "the " + notify.FormatDuration(bs.Period) + " budget"
+		budget, record := "the "+notify.FormatDuration(bs.Period)+" error budget", ""
 		if bs.Held < bs.Period {
-			budget = "the budget of the " + notify.FormatDuration(bs.Held) + " held of the " + notify.FormatDuration(bs.Period) + " period"
+			budget, record = "the error budget", "; "+notify.FormatDuration(bs.Held)+" of its "+notify.FormatDuration(bs.Period)+" period on record"
 		}
-		p("- Error budget consumed: %s of %s of the SLO %s (%s): %s of %s events %s outside it during the incident.\n",
-			pct(consumed), budget, md(strconv.Quote(bs.Objective)), md(bs.Title), num(bs.Bad), num(bs.Total), whose)
+		p("- Error budget consumed: %s of %s of the SLO %s (%s%s): %s of %s events %s outside it during the incident.\n",
+			pct(consumed), budget, md(strconv.Quote(bs.Objective)), md(bs.Title), record, num(bs.Bad), num(bs.Total), whose)
 	}
 	p("\n")
 

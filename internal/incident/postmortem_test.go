@@ -116,8 +116,8 @@ func TestPostmortemWorstFollowsTheEvidence(t *testing.T) {
 
 // A budget share is of what the SLO memory holds: after a restart without
 // history that is minutes of a 28-day period, and the line says so before
-// the number is read as the period's ("347% of the 28 d budget ... (the
-// budget as the SLO memory held the period: 7 min 53 s of it)").
+// the number is read as the period's ("10% of the error budget of the
+// SLO ... (...; 7 min 53 s of its 28 d period on record)").
 func TestPostmortemBudgetNamesTheSpanItIsOf(t *testing.T) {
 	at := time.Date(2000, 1, 1, 0, 4, 0, 0, time.UTC)
 	none := func(string) (string, bool) { return "", false }
@@ -125,8 +125,8 @@ func TestPostmortemBudgetNamesTheSpanItIsOf(t *testing.T) {
 		held time.Duration
 		want string
 	}{
-		{28 * 24 * time.Hour, `- Error budget consumed: 10% of the 28 d budget of the SLO "avail" (availability 99.9%): 40 of 914 events on its replicas outside it during the incident.`},
-		{473 * time.Second, `- Error budget consumed: 10% of the budget of the 7 min 53 s held of the 28 d period of the SLO "avail" (availability 99.9%): 40 of 914 events`},
+		{28 * 24 * time.Hour, `- Error budget consumed: 10% of the 28 d error budget of the SLO "avail" (availability 99.9%): 40 of 914 events on its replicas outside it during the incident.`},
+		{473 * time.Second, `- Error budget consumed: 10% of the error budget of the SLO "avail" (availability 99.9%; 7 min 53 s of its 28 d period on record): 40 of 914 events`},
 	} {
 		r := Record{Summary: Summary{Class: "preempt_storm", OpenedAt: at, ResolvedAt: at.Add(3 * time.Minute)},
 			Budgets: []BudgetSpent{{Objective: "avail", Title: "availability 99.9%", Bad: 40, Total: 914, Allowed: 400,

@@ -274,20 +274,29 @@ func (s Status) Headline() string {
 		detect.FormatNumber(r.Long.Rate), formatSpan(r.Rule.Long), detect.FormatNumber(r.Short.Rate), formatSpan(r.Rule.Short))
 }
 
-// budgetPhrase is "62% of the 28d budget left", or over what the memory
-// holds of the period.
+// budgetPhrase is "62% of the 28d error budget left", or "the 28d error
+// budget is spent: 140% used"; while the memory holds less than the
+// period, the budget is that of what it holds, said in parentheses:
+// "62% of the error budget left (2h of the 28d period on record)".
 func (s Status) budgetPhrase() string {
 	if !s.HasBudget {
 		return ""
 	}
-	over := fmt.Sprintf("the %s", formatSpan(s.Period))
+	budget, record := fmt.Sprintf("the %s error budget", formatSpan(s.Period)), ""
 	if s.BudgetSpan < s.Period {
-		over = fmt.Sprintf("the %s held of the %s period", formatSpan(s.BudgetSpan.Truncate(Resolution)), formatSpan(s.Period))
+		budget = "the error budget"
+		record = " (" + s.onRecord() + ")"
 	}
 	if s.Budget <= 0 {
-		return fmt.Sprintf("the budget of %s is spent (%s used)", over, formatPercent(1-s.Budget))
+		return fmt.Sprintf("%s is spent: %s used%s", budget, formatPercent(1-s.Budget), record)
 	}
-	return fmt.Sprintf("%s of the budget of %s left", formatPercent(s.Budget), over)
+	return fmt.Sprintf("%s of %s left%s", formatPercent(s.Budget), budget, record)
+}
+
+// onRecord is how much of the period the memory holds: "2h of the 28d
+// period on record".
+func (s Status) onRecord() string {
+	return fmt.Sprintf("%s of the %s period on record", formatSpan(s.BudgetSpan.Truncate(Resolution)), formatSpan(s.Period))
 }
 
 // Evidence are the numbers of the burn: the SLI now, the objective, the
@@ -316,8 +325,11 @@ func (s Status) Evidence(prefix string) []detect.Evidence {
 		}
 	}
 	if s.HasBudget {
-		out = append(out, detect.Evidence{Name: prefix + fmt.Sprintf("error budget left (%s period, %s held)", formatSpan(s.Period), formatSpan(s.BudgetSpan.Truncate(Resolution))),
-			Value: s.Budget, Unit: "ratio"})
+		name := fmt.Sprintf("error budget left (%s period)", formatSpan(s.Period))
+		if s.BudgetSpan < s.Period {
+			name = "error budget left (" + s.onRecord() + ")"
+		}
+		out = append(out, detect.Evidence{Name: prefix + name, Value: s.Budget, Unit: "ratio"})
 	}
 	if s.Rounded {
 		out = append(out, detect.Evidence{Name: prefix + fmt.Sprintf("bucket boundary read (threshold %s is not one)", formatSeconds(s.Threshold.Seconds())),
@@ -342,8 +354,15 @@ func (s Status) Finding(class detect.Class, replica string) (detect.Finding, boo
 	}
 	f := detect.Finding{Class: class, Severity: r.Severity, Replica: replica, Model: s.Model, Layer: Layer,
 		Runbook: detect.RunbookPath(class), Evidence: s.Evidence("")}
+	// What users get leads, when it is known; the burn says how fast the
+	// promise is being broken.
 	f.Summary = fmt.Sprintf("%s SLO %q burning at %sx over %s and %sx over %s", s.Title, s.Objective,
 		detect.FormatNumber(r.Long.Rate), formatSpan(r.Rule.Long), detect.FormatNumber(r.Short.Rate), formatSpan(r.Rule.Short))
+	if s.HasSLI {
+		f.Summary = fmt.Sprintf("%s of %s over %s (objective %s): SLO %q burning at %sx over %s and %sx over %s",
+			formatPercent(s.SLI), s.eventWords(), formatSpan(s.SLIWindow), formatPercent(s.Target), s.Objective,
+			detect.FormatNumber(r.Long.Rate), formatSpan(r.Rule.Long), detect.FormatNumber(r.Short.Rate), formatSpan(r.Rule.Short))
+	}
 	if bp := s.budgetPhrase(); bp != "" {
 		f.Summary += "; " + bp
 	}
