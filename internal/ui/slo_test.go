@@ -282,7 +282,7 @@ func TestIncidentPageShowsTheBudgetItSpent(t *testing.T) {
 		t.Errorf("budget consumed %q, want 50%%", got)
 	}
 	row := text(rows[0])
-	for _, want := range []string{"chat-ttft", "TTFT ≤ 1s for 99%", "650 of 3250", "1 d", "as the memory held it: 2 h 10 min"} {
+	for _, want := range []string{"chat-ttft", "TTFT ≤ 1s for 99%", "650 of 3250", "1 d", "(2 h 10 min of it on record)"} {
 		if !strings.Contains(row, want) {
 			t.Errorf("budget row %q lacks %q", row, want)
 		}
