@@ -676,7 +676,11 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 	retry := finding("r6", detect.RetryAvalanche, detect.Critical)
 	retry.Summary = "Retry avalanche: 3 of 12 requests/s are retries"
 	retry.Evidence = []detect.Evidence{{Name: "queued requests (baseline: half a range earlier)", Value: 20.6, Baseline: 2.6, HasBaseline: true}}
-	round := roundOf(t0, storm, latency, down, overload, behind, retry)
+	// An SLO burn on the page names the objective's TTFT threshold, not
+	// the p99 users feel: the headline still gives that.
+	burning := finding("r7", detect.PreemptStorm, detect.Critical)
+	burning.Summary = `Preemption storm: 3 retracted requests/s; burning the TTFT ≤ 1s for 99% SLO "chat" at 33x over 10m and 50x over 4m`
+	round := roundOf(t0, storm, latency, down, overload, behind, retry, burning)
 	round.Replicas = []assess.Replica{
 		{Replica: detect.Replica{Name: "r1"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r2"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
@@ -684,6 +688,7 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 		{Replica: detect.Replica{Name: "r4"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r5"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 		{Replica: detect.Replica{Name: "r6"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
+		{Replica: detect.Replica{Name: "r7"}, Scrape: detect.ScrapeState{Up: true}, Snapshot: snap},
 	}
 	want := map[string]string{
 		"r1": "r1: requests being preempted 0.6/s, KV cache full; queue 294, p99 TTFT 8.1 s",
@@ -692,6 +697,7 @@ func TestHeadlineSaysWhatUsersFeelOnceAndOnlyWhenFresh(t *testing.T) {
 		"r4": "r4: 8.8% of requests failing over 20s; queue 1.85, p99 TTFT 8.1 s",
 		"r5": "r5: Decode slowdown: inter-token latency p99 0.2 s; queue 294, p99 TTFT 8.1 s",
 		"r6": "r6: Retry avalanche: 3 of 12 requests/s are retries; queue 20.6, p99 TTFT 8.1 s",
+		"r7": `r7: Preemption storm: 3 retracted requests/s; burning the TTFT ≤ 1s for 99% SLO "chat" at 33x over 10m and 50x over 4m; queue 294, p99 TTFT 8.1 s`,
 	}
 	evs := newPager(cfg, Links{}).Update(round)
 	if len(evs) != len(want) {
