@@ -316,18 +316,18 @@ type apiAlert struct {
 	Runbook     string            `json:"runbook"`
 	ExplainedBy []detect.Class    `json:"explained_by,omitempty"`
 	Explains    []detect.Class    `json:"explains,omitempty"`
+	ActiveAt    time.Time         `json:"active_at"`
+	FiredAt     time.Time         `json:"fired_at,omitzero"`
+	ResolvedAt  time.Time         `json:"resolved_at,omitzero"`
+	LastSeen    time.Time         `json:"last_seen"`
+	// SilencedBy are the silences muting the alert: nothing is sent for it.
+	SilencedBy []string `json:"silenced_by,omitempty"`
 	// Draining: the cause (class) has cleared and what it brought about
 	// is still seen; summary to steps are then that, as the pages say.
 	Draining bool `json:"draining,omitempty"`
 	// Failing is what failing users see, when requests fail and the
 	// failures are not the cause: the pages lead with it.
-	Failing    string    `json:"failing,omitempty"`
-	ActiveAt   time.Time `json:"active_at"`
-	FiredAt    time.Time `json:"fired_at,omitzero"`
-	ResolvedAt time.Time `json:"resolved_at,omitzero"`
-	LastSeen   time.Time `json:"last_seen"`
-	// SilencedBy are the silences muting the alert: nothing is sent for it.
-	SilencedBy []string `json:"silenced_by,omitempty"`
+	Failing string `json:"failing,omitempty"`
 }
 
 func (s *Server) alerts(w http.ResponseWriter, r *http.Request) {
