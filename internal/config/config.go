@@ -448,7 +448,7 @@ func Parse(base Config, data []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, err // the decoder's errors already begin "yaml: "
+		return Config{}, explained(err, data) // the decoder's errors already begin "yaml: "
 	}
 	return cfg, nil
 }

@@ -20,7 +20,14 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 		file string
 		want []string // substrings naming the offending paths
 	}{
-		{"bad-unknown-key.yaml", []string{"intervall"}},
+		{"bad-unknown-key.yaml", []string{"line 5: scrape.intervall: no such field"}},
+		// The decoder's words name Go types ("field pasword not found in
+		// type config.plain"); the problems name the file's keys.
+		{"bad-kinds.yaml", []string{"line 4: targets[0].lables: no such field",
+			`line 6: scrape.interval: "five" is not a duration (a number and a unit: ms, s, m or h)`,
+			`line 7: scrape.max_series: "many" is not a whole number`,
+			"line 12: notify.alertmanager.http_client.basic_auth.pasword: no such field",
+			"line 14: slos: a list where a mapping of its fields is expected", "line 15: slack: no such field"}},
 		{"bad-unknown-detector-key.yaml", []string{"line 7: detectors.preempt_storm.kv_usage_treshold",
 			"line 8: detectors.queue_latancy", "line 11: detectors.triage.min_queud"}},
 		{"bad-timeout-above-interval.yaml", []string{"scrape.timeout"}},
@@ -52,7 +59,7 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 			"correlation.gpu_targets[2].gpus: list at least one"}},
 		{"bad-http-client.yaml", []string{"scrape: at most one of bearer_token & bearer_token_file", "targets[0].http_client: at most one of basic_auth",
 			"targets[1].http_client: if proxy_connect_header is configured", "discovery.file_sd[0].files[0]:", "discovery.file_sd[0].http_client: at most one of basic_auth password"}},
-		{"bad-slos.yaml", []string{"line 7", "`28d`"}}, // a period is hours: 672h
+		{"bad-slos.yaml", []string{`line 7: slos.objectives[0].period: "28d" is not a duration (a number and a unit: ms, s, m or h); days are written in hours: 672h`}},
 		{"bad-slos-values.yaml", []string{"slos.policy.page[0].long", "slos.objectives[0].threshold", "slos.objectives[0].objective",
 			"slos.objectives[1].name", "slos.objectives[1].kind"}},
 	}

@@ -49,7 +49,7 @@ func TestADetectorIsItsFileAndOneRegistryLine(t *testing.T) {
 	}
 	for doc, want := range map[string]string{
 		"detectors:\n  queue_backlog:\n    min_queud: 40\n": "line 3: detectors.queue_backlog.min_queud: no such field",
-		"detectors:\n  queue_backlog: [40]\n":               "line 2: cannot unmarshal",
+		"detectors:\n  queue_backlog: [40]\n":               "line 2: detectors.queue_backlog: a list where a mapping of its fields is expected",
 	} {
 		if _, err := config.Parse(base, []byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", doc, err, want)
