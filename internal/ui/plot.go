@@ -258,8 +258,15 @@ func (s plotSpec) layout() renderedPlot {
 		}
 		if l.Class == "baseline" && ok {
 			if first, found := firstKnown(l.Points); found {
-				r.Labels = append(r.Labels, svgText{Text: "baseline " + formatValue(first.Value, s.Unit),
-					X: coord(x(first.At) + 4), Y: coord(y(first.Value) - 4)})
+				// A baseline known only near the right edge (frozen when
+				// the incident was renamed) is labelled leftwards from
+				// the edge, not cut off by it.
+				text := "baseline " + formatValue(first.Value, s.Unit)
+				bx, anchor := x(first.At)+4, ""
+				if bx+g.textWidth(text) > g.Width {
+					bx, anchor = right-4, "end"
+				}
+				r.Labels = append(r.Labels, svgText{Text: text, X: coord(bx), Y: coord(y(first.Value) - 4), Anchor: anchor})
 			}
 		}
 	}

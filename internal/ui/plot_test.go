@@ -130,6 +130,35 @@ func TestMarkLabelsDoNotOverlap(t *testing.T) {
 	}
 }
 
+// A baseline first known near the right edge (the demo's storm, renamed
+// from the prefix-cache collapse seconds before the plot ends) is
+// labelled within the plot, leftwards from its edge: the label read
+// "baseline 0/" cut off by it.
+func TestBaselineLabelStaysWithinThePlot(t *testing.T) {
+	from := time.Date(2026, 5, 29, 12, 0, 0, 0, time.UTC)
+	to := from.Add(12 * time.Second)
+	value := []point{{At: from, Value: 0.01, OK: true}, {At: to, Value: 0.05, OK: true}}
+	for _, at := range []time.Time{from, to.Add(-time.Second)} {
+		base := []point{{At: at, Value: 0, OK: true}, {At: to, Value: 0, OK: true}}
+		for _, g := range []geometry{compactPlot, largePlot} {
+			p := plotSpec{Title: "retracted requests/s", Unit: "/s", From: from, To: to, Size: g,
+				Lines: []line{{Name: "retracted requests/s", Class: "series", Points: value}, {Name: "baseline", Class: "baseline", Points: base}}}.layout()
+			i := slices.IndexFunc(p.Labels, func(l svgText) bool { return strings.HasPrefix(l.Text, "baseline ") })
+			if i < 0 {
+				t.Fatalf("%v: no baseline label in %+v", g, p.Labels)
+			}
+			l := p.Labels[i]
+			x0 := parseCoord(t, l.X)
+			if l.Anchor == "end" {
+				x0 -= g.textWidth(l.Text)
+			}
+			if x0 < 0 || x0+g.textWidth(l.Text) > g.Width {
+				t.Errorf("%v, baseline from %s: label %q spans x %.0f to %.0f, outside the plot's %.0f", g, at.Sub(from), l.Text, x0, x0+g.textWidth(l.Text), g.Width)
+			}
+		}
+	}
+}
+
 func parseCoord(t *testing.T, s string) float64 {
 	t.Helper()
 	v, err := strconv.ParseFloat(s, 64)
