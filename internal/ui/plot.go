@@ -238,15 +238,23 @@ func (s plotSpec) layout() renderedPlot {
 	if s.clock() == datedClock {
 		n /= 2 // dated labels are half again as wide
 	}
+	prevEnd := math.Inf(-1)
 	for _, t := range timeTicks(s.From, s.To, n) {
 		label := t.UTC().Format(s.clock())
 		tx, w, anchor := x(t), g.textWidth(label), "middle"
+		start := tx - w/2
 		switch {
-		case tx-w/2 < 0:
-			anchor = ""
+		case start < 0:
+			anchor, start = "", tx
 		case tx+w/2 > g.Width:
-			anchor = "end"
+			anchor, start = "end", tx-w
 		}
+		// A label moved in from an edge can reach its neighbour's: it is
+		// left out rather than written over it.
+		if start < prevEnd+g.FontSize/2 {
+			continue
+		}
+		prevEnd = start + w
 		r.XTicks = append(r.XTicks, svgText{Text: label, X: coord(tx), Y: coord(bottom + lh), Anchor: anchor})
 	}
 	r.XAxis = svgText{Text: "time (UTC)", X: coord((left + right) / 2), Y: coord(bottom + 2*lh), Anchor: "middle"}

@@ -130,6 +130,36 @@ func TestMarkLabelsDoNotOverlap(t *testing.T) {
 	}
 }
 
+// Time labels never overlap, also where one at an edge is moved in: the
+// replica page's plot ending on a round time read "12:02:0012:02:10".
+func TestTimeLabelsDoNotOverlap(t *testing.T) {
+	to := time.Date(2026, 12, 7, 12, 2, 10, 0, time.UTC)
+	for _, span := range []time.Duration{55 * time.Second, time.Minute, 50 * time.Second, 9 * time.Minute, time.Hour} {
+		for _, g := range []geometry{compactPlot, largePlot} {
+			ps := []point{{At: to.Add(-span), Value: 1, OK: true}, {At: to, Value: 2, OK: true}}
+			p := plotSpec{Title: "queued", From: to.Add(-span), To: to, Size: g, Lines: []line{{Name: "queued", Class: "series", Points: ps}}}.layout()
+			for i := 1; i < len(p.XTicks); i++ {
+				_, end := extent(t, g, p.XTicks[i-1])
+				if start, _ := extent(t, g, p.XTicks[i]); start < end {
+					t.Errorf("%v, span %s: %q ends at x %.0f, after %q starts (%.0f)", g, span, p.XTicks[i-1].Text, end, p.XTicks[i].Text, start)
+				}
+			}
+		}
+	}
+}
+
+// extent is where a label's text runs, by its anchor.
+func extent(t *testing.T, g geometry, l svgText) (float64, float64) {
+	x, w := parseCoord(t, l.X), g.textWidth(l.Text)
+	switch l.Anchor {
+	case "end":
+		return x - w, x
+	case "middle":
+		return x - w/2, x + w/2
+	}
+	return x, x + w
+}
+
 // A baseline first known near the right edge (the demo's storm, renamed
 // from the prefix-cache collapse seconds before the plot ends) is
 // labelled within the plot, leftwards from its edge: the label read
@@ -148,12 +178,8 @@ func TestBaselineLabelStaysWithinThePlot(t *testing.T) {
 				t.Fatalf("%v: no baseline label in %+v", g, p.Labels)
 			}
 			l := p.Labels[i]
-			x0 := parseCoord(t, l.X)
-			if l.Anchor == "end" {
-				x0 -= g.textWidth(l.Text)
-			}
-			if x0 < 0 || x0+g.textWidth(l.Text) > g.Width {
-				t.Errorf("%v, baseline from %s: label %q spans x %.0f to %.0f, outside the plot's %.0f", g, at.Sub(from), l.Text, x0, x0+g.textWidth(l.Text), g.Width)
+			if x0, x1 := extent(t, g, l); x0 < 0 || x1 > g.Width {
+				t.Errorf("%v, baseline from %s: label %q spans x %.0f to %.0f, outside the plot's %.0f", g, at.Sub(from), l.Text, x0, x1, g.Width)
 			}
 		}
 	}
