@@ -543,8 +543,8 @@ func (t *Tracker) notePeak(a *Incident, f detect.Finding) {
 
 // mergePeak is peak with evidence es taken in: each name once, as last
 // seen. The evidence of the cause's own finding (own) leads, in its
-// order, so that a resolve pairs what it recovers with the cause's
-// measure of it first; other evidence keeps its place or is added after.
+// order, so that a resolve lists the cause's signals first; other
+// evidence keeps its place or is added after.
 func mergePeak(peak, es []detect.Evidence, own bool) []detect.Evidence {
 	var lead, rest []detect.Evidence
 	if own {
