@@ -256,7 +256,8 @@ func TestPagesUnderAPathPrefix(t *testing.T) {
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`<a href="/watchdog/">`, `<a href="/watchdog/silences">`, `<a href="/watchdog/silences/new">`, `action="/watchdog/silences/new"`} {
+	for _, want := range []string{`<a href="/watchdog/" class="brand">`, `<a href="/watchdog/silences">`, `<a href="/watchdog/silences/new">`,
+		`action="/watchdog/silences/new"`, `href="/watchdog/ui/style.css"`} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("form page lacks %s", want)
 		}

@@ -18,22 +18,21 @@ var formLabels = []string{"incident", "replica", "model", "class", "severity"}
 // formDurations are offered by the form.
 var formDurations = []string{"30m", "1h", "2h", "4h", "8h", "24h", "72h"}
 
+// pageHead is the workspace's head and navigation, with its stylesheet
+// (served under /ui/; its .form-page rules are these pages'), so the
+// silence pages read as part of the workspace.
 const pageHead = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="color-scheme" content="light dark">
 <title>{{.Title}} · sglang-watchdog</title>
-<style>
-body{font-family:system-ui,sans-serif;max-width:56rem;margin:1rem auto;padding:0 1rem;line-height:1.5}
-label{display:block;font-weight:600;margin-top:.75rem}
-input,select,textarea{font:inherit;padding:.3rem;width:100%;max-width:30rem;box-sizing:border-box}
-button{font:inherit;padding:.4rem 1rem;margin-top:1rem}
-table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem;border-bottom:1px solid #8886;vertical-align:top}
-.error{border:2px solid #c00;padding:.5rem}
-code{overflow-wrap:anywhere}
-</style></head><body>
-<nav><a href="{{.Prefix}}/">watchdog</a> · <a href="{{.Prefix}}/silences">silences</a> · <a href="{{.Prefix}}/silences/new">new silence</a></nav>
-<main>
+<link rel="stylesheet" href="{{.Prefix}}/ui/style.css">
+<link rel="icon" href="{{.Prefix}}/ui/icon.svg" type="image/svg+xml">
+</head><body>
+<a class="skip" href="#main">Skip to content</a>
+<header><nav aria-label="Workspace"><a href="{{.Prefix}}/" class="brand">sglang-watchdog</a>
+<a href="{{.Prefix}}/slos">SLOs</a> <a href="{{.Prefix}}/silences">Silences</a> <a href="{{.Prefix}}/silences/new">New silence</a>
+<a href="{{.Prefix}}/api/v1/watchdog/alerts">Alerts API</a> <a href="{{.Prefix}}/runbooks/">Runbooks</a> <a href="{{.Prefix}}/metrics">Metrics</a></nav></header>
+<main id="main" class="form-page">
 `
 
 var newTemplate = template.Must(template.New("new").Parse(pageHead + `<h1>New silence</h1>
@@ -88,7 +87,7 @@ func (h *Handler) render(w http.ResponseWriter, code int, t *template.Template, 
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	// The pages need no script; their one stylesheet is inline. Forms may
 	// post only back to the daemon.
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.WriteHeader(code)
 	if err := t.Execute(w, data); err != nil {
 		h.opts.Logger.Error("rendering a silences page failed", zap.Error(err))
