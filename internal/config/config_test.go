@@ -20,14 +20,14 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 		file string
 		want []string // substrings naming the offending paths
 	}{
-		{"bad-unknown-key.yaml", []string{"line 5: scrape.intervall: no such field"}},
+		{"bad-unknown-key.yaml", []string{"line 5: scrape.intervall: no such field (did you mean interval?)"}},
 		// The decoder's words name Go types ("field pasword not found in
 		// type config.plain"); the problems name the file's keys.
-		{"bad-kinds.yaml", []string{"line 4: targets[0].lables: no such field",
+		{"bad-kinds.yaml", []string{"line 4: targets[0].lables: no such field (did you mean labels?)",
 			`line 6: scrape.interval: "five" is not a duration (a number and a unit: ms, s, m or h)`,
 			`line 7: scrape.max_series: "many" is not a whole number`,
-			"line 12: notify.alertmanager.http_client.basic_auth.pasword: no such field",
-			"line 14: slos: a list where a mapping of its fields is expected", "line 15: slack: no such field"}},
+			"line 12: notify.alertmanager.http_client.basic_auth.pasword: no such field (did you mean password?)",
+			"line 14: slos: a list where a mapping of its fields is expected", "line 15: slack: no such field (did you mean notify.slack?)"}},
 		{"bad-unknown-detector-key.yaml", []string{"line 7: detectors.preempt_storm.kv_usage_treshold",
 			"line 8: detectors.queue_latancy", "line 11: detectors.triage.min_queud"}},
 		{"bad-timeout-above-interval.yaml", []string{"scrape.timeout"}},
@@ -81,6 +81,28 @@ func TestBadConfigsReportEveryProblemWithItsPath(t *testing.T) {
 				t.Error("error prints a secret")
 			}
 		})
+	}
+}
+
+// An unknown key gets a suggestion only when one is close: a typo of a
+// key of the same mapping, or the one shallowest place a key of that name
+// has. A key found at several places that deep gets none.
+func TestUnknownKeySuggestsOnlyWhatIsClose(t *testing.T) {
+	for path, want := range map[string]string{
+		"scrape.intervall":                  "interval",
+		"alerts.update_intervall":           "update_interval",
+		"slack":                             "notify.slack",
+		"triage":                            "detectors.triage",
+		"interval":                          "", // scrape, evaluation, heartbeat, ...
+		"scrape.zzz":                        "",
+		"targets[0].lables":                 "labels",
+		"notify.receivers[1].slak":          "slack",
+		"notify.slack.webhok_url":           "webhook_url",
+		"targets[0].http_client.tsl_config": "tls_config",
+	} {
+		if got := nearest(path); got != want {
+			t.Errorf("nearest(%q) = %q, want %q", path, got, want)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -43,7 +44,11 @@ func explain(problem string, doc *yaml.Node) string {
 	if m := unknownField.FindStringSubmatch(problem); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		if path, ok := find(doc, "", func(k, _ *yaml.Node) bool { return k != nil && k.Line == line && k.Value == m[2] }); ok {
-			return fmt.Sprintf("line %d: %s: no such field", line, path)
+			s := fmt.Sprintf("line %d: %s: no such field", line, path)
+			if near := nearest(path); near != "" {
+				s += " (did you mean " + near + "?)"
+			}
+			return s
 		}
 		return problem
 	}
@@ -141,4 +146,142 @@ func visit(k, v *yaml.Node, path string, match func(k, v *yaml.Node) bool) (stri
 		return path, true
 	}
 	return find(v, path, match)
+}
+
+// nearest is what an unknown key at path was likely meant to be: a key of
+// the same mapping a typo or two away ("intervall": interval), else the
+// path of a key of that name elsewhere ("slack" at the top:
+// notify.slack); "" when nothing is close.
+func nearest(path string) string {
+	segs := strings.Split(path, ".")
+	key := segs[len(segs)-1]
+	best, bestDist := "", 3
+	for _, k := range keysAt(reflect.TypeFor[Config](), segs[:len(segs)-1]) {
+		if d := distance(key, k); d < bestDist && d < len(key)/2+1 {
+			best, bestDist = k, d
+		}
+	}
+	if best != "" {
+		return best
+	}
+	// Elsewhere: the shallowest place, when it is the only one that deep
+	// (notify.slack, not notify.receivers.slack).
+	var found []string
+	walkKeys(reflect.TypeFor[Config](), "", 0, func(p string) {
+		if !strings.HasSuffix(p, "."+key) {
+			return
+		}
+		switch d := strings.Count(p, "."); {
+		case len(found) == 0 || d < strings.Count(found[0], "."):
+			found = []string{p}
+		case d == strings.Count(found[0], "."):
+			found = append(found, p)
+		}
+	})
+	if len(found) == 1 {
+		return found[0]
+	}
+	return ""
+}
+
+// keysAt are the keys of the mapping at path segs below type t ("targets[0]"
+// is an item of targets); nil where the path leaves the configuration's
+// structs.
+func keysAt(t reflect.Type, segs []string) []string {
+	for _, seg := range segs {
+		name, _, _ := strings.Cut(seg, "[")
+		f, ok := fieldOf(deref(t), name)
+		if !ok {
+			return nil
+		}
+		t = f
+		for range strings.Count(seg, "[") {
+			if t = deref(t); t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+				return nil
+			}
+			t = t.Elem()
+		}
+	}
+	var keys []string
+	eachField(deref(t), func(name string, _ reflect.Type) { keys = append(keys, name) })
+	return keys
+}
+
+// walkKeys calls fn with the path of every key below t, to a few levels.
+func walkKeys(t reflect.Type, path string, depth int, fn func(string)) {
+	if depth > 5 {
+		return
+	}
+	eachField(deref(t), func(name string, ft reflect.Type) {
+		p := name
+		if path != "" {
+			p = path + "." + name
+		}
+		fn(p)
+		if ft = deref(ft); ft.Kind() == reflect.Slice {
+			ft = ft.Elem()
+		}
+		walkKeys(ft, p, depth+1, fn)
+	})
+}
+
+// fieldOf is the type of the field of struct t whose key is name.
+func fieldOf(t reflect.Type, name string) (reflect.Type, bool) {
+	var out reflect.Type
+	eachField(t, func(n string, ft reflect.Type) {
+		if n == name && out == nil {
+			out = ft
+		}
+	})
+	return out, out != nil
+}
+
+// eachField calls fn with the key and type of every field struct t
+// decodes, as yaml.v3 names them; embedded structs are inline (the
+// configuration's wrappers of Prometheus' HTTP client decode it so).
+func eachField(t reflect.Type, fn func(string, reflect.Type)) {
+	if t.Kind() != reflect.Struct {
+		return
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case name == "-" || !f.IsExported():
+		case f.Anonymous || strings.Contains(opts, "inline"):
+			eachField(deref(f.Type), fn)
+		case name == "":
+			fn(strings.ToLower(f.Name), f.Type)
+		default:
+			fn(name, f.Type)
+		}
+	}
+}
+
+func deref(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// distance is the edit distance between a and b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
