@@ -209,9 +209,9 @@ type Incident struct {
 	// one's worst value over the incident's life (its maximum, or its
 	// minimum where lower is worse): the resolve shows the signals that
 	// decided the incident at their worst beside the recovered values.
-	// Taking one round's evidence instead would drop what another member
-	// carried: a preemption storm renamed from the prefix-cache collapse
-	// it explains resolved with the collapse's average KV usage as its
+	// One round's evidence would drop what other rounds' members carried:
+	// a preemption storm renamed from the prefix-cache collapse it
+	// explains would resolve with the collapse's average KV usage as its
 	// peak, under a headline of a pool 100% full.
 	Peak  []detect.Evidence  `json:"peak,omitempty"`
 	Worst map[string]float64 `json:"worst,omitempty"`
