@@ -292,12 +292,10 @@ func (j *Journal) update(r *Record, a alert.Incident, changes []alert.Transition
 			for _, e := range seen.Finding.Evidence {
 				r.addPoint(e, round.At, j.opts.MaxPoints)
 			}
-			// How a cause ended (a replica serving again) lists other
-			// numbers than the ones it fired on: those keep the lead.
-			if seen.Cause() == a.Class && !seen.Finding.Resolving {
-				r.Signals = causeFirst(r.Signals, seen.Finding.Evidence)
-			}
 		}
+		// The tracker keeps the incident's evidence in the order its
+		// pages list it (the cause's first); the plots follow it.
+		r.Signals = causeFirst(r.Signals, a.Peak)
 		if len(r.Impact) == 0 && j.prev.At.Before(round.At) {
 			j.noteImpact(r, j.prev)
 		}
@@ -493,10 +491,10 @@ func (r *Record) addPoint(e detect.Evidence, at time.Time, maxPoints int) {
 	r.Signals = appendPoint(r.Signals, e, at, maxPoints, r)
 }
 
-// causeFirst orders signals as the evidence of a round the incident's
-// cause led lists them, the others after in their order: a cause found
-// after its consequence paged leads the root-cause table and the
-// incident page's plots, as it leads the chain.
+// causeFirst orders signals as the incident's evidence lists them
+// (alert.Incident.Peak: the cause's own first), the others after in their
+// order: a cause found after its consequence paged leads the root-cause
+// table and the incident page's plots, as it leads the chain.
 func causeFirst(signals []Signal, evidence []detect.Evidence) []Signal {
 	rank := func(s Signal) int {
 		if i := slices.IndexFunc(evidence, func(e detect.Evidence) bool { return e.Name == s.Name }); i >= 0 {
