@@ -153,8 +153,15 @@ func countFailures(t clientTraffic, read func(Selector, time.Time, time.Time) (f
 	// its status), so the denominator already holds it; where aborts
 	// outnumber what the middleware recorded, the requests are at least
 	// the successful ones plus the failed ones, or the share would read
-	// 100% beside requests that completed.
-	f.answered = max(f.answered, inc(withStatus(t.answered, "2", true))+f.failed())
+	// 100% beside requests that completed. A 2xx is no success by itself:
+	// a stream answers 200 before it ends, so a stream aborted later is a
+	// 2xx and an abort at once. Where the replica counts the requests it
+	// finished, no more of the 2xx succeeded than that.
+	succeeded := inc(withStatus(t.answered, "2", true))
+	if done, ok := read(t.completions, from, to); ok && done >= 0 && !math.IsInf(done, 0) {
+		succeeded = min(succeeded, done)
+	}
+	f.answered = max(f.answered, succeeded+f.failed())
 	return f, true
 }
 

@@ -63,6 +63,23 @@ func TestErrorRatePages(t *testing.T) {
 			t.Errorf("aborts evidence = %+v", e)
 		}
 	})
+	t.Run("an aborted stream answered 200 is no success", func(t *testing.T) {
+		// Nothing completes; every request is aborted, the streamed ones
+		// (6 of 10/s) after their 200 went out, the others with a 400.
+		s := healthyEngine().with(
+			counter(series.NumRequestsTotal, stepAt(incident, 10, 0)),
+			counter(series.NumAbortedRequestsTotal, stepAt(incident, 0.01, 10)),
+			counter(series.HTTPResponsesTotal, stepAt(incident, 10, 6), "endpoint", chat, "method", "POST", "status_code", "200"),
+			counter(series.HTTPResponsesTotal, stepAt(incident, 0, 4), "endpoint", chat, "method", "POST", "status_code", "400"),
+		)
+		f := one(t, run(t, s, detect.ErrorRate))
+		if e := evidenceNamed(t, f, "failed share of requests"); !approx(e.Value, 1, 0.01) {
+			t.Errorf("share evidence = %+v; want 100%% (no request completed)", e)
+		}
+		if e := evidenceNamed(t, f, "answered requests/s"); !approx(e.Value, 10, 0.01) {
+			t.Errorf("answered evidence = %+v; want 10/s, each aborted request once", e)
+		}
+	})
 	t.Run("a release without per-status responses: completions and aborts", func(t *testing.T) {
 		s := healthyEngine().without(series.HTTPResponsesTotal).with(counter(series.NumAbortedRequestsTotal, stepAt(incident, 0.01, 1)))
 		f := one(t, run(t, s, detect.ErrorRate))
