@@ -113,7 +113,7 @@ func (d *GPUThrottledDetector) Detect(w Window, now time.Time) []Finding {
 		"Every kernel on this GPU runs slower, so the replica that holds it produces tokens more slowly (inter-token latency up) and, with tensor parallelism, holds back its peer GPUs at every collective.",
 		holder(r))
 	f.Emergency = []string{
-		"Take the replica that holds this GPU out of rotation at the router if its latency hurts users; the others carry its traffic.",
+		"Take the replica that holds this GPU out of rotation at the router (or lower its weight) if the model's other replicas have headroom (queue, KV usage): it stays slow until the GPU is cooled or its power restored.",
 		"Check the GPU on " + nodeOf(r) + ": nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER shows the active clock-event reasons, the temperature and the power limit.",
 		"If other GPUs of the node are throttled too, the node's cooling or power is at fault: cordon and drain the node and call the datacenter team.",
 	}
