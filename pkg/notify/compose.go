@@ -106,7 +106,7 @@ func headline(ev Event) string {
 		}
 		n := detect.FormatNumber(*v)
 		if !resolved {
-			if strings.Contains(lead, n) {
+			if statesNumber(lead, n, unit) {
 				return
 			}
 			for _, w := range words {
@@ -164,4 +164,27 @@ func trimTitle(summary, title string) string {
 		return strings.TrimSpace(rest)
 	}
 	return summary
+}
+
+// statesNumber reports whether text gives the number n, followed by unit,
+// as a number of its own: "1" with unit "/s" is stated by "aborted 1/s",
+// not by "100% full", "0.1/s" or "179 queued"; "2" without a unit is not
+// stated by "for 2m" or "2%", other quantities.
+func statesNumber(text, n, unit string) bool {
+	digit := func(b byte) bool { return b >= '0' && b <= '9' }
+	unitOf := func(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b == '%' }
+	want := n + unit
+	for from := 0; ; {
+		i := strings.Index(text[from:], want)
+		if i < 0 {
+			return false
+		}
+		start, end := from+i, from+i+len(want)
+		before := start == 0 || !(digit(text[start-1]) || text[start-1] == '.')
+		after := end == len(text) || !(digit(text[end]) || unitOf(text[end]) || text[end] == '.' && end+1 < len(text) && digit(text[end+1]))
+		if before && after {
+			return true
+		}
+		from = start + 1
+	}
 }
