@@ -3,6 +3,7 @@ package alert
 import (
 	"maps"
 	"net/url"
+	"time"
 
 	"github.com/sglang-watchdog/sglang-watchdog/internal/assess"
 	"github.com/sglang-watchdog/sglang-watchdog/internal/correlate"
@@ -100,6 +101,10 @@ func (l Links) Event(tr Transition, round assess.Round) notify.Event {
 	}
 	if haveSnap && snap.Scrape.Up {
 		ev.Impact = &notify.Impact{Queued: now.QueuedRequests, TTFTP99: now.TTFTP99, AbortsPerSecond: now.AbortsPerSecond}
+		if span, ok := now.NoFirstTokenFor(); ok && tr.Page != notify.KindResolve {
+			secs := span.Round(time.Second).Seconds()
+			ev.Impact.NoFirstTokenSeconds = &secs
+		}
 	}
 	if tr.Page == notify.KindResolve && a.Peak != nil {
 		ev.Evidence = peaks(a)

@@ -42,10 +42,14 @@ type Snapshot struct {
 	TTFTP50              *float64 `json:"ttft_p50_seconds,omitempty"`
 	TTFTP99              *float64 `json:"ttft_p99_seconds,omitempty"`
 	TTFTMean             *float64 `json:"ttft_mean_seconds,omitempty"`
-	ITLP99               *float64 `json:"itl_p99_seconds,omitempty"`
-	QueueTimeP99         *float64 `json:"queue_time_p99_seconds,omitempty"`
-	QueueTimeMean        *float64 `json:"queue_time_mean_seconds,omitempty"`
-	E2EP99               *float64 `json:"e2e_p99_seconds,omitempty"`
+	// FirstTokens is how many requests got their first token over the
+	// span (the TTFT histogram's observations): 0 with requests queued is
+	// a replica that starts nothing, which no TTFT quantile can show.
+	FirstTokens   *float64 `json:"first_tokens_in_span,omitempty"`
+	ITLP99        *float64 `json:"itl_p99_seconds,omitempty"`
+	QueueTimeP99  *float64 `json:"queue_time_p99_seconds,omitempty"`
+	QueueTimeMean *float64 `json:"queue_time_mean_seconds,omitempty"`
+	E2EP99        *float64 `json:"e2e_p99_seconds,omitempty"`
 	// HTTPInFlight is in-flight inference requests at the HTTP layer
 	// (including ones not yet in the scheduler); on a gateway, in-flight
 	// requests to its workers.
@@ -127,6 +131,11 @@ func ReadSnapshot(w detect.Window, from, to time.Time, arrivalEndpoints string) 
 	s.FinishedPerSecond = ptr(w.Rate(detect.Sel(series.NumRequestsTotal), from, to))
 	s.TTFTP50 = ptr(w.Quantile(0.5, series.TTFTSeconds, nil, from, to))
 	s.TTFTMean = histogramMean(w, series.TTFTSeconds, from, to)
+	// A disaggregated request starts on a prefill server and streams from
+	// a decode server: neither one's TTFT count says whether it started.
+	if role := w.Replica().EngineType; role != "prefill" && role != "decode" {
+		s.FirstTokens = ptr(w.Increase(detect.Sel(series.TTFTSeconds+"_count"), from, to))
+	}
 	s.QueueTimeP99 = ptr(w.Quantile(0.99, series.QueueTimeSeconds, nil, from, to))
 	s.QueueTimeMean = histogramMean(w, series.QueueTimeSeconds, from, to)
 	s.E2EP99 = ptr(w.Quantile(0.99, series.E2ERequestLatency, nil, from, to))
@@ -194,6 +203,22 @@ func ReadRecent(w detect.Window, from, to time.Time) Snapshot {
 	s.TTFTP99 = ptr(w.Quantile(0.99, series.TTFTSeconds, nil, from, to))
 	s.ITLP99 = ptr(w.Quantile(0.99, series.InterTokenLatency, nil, from, to))
 	return s
+}
+
+// minStallSpan is the least span over which no first token, with requests
+// queued, says a replica starts nothing: a healthy replica's long prefill
+// can take seconds.
+const minStallSpan = 10 * time.Second
+
+// NoFirstTokenFor is the span over which requests were queued and none got
+// its first token; ok is false when they did, when nothing was queued, or
+// when the replica does not report both.
+func (s Snapshot) NoFirstTokenFor() (time.Duration, bool) {
+	span := time.Duration(s.ObservedSeconds * float64(time.Second))
+	if s.FirstTokens == nil || *s.FirstTokens > 0 || s.QueuedRequests == nil || *s.QueuedRequests < 1 || span < minStallSpan {
+		return 0, false
+	}
+	return span, true
 }
 
 // histogramMean is the mean observation over the range: increase of _sum

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/sglang-watchdog/sglang-watchdog/pkg/detect"
@@ -13,6 +14,9 @@ type Impact struct {
 	Queued          *float64 `json:"queued,omitempty"`
 	TTFTP99         *float64 `json:"ttft_p99_seconds,omitempty"`
 	AbortsPerSecond *float64 `json:"aborts_per_second,omitempty"`
+	// NoFirstTokenSeconds: over this span requests were queued and none got
+	// its first token (TTFTP99 is then unknown: no request to measure).
+	NoFirstTokenSeconds *float64 `json:"no_first_token_seconds,omitempty"`
 }
 
 // Compose writes an incident event's words from its facts: the headline,
@@ -121,6 +125,9 @@ func headline(ev Event) string {
 	// An objective's threshold ("TTFT ≤ 1s" of an SLO burn on the page)
 	// is no TTFT users felt: only a stated p99 or time to first token is.
 	add("ttft_p99", "p99 TTFT", []string{"ttft p99", "p99 ttft", "time to first token"}, ev.Impact.TTFTP99, " s", false)
+	if ev.Impact.TTFTP99 == nil && ev.Impact.NoFirstTokenSeconds != nil && !resolved && !strings.Contains(said, "token") {
+		impact = append(impact, "no first token in "+detect.ShortDuration(time.Duration(*ev.Impact.NoFirstTokenSeconds)*time.Second))
+	}
 	add("aborts", "aborted", []string{"aborted"}, ev.Impact.AbortsPerSecond, "/s", true)
 	switch {
 	case len(impact) == 0:
