@@ -124,7 +124,7 @@ func New(opts Options) (*Handler, error) {
 		opts.ArrivalEndpoints = detect.DefaultInferenceEndpoints
 	}
 	h := &Handler{opts: opts, pages: map[string]*template.Template{}}
-	funcs := template.FuncMap{"value": formatValue, "opt": optValue, "time": formatTime, "severityClass": severityClass,
+	funcs := template.FuncMap{"value": formatValue, "opt": optValue, "ttft": ttftValue, "time": formatTime, "severityClass": severityClass,
 		"clock": formatClock, "facts": newFactList, "path": h.path}
 	for _, page := range []string{"fleet", "incident", "replica", "slos", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/plot.html", "templates/"+page+".html")
@@ -497,6 +497,15 @@ func optValue(v *float64, unit string) string {
 		return "–"
 	}
 	return formatValue(*v, unit)
+}
+
+// ttftValue is a snapshot's TTFT p99, or, where no queued request got its
+// first token, that (the pages' headline says the same).
+func ttftValue(s assess.Snapshot) string {
+	if span, ok := s.NoFirstTokenFor(); ok && s.TTFTP99 == nil {
+		return "no first token in " + detect.ShortDuration(span.Round(time.Second))
+	}
+	return optValue(s.TTFTP99, "s")
 }
 
 func formatTime(t time.Time) string {

@@ -356,6 +356,9 @@ func TestFleetPageOrdersIncidentsFirstAndLinksResolve(t *testing.T) {
 	if got, want := text(find(firstRow, "td", "")[3]), optValue(rep.Snapshot.QueuedRequests, ""); got != want {
 		t.Errorf("sim-0 queued shown %q, round's snapshot %q", got, want)
 	}
+	if got, want := text(find(firstRow, "td", "")[7]), ttftValue(rep.Snapshot); got != want {
+		t.Errorf("sim-0 TTFT shown %q, round's snapshot %q", got, want)
+	}
 
 	open := find(doc, "li", "incident")
 	if len(open) == 0 {
@@ -770,5 +773,23 @@ func TestEveryURLUnderThePathPrefix(t *testing.T) {
 	// The fleet's pages, the incidents, the five replicas and the SLOs at least.
 	if pages < 11 || !seen["/watchdog/slos"] || !seen["/watchdog/incidents/drift-1"] {
 		t.Errorf("followed %d pages under the prefix: %v", pages, seen)
+	}
+}
+
+// A replica whose queued requests got no first token has no TTFT p99 to
+// show; the table says why, as the page's headline does.
+func TestTTFTCellSaysWhenNoRequestStarted(t *testing.T) {
+	v := func(f float64) *float64 { return &f }
+	for _, tc := range []struct {
+		s    assess.Snapshot
+		want string
+	}{
+		{assess.Snapshot{ObservedSeconds: 20, FirstTokens: v(0), QueuedRequests: v(179)}, "no first token in 20s"},
+		{assess.Snapshot{ObservedSeconds: 20, FirstTokens: v(12), QueuedRequests: v(179), TTFTP99: v(19.8)}, "19.8 s"},
+		{assess.Snapshot{ObservedSeconds: 20, QueuedRequests: v(179)}, "–"},
+	} {
+		if got := ttftValue(tc.s); got != tc.want {
+			t.Errorf("ttftValue(%+v) = %q; want %q", tc.s, got, tc.want)
+		}
 	}
 }
