@@ -224,15 +224,22 @@ func Recoveries(ev Event) []Recovery {
 	return out
 }
 
-// peakKey is what a peak measures: its signal, else its name without a
-// parenthesized qualifier ("retracted tokens/s (recompute cost)"), the
-// way detectors name one quantity read over different spans.
+// peakKey is what a peak measures: its signal, else its Quantity in its
+// unit.
 func peakKey(f Field) string {
 	if sig, ok := signalOf(f); ok {
 		return sig.key
 	}
-	name, _, _ := strings.Cut(f.Name, " (")
-	return "quantity:" + strings.ToLower(strings.TrimSpace(name)) + "/" + f.Unit
+	return "quantity:" + Quantity(f.Name) + "/" + f.Unit
+}
+
+// Quantity is what an evidence name measures, without the parenthesized
+// qualifier detectors add when they read one quantity over different
+// spans or for a reason ("aborted requests/s (clients gave up)" and
+// "aborted requests/s" are one quantity).
+func Quantity(name string) string {
+	name, _, _ = strings.Cut(name, " (")
+	return strings.ToLower(strings.TrimSpace(name))
 }
 
 // felt is the value of what users felt that measures the signal key, nil

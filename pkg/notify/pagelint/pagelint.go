@@ -151,7 +151,7 @@ func Check(ev notify.Event, opts Options) []Problem {
 	}
 	seen := map[string]string{}
 	for _, name := range names {
-		key := evidenceKey(name)
+		key := notify.Quantity(name)
 		if prev, ok := seen[key]; ok {
 			bad(RuleDuplicate, "the evidence gives %q and %q", prev, name)
 			continue
@@ -201,7 +201,7 @@ func CheckIncident(evs []notify.Event, opts Options) []Problem {
 			p := *r.Peak
 			for _, before := range evs[:i] {
 				for _, t := range notify.Shown(before.Evidence) {
-					if evidenceKey(t.Name) != evidenceKey(p.Name) && evidenceKey(t.Name) != evidenceKey(r.Name) || t.Unit != p.Unit {
+					if notify.Quantity(t.Name) != notify.Quantity(p.Name) && notify.Quantity(t.Name) != notify.Quantity(r.Name) || t.Unit != p.Unit {
 						continue
 					}
 					if (p.LowerIsWorse && p.Value > t.Value) || (!p.LowerIsWorse && p.Value < t.Value) {
@@ -248,16 +248,6 @@ func triage(ev notify.Event) []Problem {
 		}
 	}
 	return out
-}
-
-// evidenceKey is what an evidence name measures, without the qualifiers
-// that do not change it: "aborted requests/s (clients gave up)" and
-// "aborted requests/s" are one quantity.
-func evidenceKey(name string) string {
-	if i := strings.Index(name, " ("); i > 0 {
-		name = name[:i]
-	}
-	return strings.ToLower(strings.TrimSpace(name))
 }
 
 // exactSignal is the headline quantity an evidence field gives without a
