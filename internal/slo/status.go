@@ -270,7 +270,13 @@ func (s Status) Headline() string {
 	if !ok {
 		return ""
 	}
-	return fmt.Sprintf("burning the %s SLO %q at %sx over %s and %sx over %s", s.Title, s.Objective,
+	return fmt.Sprintf("burning the %s SLO %q at %s", s.Title, s.Objective, r.rates())
+}
+
+// rates is the burn over the rule's two windows: "20x over 1h and 32x
+// over 5m".
+func (r RuleStatus) rates() string {
+	return fmt.Sprintf("%sx over %s and %sx over %s",
 		detect.FormatNumber(r.Long.Rate), formatSpan(r.Rule.Long), detect.FormatNumber(r.Short.Rate), formatSpan(r.Rule.Short))
 }
 
@@ -356,12 +362,10 @@ func (s Status) Finding(class detect.Class, replica string) (detect.Finding, boo
 		Runbook: detect.RunbookPath(class), Evidence: s.Evidence("")}
 	// What users get leads, when it is known; the burn says how fast the
 	// promise is being broken.
-	f.Summary = fmt.Sprintf("%s SLO %q burning at %sx over %s and %sx over %s", s.Title, s.Objective,
-		detect.FormatNumber(r.Long.Rate), formatSpan(r.Rule.Long), detect.FormatNumber(r.Short.Rate), formatSpan(r.Rule.Short))
+	f.Summary = fmt.Sprintf("%s SLO %q burning at %s", s.Title, s.Objective, r.rates())
 	if s.HasSLI {
-		f.Summary = fmt.Sprintf("%s of %s over %s (objective %s): SLO %q burning at %sx over %s and %sx over %s",
-			formatPercent(s.SLI), s.eventWords(), formatSpan(s.SLIWindow), formatPercent(s.Target), s.Objective,
-			detect.FormatNumber(r.Long.Rate), formatSpan(r.Rule.Long), detect.FormatNumber(r.Short.Rate), formatSpan(r.Rule.Short))
+		f.Summary = fmt.Sprintf("%s of %s over %s (objective %s): SLO %q burning at %s",
+			formatPercent(s.SLI), s.eventWords(), formatSpan(s.SLIWindow), formatPercent(s.Target), s.Objective, r.rates())
 	}
 	if bp := s.budgetPhrase(); bp != "" {
 		f.Summary += "; " + bp
